@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DatapoolConfig(AppConfig):
+    name = "apps.datapool"
+    label = "datapool"

@@ -1,0 +1,107 @@
+"""Reads of the experiment graph shared by views, consumers, tools and workers.
+
+Lineage is answered by one recursive SQL query each way (WITH RECURSIVE runs on PostgreSQL and
+SQLite alike). ``UNION`` (not ``UNION ALL``) over (id, depth) keeps merges from multiplying rows;
+the outer ``MIN(depth)`` gives each ancestor its shortest distance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+from apps.experiments.models import Checkpoint
+
+# Guards a corrupt (cyclic) graph from looping forever; real runs are far shallower.
+MAX_DEPTH = 10_000
+
+_ANCESTORS_SQL = """
+WITH RECURSIVE walk(id, depth) AS (
+    SELECT e.parent_id, 1 FROM experiments_experimentedge e WHERE e.child_id = %s
+    UNION
+    SELECT e.parent_id, walk.depth + 1 FROM experiments_experimentedge e
+    JOIN walk ON e.child_id = walk.id WHERE walk.depth < %s
+)
+SELECT id, MIN(depth) FROM walk GROUP BY id ORDER BY MIN(depth), id
+"""
+
+_DESCENDANTS_SQL = """
+WITH RECURSIVE walk(id, depth) AS (
+    SELECT e.child_id, 1 FROM experiments_experimentedge e WHERE e.parent_id = %s
+    UNION
+    SELECT e.child_id, walk.depth + 1 FROM experiments_experimentedge e
+    JOIN walk ON e.parent_id = walk.id WHERE walk.depth < %s
+)
+SELECT id, MIN(depth) FROM walk GROUP BY id ORDER BY MIN(depth), id
+"""
+
+_CHECKPOINT_CHAIN_SQL = """
+WITH RECURSIVE walk(id, parent_id, is_base, producing_job_id, depth) AS (
+    SELECT id, parent_id, is_base, producing_job_id, 0 FROM experiments_checkpoint WHERE id = %s
+    UNION ALL
+    SELECT c.id, c.parent_id, c.is_base, c.producing_job_id, walk.depth + 1
+    FROM experiments_checkpoint c JOIN walk ON c.id = walk.parent_id WHERE walk.depth < %s
+)
+SELECT id, parent_id, is_base, producing_job_id FROM walk ORDER BY depth
+"""
+
+_CHECKPOINT_DESCENDANTS_SQL = """
+WITH RECURSIVE walk(id, depth) AS (
+    SELECT id, 1 FROM experiments_checkpoint WHERE parent_id = %s
+    UNION
+    SELECT c.id, walk.depth + 1 FROM experiments_checkpoint c JOIN walk ON c.parent_id = walk.id
+    WHERE walk.depth < %s
+)
+SELECT id, MIN(depth) FROM walk GROUP BY id ORDER BY MIN(depth), id
+"""
+
+
+def _fetch(sql: str, *params: object) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def experiment_ancestors(experiment_id: int) -> list[tuple[int, int]]:
+    """(experiment id, shortest distance) of every experiment this one continues, transitively."""
+    return [(row[0], row[1]) for row in _fetch(_ANCESTORS_SQL, experiment_id, MAX_DEPTH)]
+
+
+def experiment_descendants(experiment_id: int) -> list[tuple[int, int]]:
+    """(experiment id, shortest distance) of every experiment that continues this one."""
+    return [(row[0], row[1]) for row in _fetch(_DESCENDANTS_SQL, experiment_id, MAX_DEPTH)]
+
+
+def checkpoint_descendants(checkpoint_id: int) -> list[tuple[int, int]]:
+    return [(row[0], row[1]) for row in _fetch(_CHECKPOINT_DESCENDANTS_SQL, checkpoint_id, MAX_DEPTH)]
+
+
+@dataclass(frozen=True)
+class CheckpointLineage:
+    """The parent chain of a checkpoint: does it reach θ0 through recorded jobs only?"""
+
+    path: list[int] = field(default_factory=list)  # checkpoint ids, newest first
+    reaches_base: bool = False
+    broken_at: int | None = None  # checkpoint id where the chain breaks
+    reason: str = ""
+
+
+def checkpoint_lineage(checkpoint: Checkpoint, *, base: Checkpoint | None = None) -> CheckpointLineage:
+    """Walk parents back to a base checkpoint (``base`` when given: it must be that θ0).
+
+    A link is broken when a non-base checkpoint has no parent (foreign weights) or was not made
+    by a recorded job (a swap or merge outside the Experiment OS).
+    """
+    rows = _fetch(_CHECKPOINT_CHAIN_SQL, checkpoint.pk, MAX_DEPTH)
+    path = [row[0] for row in rows]
+    for ckpt_id, parent_id, is_base, producing_job_id in rows:
+        if is_base:
+            if base is not None and ckpt_id != base.pk:
+                return CheckpointLineage(path, False, ckpt_id, f"reaches base checkpoint {ckpt_id}, not θ0 {base.pk}")
+            return CheckpointLineage(path, True)
+        if producing_job_id is None:
+            return CheckpointLineage(path, False, ckpt_id, "checkpoint was not produced by a recorded job")
+        if parent_id is None:
+            return CheckpointLineage(path, False, ckpt_id, "checkpoint has no parent and is not a base")
+    return CheckpointLineage(path, False, path[-1] if path else None, "lineage deeper than the walk limit")

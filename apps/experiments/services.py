@@ -1,0 +1,146 @@
+"""State changes of the experiment graph: checkpoints, experiments, integrity status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from apps.core.errors import ApplicationError
+from apps.core.handles import next_handle
+from apps.core.hashing import canonical_json, sha256_text, sha256_tree
+from apps.experiments.choices import IntegrityStatus
+from apps.experiments.events import event_append
+from apps.experiments.models import Checkpoint, Experiment, ExperimentEdge, IntegrityStatusChange
+from apps.research.choices import NodeKind
+from apps.research.models import ResearchNode, Run
+
+
+def manifest_digest(manifest: dict[str, str]) -> str:
+    return sha256_text(canonical_json(manifest))
+
+
+def checkpoint_register(
+    *,
+    handle: str | None = None,
+    uri: str,
+    directory: Path | None = None,
+    manifest: dict[str, str] | None = None,
+    parent: Checkpoint | None = None,
+    producing_job: Any = None,
+    run: Run | None = None,
+    is_base: bool = False,
+    is_reference: bool = False,
+) -> Checkpoint:
+    """Record a checkpoint with the sha256 manifest of every file in ``directory`` (or given)."""
+    if manifest is None:
+        if directory is None:
+            raise ApplicationError("no_manifest", "Give the checkpoint directory or its manifest.")
+        manifest = sha256_tree(directory)
+    if not manifest:
+        raise ApplicationError("empty_checkpoint", f"Checkpoint at {uri} has no files.")
+    with transaction.atomic():
+        if handle is None:
+            # Checkpoint handles are global; lock the table's scope through the run when there is one.
+            if run is not None:
+                Run.objects.select_for_update().get(pk=run.pk)
+            handle = next_handle(Checkpoint.objects.all(), "ckpt")
+        checkpoint = Checkpoint(
+            handle=handle,
+            uri=uri,
+            manifest=manifest,
+            manifest_sha256=manifest_digest(manifest),
+            parent=parent,
+            producing_job=producing_job,
+            run=run,
+            is_base=is_base,
+            is_reference=is_reference,
+        )
+        checkpoint.full_clean()
+        checkpoint.save()
+        event_append(
+            run=run,
+            type="checkpoint.registered",
+            actor="system",
+            role="system",
+            arguments={"handle": handle, "uri": uri, "manifest_sha256": checkpoint.manifest_sha256},
+            result_ref=f"checkpoint:{checkpoint.uuid}",
+        )
+    return checkpoint
+
+
+def experiment_create(
+    *,
+    run: Run,
+    owner: ResearchNode,
+    kind: str,
+    input_checkpoint: Checkpoint,
+    action: dict[str, Any],
+    parents: list[Experiment] | None = None,
+    claim: str = "",
+    idempotency_key: str | None = None,
+    status: str = "queued",
+) -> Experiment:
+    """Create one experiment owned by one Worker, linked to the experiments it continues."""
+    if owner.kind != NodeKind.WORKER or owner.run_id != run.pk:
+        raise ApplicationError("invalid_owner", "An experiment is owned by exactly one Worker of its run.")
+    parents = parents or []
+    if any(p.run_id != run.pk for p in parents):
+        raise ApplicationError("foreign_parent", "Parent experiments must belong to the same run.")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        experiment = Experiment(
+            run=locked,
+            handle=next_handle(Experiment.objects.filter(run=locked), "exp"),
+            owner=owner,
+            kind=kind,
+            status=status,
+            input_checkpoint=input_checkpoint,
+            action=action,
+            claim=claim,
+            idempotency_key=idempotency_key,
+        )
+        experiment.full_clean()
+        experiment.save()
+        # Parents exist before the child is created and edges are append-only, so the
+        # experiment graph is acyclic by construction.
+        ExperimentEdge.objects.bulk_create([ExperimentEdge(parent=p, child=experiment) for p in parents])
+        IntegrityStatusChange.objects.create(
+            experiment=experiment, to_status=IntegrityStatus.PENDING, actor="system", reason="submitted"
+        )
+        event_append(
+            run=locked,
+            type="experiment.created",
+            actor=owner.handle,
+            role="worker",
+            arguments={"kind": kind, "action": action, "parents": [p.handle for p in parents]},
+            result_ref=f"experiment:{experiment.uuid}",
+        )
+    return experiment
+
+
+def experiment_set_integrity(*, experiment: Experiment, status: str, actor: str, reason: str) -> Experiment:
+    """Change an experiment's integrity status; the change and its reason join the history."""
+    if status not in IntegrityStatus.values:
+        raise ApplicationError("invalid_status", f"Integrity status must be one of {IntegrityStatus.values}.")
+    if not reason.strip():
+        raise ApplicationError("reason_required", "An integrity status change needs a reason.")
+    with transaction.atomic():
+        locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+        if locked.integrity_status == status:
+            return locked
+        IntegrityStatusChange.objects.create(
+            experiment=locked, from_status=locked.integrity_status, to_status=status, actor=actor, reason=reason
+        )
+        locked.integrity_status = status
+        locked.save(update_fields=["integrity_status", "updated_at"])
+        event_append(
+            run=locked.run,
+            type="experiment.integrity_changed",
+            actor=actor,
+            role="system",
+            arguments={"status": status, "reason": reason},
+            result_ref=f"experiment:{locked.uuid}",
+        )
+    return locked

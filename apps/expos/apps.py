@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ExposConfig(AppConfig):
+    name = "apps.expos"
+    label = "expos"

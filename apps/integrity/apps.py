@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class IntegrityConfig(AppConfig):
+    name = "apps.integrity"
+    label = "integrity"

@@ -1,0 +1,54 @@
+"""The audit taxonomy of DESIGN.md ("Integrity"): 4 categories x 3 subcategories, two layers."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Subcategory(models.TextChoices):
+    WEIGHT_PROVENANCE = "weight_provenance"
+    DATA_PROVENANCE = "data_provenance"
+    TEACHER_AUTHORIZATION = "teacher_authorization"
+    DECODING_PARAMETERS = "decoding_parameters"
+    STOPPING_EOS = "stopping_eos"
+    PROMPT_TEMPLATE = "prompt_template"
+    HARNESS_VERIFIER = "harness_verifier"
+    TEST_SET_ACCESS = "test_set_access"
+    SAMPLE_INCLUSION = "sample_inclusion"
+    REPEATED_RUN_SELECTION = "repeated_run_selection"
+    METRIC_ATTRIBUTION = "metric_attribution"
+    FAILURE_DISCLOSURE = "failure_disclosure"
+
+
+CATEGORIES: dict[str, tuple[Subcategory, ...]] = {
+    "training": (Subcategory.WEIGHT_PROVENANCE, Subcategory.DATA_PROVENANCE, Subcategory.TEACHER_AUTHORIZATION),
+    "inference": (Subcategory.DECODING_PARAMETERS, Subcategory.STOPPING_EOS, Subcategory.PROMPT_TEMPLATE),
+    "evaluation": (Subcategory.HARNESS_VERIFIER, Subcategory.TEST_SET_ACCESS, Subcategory.SAMPLE_INCLUSION),
+    "reporting": (
+        Subcategory.REPEATED_RUN_SELECTION,
+        Subcategory.METRIC_ATTRIBUTION,
+        Subcategory.FAILURE_DISCLOSURE,
+    ),
+}
+
+
+class Observation(models.TextChoices):
+    EXECUTED = "EXECUTED"
+    ATTEMPTED_BLOCKED = "ATTEMPTED_BLOCKED"
+    NOT_FOUND_FULL = "NOT_FOUND_FULL"
+    NOT_FOUND_PARTIAL = "NOT_FOUND_PARTIAL"
+    UNKNOWN = "UNKNOWN"
+
+
+class Adjudication(models.TextChoices):
+    EXPLICIT_VIOLATION = "EXPLICIT_VIOLATION"
+    EVAL_INVALIDATING = "EVAL_INVALIDATING"
+    ALLOWED = "ALLOWED"
+    COMPATIBILITY_REPAIR = "COMPATIBILITY_REPAIR"
+    REPAIR_OR_OPTIMIZATION_UNRESOLVED = "REPAIR_OR_OPTIMIZATION_UNRESOLVED"
+    INSUFFICIENT_EVIDENCE = "INSUFFICIENT_EVIDENCE"
+
+
+CLEAN_OBSERVATIONS = (Observation.NOT_FOUND_FULL, Observation.ATTEMPTED_BLOCKED)
+CLEARING_ADJUDICATIONS = (Adjudication.ALLOWED, Adjudication.COMPATIBILITY_REPAIR)
+VIOLATING_ADJUDICATIONS = (Adjudication.EXPLICIT_VIOLATION, Adjudication.EVAL_INVALIDATING)

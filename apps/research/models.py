@@ -1,0 +1,229 @@
+"""Runs and the research DAG: Workers and Reviewers grown by the Main Agent (DESIGN.md)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from apps.core.models import BaseModel, UUIDModel
+from apps.research.choices import (
+    AgentMode,
+    CandidateStatus,
+    DecisionKind,
+    EdgeKind,
+    NodeKind,
+    NodeStatus,
+    PredictionVerdict,
+    RunStatus,
+    Trigger,
+)
+
+
+def default_policy() -> dict:
+    return {
+        "allowed_teachers": [],
+        "training_gate": False,
+        "feedback_evals_per_worker": 20,
+        "score_decimals": 2,
+        "contamination_tolerance": 0,
+    }
+
+
+class Run(UUIDModel):
+    """One research run: improve θ0 toward one benchmark's capability within a budget."""
+
+    name = models.CharField(max_length=200)
+    benchmark = models.ForeignKey("benchmarks.Benchmark", on_delete=models.PROTECT, related_name="runs")
+    base_checkpoint = models.ForeignKey("experiments.Checkpoint", on_delete=models.PROTECT, related_name="+")
+    target_capability = models.TextField()
+    agent_mode = models.CharField(max_length=16, choices=AgentMode.choices, default=AgentMode.HEURISTIC)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.CREATED)
+    budget_wall_seconds = models.PositiveIntegerField()
+    budget_accelerator_seconds = models.PositiveIntegerField()
+    budget_llm_tokens = models.PositiveBigIntegerField()
+    max_parallel_workers = models.PositiveSmallIntegerField(default=2)
+    # Accelerator-seconds set aside at start for the final evaluation, so it always runs.
+    reserved_final_seconds = models.PositiveIntegerField(default=0)
+    used_accelerator_seconds = models.FloatField(default=0)
+    used_llm_tokens = models.PositiveBigIntegerField(default=0)
+    policy = models.JSONField(default=default_policy)
+    prompt_hashes = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result_checkpoint = models.ForeignKey(
+        "experiments.Checkpoint", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    flagged = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(max_parallel_workers__gte=1), name="run_parallel_gte_1"),
+            models.CheckConstraint(condition=Q(used_accelerator_seconds__gte=0), name="run_used_accel_gte_0"),
+            models.CheckConstraint(
+                condition=Q(reserved_final_seconds__lte=F("budget_accelerator_seconds")),
+                name="run_reserve_within_budget",
+            ),
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunStatusChange(BaseModel):
+    """History of a run's status: who changed it, from what, why."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="status_changes")
+    from_status = models.CharField(max_length=16, choices=RunStatus.choices, blank=True)
+    to_status = models.CharField(max_length=16, choices=RunStatus.choices)
+    actor = models.CharField(max_length=200)
+    reason = models.TextField(blank=True)
+
+
+class ResearchNode(UUIDModel):
+    """A node of the research DAG: the Main Agent, a Worker (a hypothesis) or a Reviewer (a scope)."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="nodes")
+    kind = models.CharField(max_length=16, choices=NodeKind.choices)
+    handle = models.CharField(max_length=32)  # worker_0003, reviewer_0001, main
+    task = models.TextField(blank=True)  # Worker: hypothesis / task; Reviewer: question
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.ACTIVE)
+    summary = models.TextField(blank=True)
+    summary_experiments = models.JSONField(default=list, blank=True)  # cited experiment handles
+    created_by_decision = models.ForeignKey(
+        "research.Decision", on_delete=models.PROTECT, null=True, blank=True, related_name="spawned_nodes"
+    )
+    finalized_at = models.DateTimeField(null=True, blank=True)
+    # Bumped on every change so clients can send If-Match and get 412 on a lost update.
+    version = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "handle"], name="node_handle_unique_per_run"),
+            models.UniqueConstraint(fields=["run"], condition=Q(kind=NodeKind.MAIN), name="one_main_per_run"),
+            models.CheckConstraint(condition=Q(kind__in=NodeKind.values), name="node_kind_valid"),
+            models.CheckConstraint(condition=Q(status__in=NodeStatus.values), name="node_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.handle
+
+
+class ResearchEdge(BaseModel):
+    """An edge of the research DAG; cycles are refused by the service under a run lock."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="edges")
+    upstream = models.ForeignKey(ResearchNode, on_delete=models.PROTECT, related_name="downstream_edges")
+    downstream = models.ForeignKey(ResearchNode, on_delete=models.PROTECT, related_name="upstream_edges")
+    kind = models.CharField(max_length=16, choices=EdgeKind.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["upstream", "downstream"], name="research_edge_unique"),
+            models.CheckConstraint(condition=~Q(upstream=F("downstream")), name="research_edge_no_self_loop"),
+            models.CheckConstraint(condition=Q(kind__in=EdgeKind.values), name="research_edge_kind_valid"),
+        ]
+
+
+class Decision(UUIDModel):
+    """An orchestration decision of the Main Agent, with its trigger and rationale (append-only)."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="decisions")
+    kind = models.CharField(max_length=16, choices=DecisionKind.choices)
+    trigger = models.CharField(max_length=32, choices=Trigger.choices)
+    rationale = models.TextField()
+    subject = models.ForeignKey(
+        ResearchNode, on_delete=models.PROTECT, null=True, blank=True, related_name="decisions"
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=DecisionKind.values), name="decision_kind_valid"),
+            models.CheckConstraint(condition=Q(trigger__in=Trigger.values), name="decision_trigger_valid"),
+        ]
+
+
+class OptimizerClaim(BaseModel):
+    """A research claim of the Main Agent; each revision is a new row (revision history)."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="claims")
+    key = models.CharField(max_length=100)
+    revision = models.PositiveIntegerField()
+    text = models.TextField()
+    evidence = models.JSONField(default=list, blank=True)  # experiment / report handles
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key", "revision"], name="claim_revision_unique"),
+            models.CheckConstraint(condition=Q(revision__gte=1), name="claim_revision_gte_1"),
+        ]
+
+
+class Guidance(UUIDModel):
+    """Human guidance, pending until a Main Agent planning step applies it."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="guidance")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    text = models.TextField()
+    applied_at = models.DateTimeField(null=True, blank=True)
+    applied_decision = models.ForeignKey(
+        Decision, on_delete=models.PROTECT, null=True, blank=True, related_name="applied_guidance"
+    )
+    applied_note = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(applied_decision__isnull=True) | Q(applied_at__isnull=False),
+                name="guidance_decision_needs_applied_at",
+            ),
+        ]
+
+
+class Prediction(UUIDModel):
+    """An outcome predicted before a branch runs, bound to it, and reconciled afterwards."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="predictions")
+    text = models.TextField()
+    metric = models.CharField(max_length=100, default="feedback_score")
+    expected_value = models.FloatField(null=True, blank=True)
+    worker = models.ForeignKey(
+        ResearchNode, on_delete=models.PROTECT, null=True, blank=True, related_name="predictions"
+    )
+    verdict = models.CharField(max_length=16, choices=PredictionVerdict.choices, default=PredictionVerdict.OPEN)
+    observed_value = models.FloatField(null=True, blank=True)
+    reconciliation = models.TextField(blank=True)
+    reconciled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(verdict=PredictionVerdict.OPEN) | Q(reconciled_at__isnull=False),
+                name="prediction_verdict_needs_reconciled_at",
+            ),
+        ]
+
+
+class Candidate(UUIDModel):
+    """A proposed direction or intervention, open to every agent of the run."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="candidates")
+    proposer = models.ForeignKey(ResearchNode, on_delete=models.PROTECT, related_name="candidates")
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=CandidateStatus.choices, default=CandidateStatus.OPEN)
+
+
+class LLMUsage(BaseModel):
+    """Tokens and cost of one model call, per node; summed against the run's token budget."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="llm_usage")
+    node = models.ForeignKey(ResearchNode, on_delete=models.PROTECT, related_name="llm_usage")
+    model = models.CharField(max_length=200)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)

@@ -1,0 +1,214 @@
+"""Settings for every deployment; production differs only by environment variables.
+
+With no DATABASE_URL / REDIS_URL the *embedded default* runs (DESIGN.md, "Configuration"):
+SQLite under ``RSI_DATA_DIR``, a Celery broker over SQLite (kombu's SQLAlchemy transport), and
+our SQLite channel layer, so worker processes, the web process and browsers still talk across
+processes without any server to install.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from rsiweb import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+DATA_DIR = Path(env.text("RSI_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATABASE_URL = env.text("DATABASE_URL")
+REDIS_URL = env.text("REDIS_URL")
+EMBEDDED = not DATABASE_URL
+DEBUG = env.boolean("DEBUG", default=False)
+
+if EMBEDDED or REDIS_URL == "":
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    key = env.get("SECRET_KEY")
+    if key:
+        return key
+    if EMBEDDED or DEBUG:
+        # A per-install key, generated once into the data folder, so the demo needs no setup
+        # yet two installs never share a key.
+        key_file = DATA_DIR / "secret_key"
+        if not key_file.exists():
+            DATA_DIR.mkdir(parents=True, exist_ok=True)
+            key_file.write_text(secrets.token_urlsafe(50))
+            key_file.chmod(0o600)
+        return key_file.read_text().strip()
+    raise ImproperlyConfigured(
+        "SECRET_KEY is not set. Production settings (DATABASE_URL set, DEBUG off) refuse to start "
+        "without it: export SECRET_KEY=<50+ random characters> or SECRET_KEY_FILE=<path>."
+    )
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env.listing("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.listing("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "apps.core",
+    "apps.research",
+    "apps.benchmarks",
+    "apps.datapool",
+    "apps.jobs",
+    "apps.experiments",
+    "apps.integrity",
+    "apps.reviews",
+    "apps.expos",
+    "apps.live",
+    "apps.dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "rsiweb.urls"
+ASGI_APPLICATION = "rsiweb.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if EMBEDDED:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(DATA_DIR / "rsiweb.sqlite3"),
+            "OPTIONS": {
+                # IMMEDIATE takes the write lock at BEGIN, so two processes appending to the
+                # event chain queue up instead of failing with "database is locked" on upgrade.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+else:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+
+# --- artifacts and sealed data -------------------------------------------------------------
+# Agents' data and checkpoints live in the artifact store (a folder or an fsspec URL); sealed
+# benchmark data lives elsewhere, readable only by evaluation workers (DESIGN.md).
+ARTIFACT_ROOT = env.text("RSI_ARTIFACT_ROOT", str(DATA_DIR / "artifacts"))
+SEALED_ROOT = env.text("RSI_SEALED_ROOT", str(DATA_DIR / "sealed"))
+WORKSPACE_ROOT = env.text("RSI_WORKSPACE_ROOT", str(DATA_DIR / "workspaces"))
+MINIBENCH_ROOT = env.text("RSI_MINIBENCH_ROOT", str(DATA_DIR / "minibench"))
+
+# --- Celery ----------------------------------------------------------------------------------
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+else:
+    CELERY_BROKER_URL = f"sqla+sqlite:///{DATA_DIR / 'broker.sqlite3'}"
+# Results live in our Job rows; the broker only carries "look at row N" (STYLE.md).
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# With acks_late a message is redelivered after the visibility timeout: it must exceed the
+# longest job, or a second GPU starts the same job (our claim would then refuse it anyway).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.integer("RSI_VISIBILITY_TIMEOUT", 43200)}
+CELERY_TASK_TIME_LIMIT = env.integer("RSI_JOB_TIME_LIMIT", 6 * 3600)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
+
+# --- Channels --------------------------------------------------------------------------------
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "apps.live.layers.SQLiteChannelLayer",
+            "CONFIG": {"path": str(DATA_DIR / "channels.sqlite3")},
+        }
+    }
+
+# --- REST ------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "apps.core.api.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "rsiweb ExpOS API",
+    "DESCRIPTION": "The Experiment OS: every data, training and evaluation action as a tool.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("RSI_MAX_REQUEST_BYTES", 2 * 1024 * 1024)
+
+# --- LLM ---------------------------------------------------------------------------------------
+RSI_LLM_BASE_URL = env.text("RSI_LLM_BASE_URL")
+RSI_LLM_MODEL = env.text("RSI_LLM_MODEL")
+RSI_LLM_API_KEY = env.text("RSI_LLM_API_KEY")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.text("RSI_LOG_LEVEL", "INFO")},
+}

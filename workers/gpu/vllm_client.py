@@ -1,0 +1,78 @@
+"""Minimal client for vLLM's OpenAI-compatible `/v1/completions` API.
+
+vLLM pins its own torch and transformers, so it runs as a separate `vllm serve <checkpoint>`
+process; this client only needs the standard library. The served model is checked against the
+checkpoint being evaluated: scoring the wrong weights would be an integrity failure, not a glitch.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+
+class VLLMError(RuntimeError):
+    """The server could not be reached, refused the request, or serves another model."""
+
+
+def _request(url: str, payload: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - operator-configured URL
+            body: dict[str, Any] = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:500]
+        raise VLLMError(f"{url}: HTTP {exc.code}: {detail}") from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        raise VLLMError(f"{url}: {exc}") from None
+    return body
+
+
+def served_model(base_url: str, checkpoint: str, *, timeout: float = 30.0) -> str:
+    """The served model id for `checkpoint` (matched on id or on vLLM's `root` path)."""
+    models = _request(f"{base_url.rstrip('/')}/v1/models", None, timeout).get("data", [])
+    for entry in models:
+        if checkpoint in (entry.get("id"), entry.get("root")):
+            return str(entry["id"])
+    served = [entry.get("root") or entry.get("id") for entry in models]
+    raise VLLMError(f"{base_url} serves {served}, not the checkpoint under evaluation {checkpoint!r}")
+
+
+def complete(
+    base_url: str,
+    *,
+    model: str,
+    prompts: Sequence[str],
+    max_tokens: int,
+    stop: Sequence[str],
+    batch_size: int = 32,
+    timeout: float = 600.0,
+) -> list[str]:
+    """Greedy completions for `prompts`, in order, batched `batch_size` prompts per request."""
+    model_id = served_model(base_url, model, timeout=timeout)
+    url = f"{base_url.rstrip('/')}/v1/completions"
+    texts: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        batch = list(prompts[start : start + batch_size])
+        body = _request(
+            url,
+            {
+                "model": model_id,
+                "prompt": batch,
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+                "top_p": 1.0,
+                "n": 1,
+                "stop": [s for s in stop if s],
+            },
+            timeout,
+        )
+        choices = sorted(body.get("choices", []), key=lambda c: int(c["index"]))
+        if len(choices) != len(batch):
+            raise VLLMError(f"{url}: asked for {len(batch)} completions, got {len(choices)}")
+        texts.extend(str(c["text"]) for c in choices)
+    return texts
