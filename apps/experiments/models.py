@@ -55,7 +55,12 @@ class Experiment(UUIDModel):
     feedback_score = models.FloatField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     parents = models.ManyToManyField(
-        "self", through="ExperimentEdge", symmetrical=False, related_name="children", blank=True
+        "self",
+        through="ExperimentEdge",
+        through_fields=("child", "parent"),
+        symmetrical=False,
+        related_name="children",
+        blank=True,
     )
 
     class Meta:

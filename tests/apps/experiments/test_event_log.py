@@ -1,0 +1,142 @@
+"""The event log is append-only at the database and a hash chain that exposes tampering."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import DatabaseError, connection, transaction
+
+from apps.experiments.events import chain_key, chain_verify, event_append
+from apps.experiments.models import Event
+from tests.factories import make_run
+from tests.support.procs import ROOT, child_env
+
+pytestmark = pytest.mark.django_db
+
+
+def append_some(run, n=5):
+    return [
+        event_append(run=run, type="test.happened", actor="worker_0001", role="worker", arguments={"i": i})
+        for i in range(n)
+    ]
+
+
+def test_events_chain_and_redact_secrets(run):
+    events = append_some(run, 3)
+    assert [e.seq for e in events] == [2, 3, 4]  # seq 1 is run.created
+    assert events[1].prev_hash == events[0].hash
+    leaked = event_append(run=run, type="tool.called", actor="w", role="worker",
+                          arguments={"api_key": "sk-123", "nested": {"Authorization": "Bearer x"}, "lr": 0.001})
+    assert leaked.arguments == {"api_key": "***", "nested": {"Authorization": "***"}, "lr": 0.001}
+    assert chain_verify(chain_key(run)).ok
+
+
+def test_update_and_delete_fail_at_the_database(run):
+    event = append_some(run, 1)[0]
+    with pytest.raises(DatabaseError), transaction.atomic():
+        Event.objects.filter(pk=event.pk).update(actor="someone else")
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM experiments_event WHERE id = %s", [event.pk])
+    event.refresh_from_db()
+    assert event.actor == "worker_0001"
+
+
+def test_tampering_with_trigger_dropped_is_found(run):
+    events = append_some(run, 5)
+    target = events[2]
+    with connection.cursor() as cursor:
+        # Flush deferred FK checks first: PostgreSQL refuses ALTER TABLE while they are pending.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        # An attacker with DDL rights: switch the guard off, rewrite history, switch it back on.
+        cursor.execute("ALTER TABLE experiments_event DISABLE TRIGGER experiments_event_no_update")
+        cursor.execute("UPDATE experiments_event SET arguments = '{\"i\": 99}' WHERE id = %s", [target.pk])
+        cursor.execute("ALTER TABLE experiments_event ENABLE TRIGGER experiments_event_no_update")
+    report = chain_verify(chain_key(run))
+    assert report.broken_at == target.seq
+    with pytest.raises(CommandError, match=f"at seq {target.seq}"):
+        call_command("verify_events", run=str(run.uuid))
+
+
+def test_deleting_the_last_event_is_found(run):
+    events = append_some(run, 3)
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE experiments_event DISABLE TRIGGER experiments_event_no_delete")
+        cursor.execute("DELETE FROM experiments_event WHERE id = %s", [events[-1].pk])
+        cursor.execute("ALTER TABLE experiments_event ENABLE TRIGGER experiments_event_no_delete")
+    report = chain_verify(chain_key(run))
+    assert not report.ok
+    assert report.broken_at == events[-1].seq
+
+
+WRITER = """
+import sys
+from apps.research.models import Run
+from apps.experiments.events import event_append
+run = Run.objects.get(uuid=sys.argv[1])
+for i in range(int(sys.argv[2])):
+    event_append(run=run, type="test.concurrent", actor="writer-" + sys.argv[3], role="worker", arguments={"i": i})
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writer_processes_keep_one_chain():
+    run = make_run(name="concurrent")
+    per_writer = 25
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import django; django.setup()\n" + WRITER, str(run.uuid), str(per_writer), str(i)],
+            env=child_env(), cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        )
+        for i in range(8)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+    events = Event.objects.filter(run=run).order_by("seq")
+    assert events.count() == 1 + 8 * per_writer
+    assert list(events.values_list("seq", flat=True)) == list(range(1, 2 + 8 * per_writer))
+    assert len({e.actor for e in events if e.type == "test.concurrent"}) == 8
+    assert chain_verify(chain_key(run)).ok
+
+
+SQLITE_SCENARIO = """
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from tests.factories import make_run
+from apps.experiments.events import event_append
+run = make_run(name="sqlite")
+for i in range(4):
+    event_append(run=run, type="test.sqlite", actor="w", role="worker", arguments={"i": i})
+print(run.uuid)
+"""
+
+
+def test_sqlite_backend_enforces_append_only_and_verify_finds_tampering(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(RSI_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="rsiweb.settings.base", PYTHONPATH=str(ROOT))
+    made = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + SQLITE_SCENARIO],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert made.returncode == 0, made.stderr[-3000:]
+    run_uuid = made.stdout.strip().splitlines()[-1]
+    db = sqlite3.connect(tmp_path / "rsiweb.sqlite3")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        db.execute("UPDATE experiments_event SET actor = 'x' WHERE seq = 2")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        db.execute("DELETE FROM experiments_event")
+    # With the trigger dropped the write goes through, and the chain check names the link.
+    db.execute("DROP TRIGGER experiments_event_no_update")
+    db.execute("UPDATE experiments_event SET actor = 'forger' WHERE seq = 3 AND chain_id = "
+               "(SELECT id FROM experiments_eventchain WHERE key = ?)", (run_uuid,))
+    db.commit()
+    verified = subprocess.run([sys.executable, "manage.py", "verify_events", "--run", run_uuid],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert verified.returncode != 0
+    assert "BROKEN at seq 3" in verified.stdout

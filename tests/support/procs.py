@@ -1,0 +1,46 @@
+"""Helpers to run project code in separate processes against the test database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_database_url() -> str:
+    """The URL of the database pytest-django created, for subprocesses to share it."""
+    db = settings.DATABASES["default"]
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    user = db.get("USER") or "postgres"
+    return f"postgres://{user}@{host}:{port}/{db['NAME']}"
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = test_database_url()
+    env["DJANGO_SETTINGS_MODULE"] = "rsiweb.settings.test"
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(overrides)
+    return env
+
+
+def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter with Django set up; raise with its stderr on failure."""
+    prelude = "import django; django.setup()\n"
+    result = subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        env=env or child_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"child process failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
