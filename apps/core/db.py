@@ -90,3 +90,44 @@ def freeze_column(table: str, column: str) -> migrations.RunPython:
             schema_editor.execute(sql)
 
     return migrations.RunPython(forward, backward)
+
+
+def _seal_once_sql(vendor: str, table: str, seal_columns: tuple[str, ...], content_columns: tuple[str, ...]):
+    """UPDATE may only fill the seal columns of an unsealed row (``hash`` empty), once."""
+    name = f"{table}_seal_once"
+    message = f"{table} is append-only: only sealing an unsealed row is allowed"
+    if vendor == "postgresql":
+        changed = " OR ".join(f"NEW.{c} IS DISTINCT FROM OLD.{c}" for c in content_columns)
+        return (
+            [
+                f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $$ BEGIN "
+                f"IF OLD.hash <> '' OR NEW.hash = '' OR {changed} THEN "
+                f"RAISE EXCEPTION '{message}' USING ERRCODE = 'restrict_violation'; END IF; "
+                "RETURN NEW; END; $$ LANGUAGE plpgsql;",
+                f"CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION {name}();",
+            ],
+            [f"DROP TRIGGER IF EXISTS {name} ON {table};", f"DROP FUNCTION IF EXISTS {name}();"],
+        )
+    changed = " OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in content_columns)
+    return (
+        [
+            f"CREATE TRIGGER {name} BEFORE UPDATE ON {table} "
+            f"WHEN OLD.hash <> '' OR NEW.hash = '' OR {changed} "
+            f"BEGIN SELECT RAISE(ABORT, '{message}'); END;"
+        ],
+        [f"DROP TRIGGER IF EXISTS {name};"],
+    )
+
+
+def seal_once(table: str, *, seal_columns: tuple[str, ...], content_columns: tuple[str, ...]) -> migrations.RunPython:
+    """A migration operation: rows of ``table`` are immutable except for one sealing UPDATE."""
+
+    def forward(apps: Any, schema_editor: Any) -> None:
+        for sql in _seal_once_sql(schema_editor.connection.vendor, table, seal_columns, content_columns)[0]:
+            schema_editor.execute(sql)
+
+    def backward(apps: Any, schema_editor: Any) -> None:
+        for sql in _seal_once_sql(schema_editor.connection.vendor, table, seal_columns, content_columns)[1]:
+            schema_editor.execute(sql)
+
+    return migrations.RunPython(forward, backward)

@@ -1,17 +1,20 @@
 """The tamper-evident event log: one hash chain per run (plus ``global``), append-only.
 
-Each event stores ``prev_hash`` and ``hash = sha256(prev_hash + canonical_json(body))``. The
-chain head row is locked while appending, so concurrent writers — processes, not just threads —
-queue on it instead of forking the chain; the unique (chain, seq) constraint backs that up.
+Each event stores ``content_sha256 = sha256(canonical_json(content))`` and, once sealed,
+``hash = sha256(f"{prev_hash}:{seq}:{content_sha256}")``. Events are inserted with the state
+change they record and sealed into the chain by one sealer at a time (:func:`chain_seal`), so
+concurrent writers — processes, not just threads — never fork the chain; the unique
+(chain, seq) constraint backs that up.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.core.hashing import canonical_json
@@ -42,10 +45,9 @@ def chain_key(run: Run | None) -> str:
     return str(run.uuid) if run is not None else GLOBAL_CHAIN
 
 
-def event_body(event: Event, *, run_uuid: str | None) -> dict[str, Any]:
-    """The hashed content of an event: everything but its own hash and the chain pointer."""
+def event_content(event: Event, *, run_uuid: str | None) -> dict[str, Any]:
+    """The recorded content of an event: everything but its place in the chain."""
     return {
-        "seq": event.seq,
         "run": run_uuid,
         "created_at": event.created_at.isoformat(),
         "type": event.type,
@@ -57,8 +59,13 @@ def event_body(event: Event, *, run_uuid: str | None) -> dict[str, Any]:
     }
 
 
-def link_hash(prev_hash: str, body: dict[str, Any]) -> str:
-    return hashlib.sha256((prev_hash + canonical_json(body)).encode("utf-8")).hexdigest()
+def content_hash(content: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
+
+
+def link_hash(prev_hash: str, seq: int, content_sha256: str) -> str:
+    """One link of the chain. PostgreSQL's rsiweb_seal_chain() computes exactly the same."""
+    return hashlib.sha256(f"{prev_hash}:{seq}:{content_sha256}".encode()).hexdigest()
 
 
 def event_append(
@@ -71,32 +78,85 @@ def event_append(
     arguments: dict[str, Any] | None = None,
     result_ref: str = "",
 ) -> Event:
-    """Append one event to the run's chain. Locks the chain head until the caller's commit."""
+    """Append one event to the run's chain, committed with the caller's transaction.
+
+    The row is inserted unsealed; it is sealed into the chain right away when no outer
+    transaction is open, else as soon as that transaction commits (read ``seq``/``hash`` back
+    from the database when needed). Writers never hold the chain lock across their own
+    commit, so appends do not serialise on one fsync each.
+    """
     key = chain_key(run)
+    chain, _ = EventChain.objects.get_or_create(key=key)
+    event = Event(
+        chain=chain,
+        run=run,
+        created_at=timezone.now(),
+        type=type,
+        actor=actor,
+        role=role,
+        tool=tool,
+        arguments=redact(arguments or {}),
+        result_ref=result_ref,
+    )
+    # Round-trip the arguments through JSON now so the hash covers what the database returns.
+    event.arguments = json.loads(canonical_json(event.arguments))
+    event.content_sha256 = content_hash(event_content(event, run_uuid=None if run is None else key))
     with transaction.atomic():
-        EventChain.objects.get_or_create(key=key)
-        # The row lock serialises appenders on PostgreSQL; on SQLite the IMMEDIATE transaction
-        # mode already holds the database write lock from BEGIN.
-        chain = EventChain.objects.select_for_update().get(key=key)
-        event = Event(
-            chain=chain,
-            seq=chain.head_seq + 1,
-            run=run,
-            created_at=timezone.now(),
-            type=type,
-            actor=actor,
-            role=role,
-            tool=tool,
-            arguments=redact(arguments or {}),
-            result_ref=result_ref,
-            prev_hash=chain.head_hash,
-        )
-        event.hash = link_hash(event.prev_hash, event_body(event, run_uuid=None if run is None else key))
         event.save(force_insert=True)
-        chain.head_seq = event.seq
-        chain.head_hash = event.hash
-        chain.save(update_fields=["head_seq", "head_hash", "updated_at"])
+        # Try to seal at once, inside the same transaction: one commit, and when another writer
+        # is sealing this chain we do not wait for it (see chain_seal for why nothing is lost).
+        _seal_batch(chain)
+    # A sealer that skipped us because we had not committed yet is covered by this re-check.
+    transaction.on_commit(lambda: chain_seal(key, chain_id=chain.pk))
     return event
+
+
+def _seal_batch(chain: EventChain) -> int:
+    """Seal the chain's pending events if no one else is sealing it; -1 when someone is.
+
+    PostgreSQL runs it server-side in one round trip (``rsiweb_seal_chain``, installed by
+    migration, under a transaction-scoped advisory try-lock). SQLite runs the same algorithm
+    here; its IMMEDIATE transactions already serialise writers.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT rsiweb_seal_chain(%s)", [chain.pk])
+            return int(cursor.fetchone()[0])
+    with transaction.atomic():
+        pending = list(Event.objects.filter(chain_id=chain.pk, hash="").order_by("id"))
+        if not pending:
+            return 0
+        seq, prev_hash = EventChain.objects.filter(pk=chain.pk).values_list("head_seq", "head_hash").get()
+        for event in pending:
+            seq += 1
+            event.seq, event.prev_hash = seq, prev_hash
+            event.hash = prev_hash = link_hash(prev_hash, seq, event.content_sha256)
+        Event.objects.bulk_update(pending, ["seq", "prev_hash", "hash"], batch_size=500)
+        EventChain.objects.filter(pk=chain.pk).update(head_seq=seq, head_hash=prev_hash)
+    return len(pending)
+
+
+def chain_seal(key: str, *, chain_id: int | None = None) -> int:
+    """Seal every committed, unsealed event of one chain, in insertion order; returns how many.
+
+    Safe from any process at any time. One sealer at a time extends a chain (a try-lock), and a
+    batch shares one transaction, so concurrent writers never queue one fsync each behind a
+    lock. A writer that finds the lock taken leaves: its event committed *before* it tried, and
+    the holder looks for pending events again *after* its commit, so nothing stays unsealed.
+    """
+    if chain_id is None:
+        chain_id = EventChain.objects.filter(key=key).values_list("pk", flat=True).first()
+        if chain_id is None:
+            return 0
+    chain = EventChain(pk=chain_id, key=key)
+    sealed = 0
+    while Event.objects.filter(chain_id=chain_id, hash="").exists():
+        with transaction.atomic():
+            count = _seal_batch(chain)
+        if count < 0:  # another sealer holds the chain; it re-checks after its commit
+            break
+        sealed += count
+    return sealed
 
 
 @dataclass(frozen=True)
@@ -113,19 +173,22 @@ class ChainReport:
 
 def chain_verify(key: str) -> ChainReport:
     """Recompute every link of one chain and name the first that does not hold."""
+    chain_seal(key)  # events committed but not yet sealed are sealed first, never skipped
     chain = EventChain.objects.get(key=key)
     run_uuid = None if key == GLOBAL_CHAIN else key
     prev_hash = GENESIS_HASH
     expected_seq = 1
     count = 0
-    for event in Event.objects.filter(chain=chain).order_by("seq").iterator(chunk_size=2000):
+    for event in Event.objects.filter(chain=chain).exclude(hash="").order_by("seq").iterator(chunk_size=2000):
         count += 1
         if event.seq != expected_seq:
             return ChainReport(key, count, expected_seq, f"event {expected_seq} is missing (next is {event.seq})")
         if event.prev_hash != prev_hash:
             return ChainReport(key, count, event.seq, "prev_hash does not match the previous event's hash")
-        if link_hash(prev_hash, event_body(event, run_uuid=run_uuid)) != event.hash:
+        if content_hash(event_content(event, run_uuid=run_uuid)) != event.content_sha256:
             return ChainReport(key, count, event.seq, "content does not match its hash (the event was altered)")
+        if link_hash(prev_hash, event.seq, event.content_sha256) != event.hash:
+            return ChainReport(key, count, event.seq, "link hash does not match (the chain was rewritten)")
         prev_hash = event.hash
         expected_seq += 1
     if chain.head_seq != expected_seq - 1 or chain.head_hash != prev_hash:

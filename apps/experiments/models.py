@@ -163,22 +163,30 @@ class EventChain(BaseModel):
 class Event(models.Model):
     """An append-only, hash-chained record of one state change or tool call.
 
-    ``hash = sha256(prev_hash + canonical_json(body))``; the database refuses UPDATE and DELETE.
+    Written in two steps so appends never serialise on a lock held through a commit: the row is
+    inserted *unsealed* (``hash`` empty) with the caller's transaction, then a sealer assigns
+    ``seq``, ``prev_hash`` and ``hash = sha256(prev_hash:seq:content_sha256)`` in batches under
+    the chain lock. The database refuses every other UPDATE, any change of content, a
+    second sealing, and every DELETE.
     """
 
     chain = models.ForeignKey(EventChain, on_delete=models.PROTECT, related_name="events")
-    seq = models.PositiveBigIntegerField()
+    seq = models.PositiveBigIntegerField(null=True, blank=True)  # set when sealed
     run = models.ForeignKey("research.Run", on_delete=models.PROTECT, null=True, blank=True, related_name="events")
     created_at = models.DateTimeField()
-    type = models.CharField(max_length=100)  # dotted: experiment.submitted, tool.called, ...
+    type = models.CharField(max_length=100)  # dotted: experiment.created, tool.called, ...
     actor = models.CharField(max_length=200)  # worker_0002, user:alice, system
     role = models.CharField(max_length=32)
     tool = models.CharField(max_length=100, blank=True)
     arguments = models.JSONField(default=dict)  # secrets redacted before they get here
     result_ref = models.CharField(max_length=200, blank=True)  # "experiment:<uuid>" etc.
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64)
+    content_sha256 = models.CharField(max_length=64)  # sha256 of the canonical JSON of the content
+    prev_hash = models.CharField(max_length=64, blank=True, default="")
+    hash = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="event_chain_seq_unique")]
-        indexes = [models.Index(fields=["run", "seq"], name="event_run_seq_idx")]
+        indexes = [
+            models.Index(fields=["run", "seq"], name="event_run_seq_idx"),
+            models.Index(fields=["chain", "id"], condition=models.Q(hash=""), name="event_unsealed_idx"),
+        ]

@@ -16,8 +16,14 @@ def settings_in(env_overrides: dict[str, str], tmp_path: Path) -> subprocess.Com
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG")}
     env.update(DJANGO_SETTINGS_MODULE="rsiweb.settings.base", RSI_DATA_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
     env.update(env_overrides)
-    return subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + PRINT],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + PRINT],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_embedded_default_needs_no_server_and_generates_a_key(tmp_path):
@@ -33,8 +39,9 @@ def test_embedded_default_needs_no_server_and_generates_a_key(tmp_path):
 
 
 def test_services_are_used_when_configured(tmp_path):
-    result = settings_in({"DATABASE_URL": "postgres://u@db:5432/x", "REDIS_URL": "redis://r:6379/0",
-                          "SECRET_KEY": "k" * 50}, tmp_path)
+    result = settings_in(
+        {"DATABASE_URL": "postgres://u@db:5432/x", "REDIS_URL": "redis://r:6379/0", "SECRET_KEY": "k" * 50}, tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["django.db.backends.postgresql", "redis", "channels_redis.core.RedisChannelLayer"]
 

@@ -13,8 +13,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 
-from apps.experiments.events import chain_key, chain_verify, event_append
-from apps.experiments.models import Event
+from apps.experiments.events import chain_key, chain_seal, chain_verify, event_append
+from apps.experiments.models import Event, EventChain
 from tests.factories import make_run
 from tests.support.procs import ROOT, child_env
 
@@ -22,30 +22,59 @@ pytestmark = pytest.mark.django_db
 
 
 def append_some(run, n=5):
-    return [
+    events = [
         event_append(run=run, type="test.happened", actor="worker_0001", role="worker", arguments={"i": i})
         for i in range(n)
     ]
+    # Inside the test's transaction nothing commits, so seal explicitly (production seals on commit).
+    chain_seal(chain_key(run))
+    for event in events:
+        event.refresh_from_db()
+    return events
 
 
 def test_events_chain_and_redact_secrets(run):
     events = append_some(run, 3)
     assert [e.seq for e in events] == [2, 3, 4]  # seq 1 is run.created
     assert events[1].prev_hash == events[0].hash
-    leaked = event_append(run=run, type="tool.called", actor="w", role="worker",
-                          arguments={"api_key": "sk-123", "nested": {"Authorization": "Bearer x"}, "lr": 0.001})
+    leaked = event_append(
+        run=run,
+        type="tool.called",
+        actor="w",
+        role="worker",
+        arguments={"api_key": "sk-123", "nested": {"Authorization": "Bearer x"}, "lr": 0.001},
+    )
+    leaked.refresh_from_db()
     assert leaked.arguments == {"api_key": "***", "nested": {"Authorization": "***"}, "lr": 0.001}
     assert chain_verify(chain_key(run)).ok
 
 
 def test_update_and_delete_fail_at_the_database(run):
     event = append_some(run, 1)[0]
+    assert event.hash
     with pytest.raises(DatabaseError), transaction.atomic():
         Event.objects.filter(pk=event.pk).update(actor="someone else")
     with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM experiments_event WHERE id = %s", [event.pk])
     event.refresh_from_db()
     assert event.actor == "worker_0001"
+
+
+def test_unsealed_event_content_cannot_change_and_seal_happens_once(run):
+    chain = EventChain.objects.get(key=chain_key(run))
+    event = Event.objects.create(chain=chain, run=run, created_at=run.created_at, type="t", actor="a",
+                                 role="worker", arguments={"x": 1}, content_sha256="c" * 64)
+    assert event.hash == ""  # inserted, not yet sealed
+    with pytest.raises(DatabaseError), transaction.atomic():
+        Event.objects.filter(pk=event.pk).update(actor="b")  # content change on an unsealed row
+    chain_seal(chain_key(run))
+    event.refresh_from_db()
+    assert event.hash and event.seq == 2
+    with pytest.raises(DatabaseError), transaction.atomic():
+        Event.objects.filter(pk=event.pk).update(hash="f" * 64, prev_hash="e" * 64)  # a second seal
+    # Sealing does not vouch for content: the planted content hash does not match the content.
+    report = chain_verify(chain_key(run))
+    assert (report.broken_at, "content") == (2, report.reason.split()[0])
 
 
 def test_tampering_with_trigger_dropped_is_found(run):
@@ -55,9 +84,9 @@ def test_tampering_with_trigger_dropped_is_found(run):
         # Flush deferred FK checks first: PostgreSQL refuses ALTER TABLE while they are pending.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         # An attacker with DDL rights: switch the guard off, rewrite history, switch it back on.
-        cursor.execute("ALTER TABLE experiments_event DISABLE TRIGGER experiments_event_no_update")
+        cursor.execute("ALTER TABLE experiments_event DISABLE TRIGGER experiments_event_seal_once")
         cursor.execute("UPDATE experiments_event SET arguments = '{\"i\": 99}' WHERE id = %s", [target.pk])
-        cursor.execute("ALTER TABLE experiments_event ENABLE TRIGGER experiments_event_no_update")
+        cursor.execute("ALTER TABLE experiments_event ENABLE TRIGGER experiments_event_seal_once")
     report = chain_verify(chain_key(run))
     assert report.broken_at == target.seq
     with pytest.raises(CommandError, match=f"at seq {target.seq}"):
@@ -93,7 +122,10 @@ def test_concurrent_writer_processes_keep_one_chain():
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", "import django; django.setup()\n" + WRITER, str(run.uuid), str(per_writer), str(i)],
-            env=child_env(), cwd=ROOT, stderr=subprocess.PIPE, text=True,
+            env=child_env(),
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(8)
     ]
@@ -122,8 +154,14 @@ print(run.uuid)
 def test_sqlite_backend_enforces_append_only_and_verify_finds_tampering(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(RSI_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="rsiweb.settings.base", PYTHONPATH=str(ROOT))
-    made = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + SQLITE_SCENARIO],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    made = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + SQLITE_SCENARIO],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     run_uuid = made.stdout.strip().splitlines()[-1]
     db = sqlite3.connect(tmp_path / "rsiweb.sqlite3")
@@ -132,11 +170,46 @@ def test_sqlite_backend_enforces_append_only_and_verify_finds_tampering(tmp_path
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
         db.execute("DELETE FROM experiments_event")
     # With the trigger dropped the write goes through, and the chain check names the link.
-    db.execute("DROP TRIGGER experiments_event_no_update")
-    db.execute("UPDATE experiments_event SET actor = 'forger' WHERE seq = 3 AND chain_id = "
-               "(SELECT id FROM experiments_eventchain WHERE key = ?)", (run_uuid,))
+    db.execute("DROP TRIGGER experiments_event_seal_once")
+    db.execute(
+        "UPDATE experiments_event SET actor = 'forger' WHERE seq = 3 AND chain_id = "
+        "(SELECT id FROM experiments_eventchain WHERE key = ?)",
+        (run_uuid,),
+    )
     db.commit()
-    verified = subprocess.run([sys.executable, "manage.py", "verify_events", "--run", run_uuid],
-                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    verified = subprocess.run(
+        [sys.executable, "manage.py", "verify_events", "--run", run_uuid],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert verified.returncode != 0
     assert "BROKEN at seq 3" in verified.stdout
+
+
+def test_both_backends_install_the_same_guards(tmp_path: Path):
+    """SQLite drops triggers when it rebuilds a table for ALTER; every guard must survive migrate."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(RSI_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="rsiweb.settings.base", PYTHONPATH=str(ROOT))
+    migrated = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    sqlite_names = {
+        row[0]
+        for row in sqlite3.connect(tmp_path / "rsiweb.sqlite3").execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+        )
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
+        pg_names = {row[0] for row in cursor.fetchall()}
+    assert {
+        "experiments_event_seal_once",
+        "experiments_event_no_delete",
+        "datapool_datareadmeentry_no_update",
+        "experiments_experiment_owner_id_immutable",
+    } <= pg_names
+    assert sqlite_names == pg_names

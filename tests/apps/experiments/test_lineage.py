@@ -19,8 +19,14 @@ def graph(run):
     worker = research_services.node_create(run=run, kind=NodeKind.WORKER, task="w")
 
     def exp(*parents):
-        return services.experiment_create(run=run, owner=worker, kind="train_eval",
-                                          input_checkpoint=run.base_checkpoint, action={"recipe": "sft"}, parents=list(parents))
+        return services.experiment_create(
+            run=run,
+            owner=worker,
+            kind="train_eval",
+            input_checkpoint=run.base_checkpoint,
+            action={"recipe": "sft"},
+            parents=list(parents),
+        )
 
     a = exp()
     b = exp(a)

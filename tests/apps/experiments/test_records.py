@@ -22,8 +22,12 @@ def worker(run):
 
 def new_experiment(run, owner, parents=None):
     return services.experiment_create(
-        run=run, owner=owner, kind="train_eval", input_checkpoint=run.base_checkpoint,
-        action={"recipe": "sft"}, parents=parents,
+        run=run,
+        owner=owner,
+        kind="train_eval",
+        input_checkpoint=run.base_checkpoint,
+        action={"recipe": "sft"},
+        parents=parents,
     )
 
 
@@ -54,8 +58,15 @@ def test_reviewer_cannot_own_an_experiment(run):
 def test_protected_records_cannot_be_deleted(run, worker, model):
     experiment = new_experiment(run, worker)
     DataEntry.objects.create(
-        handle="data_9999", name="d", uri="file:///x", sha256="f" * 64, rows=1, size_bytes=1,
-        format="sft", schema={}, source_kind="workspace",
+        handle="data_9999",
+        name="d",
+        uri="file:///x",
+        sha256="f" * 64,
+        rows=1,
+        size_bytes=1,
+        format="sft",
+        schema={},
+        source_kind="workspace",
     )
     assert experiment.pk
     with pytest.raises(DatabaseError), transaction.atomic():
@@ -70,7 +81,9 @@ def test_histories_are_append_only(run, worker):
     new_experiment(run, worker, parents=[experiment])
     services.experiment_set_integrity(experiment=experiment, status="accepted", actor="auto", reason="all clear")
     services.experiment_set_integrity(experiment=experiment, status="flagged", actor="reviewer_0001", reason="leak")
-    history = list(IntegrityStatusChange.objects.filter(experiment=experiment).order_by("id").values_list("to_status", flat=True))
+    history = list(
+        IntegrityStatusChange.objects.filter(experiment=experiment).order_by("id").values_list("to_status", flat=True)
+    )
     assert history == ["pending", "accepted", "flagged"]
     with pytest.raises(DatabaseError), transaction.atomic():
         IntegrityStatusChange.objects.filter(experiment=experiment).update(reason="rewritten")
@@ -81,8 +94,15 @@ def test_histories_are_append_only(run, worker):
 
 def test_readme_entries_are_append_only(db):
     entry = DataEntry.objects.create(
-        handle="data_0001", name="d", uri="file:///x", sha256="e" * 64, rows=1, size_bytes=1,
-        format="sft", schema={}, source_kind="workspace",
+        handle="data_0001",
+        name="d",
+        uri="file:///x",
+        sha256="e" * 64,
+        rows=1,
+        size_bytes=1,
+        format="sft",
+        schema={},
+        source_kind="workspace",
     )
     note = DataReadmeEntry.objects.create(entry=entry, author="worker_0001", text="from the catalog")
     with pytest.raises(DatabaseError), transaction.atomic():
@@ -96,5 +116,6 @@ def test_readme_entries_are_append_only(db):
 def test_base_checkpoint_cannot_have_a_parent(db):
     parent = Checkpoint.objects.create(handle="p", uri="u", manifest={"a": "b"}, manifest_sha256="0" * 64)
     with pytest.raises(IntegrityError), transaction.atomic():
-        Checkpoint.objects.create(handle="b", uri="u", manifest={"a": "b"}, manifest_sha256="0" * 64,
-                                  is_base=True, parent=parent)
+        Checkpoint.objects.create(
+            handle="b", uri="u", manifest={"a": "b"}, manifest_sha256="0" * 64, is_base=True, parent=parent
+        )
