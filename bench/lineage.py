@@ -43,7 +43,8 @@ def build(runs: int, per_run: int, seed: int) -> list[int]:
                 depth[i] = 0
                 continue
             # Continue a recent experiment (a small window gives branching ~2), capped at depth 50.
-            candidates = [j for j in range(max(0, i - 4), i) if depth[j] < 50]
+            eligible = [j for j in range(i) if depth[j] < 50]
+            candidates = eligible[-4:]
             parents = rng.sample(candidates, 2) if len(candidates) >= 2 and rng.random() < 0.05 else [rng.choice(candidates)]
             depth[i] = 1 + max(depth[p] for p in parents)
             edges.extend(ExperimentEdge(parent=experiments[p], child=exp) for p in parents)
