@@ -34,8 +34,16 @@ def writer(mode: str, run_uuid: str, seconds: float, barrier, out) -> None:
         if mode == "chained":
             event_append(run=run, type="bench.event", actor="bench", role="worker", arguments={"i": count})
         else:
-            Event(chain=unchained, run=run, created_at=timezone.now(), type="bench.event", actor="bench",
-                  role="worker", arguments=redact({"i": count}), content_sha256="0" * 64).save(force_insert=True)
+            Event(
+                chain=unchained,
+                run=run,
+                created_at=timezone.now(),
+                type="bench.event",
+                actor="bench",
+                role="worker",
+                arguments=redact({"i": count}),
+                content_sha256="0" * 64,
+            ).save(force_insert=True)
         count += 1
     out.put(count)
 

@@ -32,8 +32,14 @@ def build(runs: int, per_run: int, seed: int) -> list[int]:
         run = make_run(name=f"bench-{r}", benchmark=benchmark, base_checkpoint=base)
         worker = research_services.node_create(run=run, kind=NodeKind.WORKER, task="bench")
         experiments = Experiment.objects.bulk_create(
-            Experiment(run=run, handle=f"exp_{i + 1:04d}", owner=worker, kind="train_eval",
-                       input_checkpoint=base, action={"recipe": "sft"})
+            Experiment(
+                run=run,
+                handle=f"exp_{i + 1:04d}",
+                owner=worker,
+                kind="train_eval",
+                input_checkpoint=base,
+                action={"recipe": "sft"},
+            )
             for i in range(per_run)
         )
         depth = {}
@@ -45,7 +51,9 @@ def build(runs: int, per_run: int, seed: int) -> list[int]:
             # Continue a recent experiment (a small window gives branching ~2), capped at depth 50.
             eligible = [j for j in range(i) if depth[j] < 50]
             candidates = eligible[-4:]
-            parents = rng.sample(candidates, 2) if len(candidates) >= 2 and rng.random() < 0.05 else [rng.choice(candidates)]
+            parents = (
+                rng.sample(candidates, 2) if len(candidates) >= 2 and rng.random() < 0.05 else [rng.choice(candidates)]
+            )
             depth[i] = 1 + max(depth[p] for p in parents)
             edges.extend(ExperimentEdge(parent=experiments[p], child=exp) for p in parents)
         ExperimentEdge.objects.bulk_create(edges)
@@ -68,15 +76,20 @@ def main() -> None:
     ids = build(args.runs, args.per_run, seed=1)
     print(f"built {len(ids)} experiments in {time.perf_counter() - started:.0f} s")
     rng = random.Random(2)
-    for name, query in (("ancestors", selectors.experiment_ancestors), ("descendants", selectors.experiment_descendants)):
+    for name, query in (
+        ("ancestors", selectors.experiment_ancestors),
+        ("descendants", selectors.experiment_descendants),
+    ):
         times, sizes = [], []
         for pk in rng.sample(ids, args.queries):
             t0 = time.perf_counter()
             rows = query(pk)
             times.append((time.perf_counter() - t0) * 1000)
             sizes.append(len(rows))
-        print(f"{name:>12}: p50 {percentile(times, 0.5):6.2f} ms  p95 {percentile(times, 0.95):6.2f} ms  "
-              f"max {max(times):6.2f} ms  mean size {sum(sizes) / len(sizes):5.1f}  max size {max(sizes)}")
+        print(
+            f"{name:>12}: p50 {percentile(times, 0.5):6.2f} ms  p95 {percentile(times, 0.95):6.2f} ms  "
+            f"max {max(times):6.2f} ms  mean size {sum(sizes) / len(sizes):5.1f}  max size {max(sizes)}"
+        )
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ class Job(UUIDModel):
             models.CheckConstraint(condition=Q(progress__gte=0) & Q(progress__lte=1), name="job_progress_0_1"),
             models.CheckConstraint(condition=Q(resource_seconds__gte=0), name="job_resource_seconds_gte_0"),
             models.CheckConstraint(
-                condition=Q(attempt=1, previous_attempt__isnull=True) | Q(attempt__gt=1, previous_attempt__isnull=False),
+                condition=Q(attempt=1, previous_attempt__isnull=True)
+                | Q(attempt__gt=1, previous_attempt__isnull=False),
                 name="job_attempt_chain",
             ),
         ]

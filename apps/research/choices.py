@@ -68,3 +68,16 @@ class CandidateStatus(models.TextChoices):
     OPEN = "open"
     ADOPTED = "adopted"
     DROPPED = "dropped"
+
+
+class AgentLoopStatus(models.TextChoices):
+    """Where one agent's step loop stands (workers/agents/loop.py)."""
+
+    SCHEDULED = "scheduled"  # a step message is (or is about to be) on the agents queue
+    RUNNING = "running"  # a worker claimed the step and is executing it
+    WAITING = "waiting"  # idle until a trigger wakes it (the Main Agent between planning steps)
+    DONE = "done"  # the agent finished (finalized, stopped, or its run ended)
+    FAILED = "failed"  # the step kept failing; last_error says why
+
+
+AGENT_LOOP_ACTIVE_STATES = (AgentLoopStatus.SCHEDULED, AgentLoopStatus.RUNNING, AgentLoopStatus.WAITING)

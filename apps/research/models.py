@@ -8,6 +8,7 @@ from django.db.models import F, Q
 
 from apps.core.models import BaseModel, UUIDModel
 from apps.research.choices import (
+    AgentLoopStatus,
     AgentMode,
     CandidateStatus,
     DecisionKind,
@@ -227,3 +228,49 @@ class LLMUsage(BaseModel):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+
+
+class AgentLoop(UUIDModel):
+    """The step cursor of one agent (DESIGN.md "Agents"): a Celery task runs one step, then re-enqueues.
+
+    Everything a step needs to resume lives on this row, so a restarted stack continues from the
+    database. ``journal`` holds the current step's tool calls and model turns with their answers
+    as they happen: a step re-run after a crash replays them instead of re-asking, and re-sends only
+    the one call that was in flight, with the same Idempotency-Key (node, step, call index).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="agent_loops")
+    node = models.OneToOneField(ResearchNode, on_delete=models.PROTECT, related_name="agent_loop")
+    policy = models.CharField(max_length=16, choices=AgentMode.choices)
+    status = models.CharField(max_length=16, choices=AgentLoopStatus.choices, default=AgentLoopStatus.SCHEDULED)
+    step = models.PositiveIntegerField(default=0)  # steps completed: the cursor
+    stop_requested = models.BooleanField(default=False)
+    # Triggers not yet handled by a step (the Main Agent's wake-ups), each {"id", "trigger", ...}.
+    inbox = models.JSONField(default=list, blank=True)
+    # The policy's memory between steps: heuristic state, or the LLM transcript and its summary.
+    state = models.JSONField(default=dict, blank=True)
+    journal = models.JSONField(default=list, blank=True)
+    scheduled_at = models.DateTimeField(null=True, blank=True)  # when the next step may run
+    claimed_by = models.CharField(max_length=200, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    failures = models.PositiveSmallIntegerField(default=0)  # consecutive failed attempts of this step
+    # The run supervisor's tick number and time (Main loop only): a tick message is honoured once,
+    # and a supervisor that has not ticked for a while is restarted by the next agent step.
+    supervisor_tick = models.PositiveIntegerField(default=0)
+    supervised_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=AgentLoopStatus.values), name="agent_loop_status_valid"),
+            models.CheckConstraint(condition=Q(policy__in=AgentMode.values), name="agent_loop_policy_valid"),
+            models.CheckConstraint(
+                condition=~Q(status=AgentLoopStatus.RUNNING) | Q(claimed_at__isnull=False),
+                name="agent_loop_running_is_claimed",
+            ),
+        ]
+        indexes = [models.Index(fields=["run", "status"], name="agent_loop_run_status_idx")]
+
+    def __str__(self) -> str:
+        return f"loop:{self.node_id}@{self.step}"

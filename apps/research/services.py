@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -10,7 +11,18 @@ from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
 from apps.experiments.events import event_append
 from apps.research.choices import EdgeKind, NodeKind, NodeStatus, RunStatus
-from apps.research.models import Decision, ResearchEdge, ResearchNode, Run, RunStatusChange, default_policy
+from apps.research.models import (
+    Candidate,
+    Decision,
+    Guidance,
+    OptimizerClaim,
+    Prediction,
+    ResearchEdge,
+    ResearchNode,
+    Run,
+    RunStatusChange,
+    default_policy,
+)
 
 SYSTEM = "system"
 
@@ -184,11 +196,733 @@ def node_finalize(*, node: ResearchNode, summary: str, experiments: list[str], a
     return locked
 
 
+# --- the Main Agent's trigger and the research records it keeps (ExpOS research tools) -----------
+
+
+def main_trigger(*, run: Run, trigger: str, node: ResearchNode | None = None, actor: str = SYSTEM,
+                 detail: dict[str, Any] | None = None) -> None:
+    """Wake the Main Agent: a Worker finished, a Reviewer reported, the gate holds a request, guidance came.
+
+    The trigger is recorded as an event and put into the Main Agent's loop inbox; a waiting Main
+    loop is scheduled on commit (workers/agents/loop.py), a running one takes it at its next step.
+    """
+    from apps.research.choices import Trigger
+
+    if trigger not in Trigger.values:
+        raise ApplicationError("invalid_trigger", f"trigger must be one of {Trigger.values}.")
+    event_append(
+        run=run,
+        type="main.triggered",
+        actor=actor,
+        role=SYSTEM,
+        arguments={"trigger": trigger, "node": node.handle if node is not None else None, **(detail or {})},
+        result_ref=f"node:{node.uuid}" if node is not None else f"run:{run.uuid}",
+    )
+    from workers.agents.loop import agent_loop_wake
+
+    main = ResearchNode.objects.filter(run=run, kind=NodeKind.MAIN).first()
+    if main is not None:
+        # The trigger goes into the Main loop's inbox in this transaction; its planning step is
+        # enqueued on commit (a run without our agent loops, e.g. external agents, only records it).
+        agent_loop_wake(node=main, trigger=trigger,
+                        detail={"node": node.handle if node is not None else None, **(detail or {})})
+
+
+# Runs in these states still take new branches; stopping/final-eval/terminal runs do not.
+_RUN_OPEN_STATES = (RunStatus.CREATED, RunStatus.RUNNING)
+
+
+def _require_open(run: Run) -> None:
+    if run.status not in _RUN_OPEN_STATES:
+        raise Conflict("run_not_active", f"Run {run.uuid} is {run.status}; it takes no new research nodes.")
+
+
+def worker_add(*, run: Run, task: str, predecessors: list[ResearchNode], decision: Decision | None = None,
+               actor: str = "main") -> ResearchNode:
+    """Spawn a Worker within ``max_parallel_workers``; its predecessors become context in-edges."""
+    with transaction.atomic():
+        # The run lock makes count-then-create atomic: two Main calls cannot both take the last slot.
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        _require_open(locked)
+        active = ResearchNode.objects.filter(run=locked, kind=NodeKind.WORKER, status=NodeStatus.ACTIVE).count()
+        if active >= locked.max_parallel_workers:
+            raise Conflict(
+                "worker_limit",
+                f"{active} Workers are active and the run allows {locked.max_parallel_workers} in parallel; "
+                "finalize one first.",
+                active=active,
+                max_parallel_workers=locked.max_parallel_workers,
+            )
+        for predecessor in predecessors:
+            if predecessor.run_id != locked.pk or predecessor.kind != NodeKind.WORKER:
+                raise ApplicationError("invalid_predecessor", f"{predecessor.handle} is not a Worker of this run.")
+        return node_create(run=locked, kind=NodeKind.WORKER, task=task, actor=actor, upstream=predecessors,
+                           decision=decision)
+
+
+def reviewer_add(*, run: Run, question: str, scope: list[ResearchNode], decision: Decision | None = None,
+                 actor: str = "main") -> ResearchNode:
+    """Spawn a Reviewer whose review-scope in-edges are ``scope`` (several = a cross-Worker review)."""
+    if not scope:
+        raise ApplicationError("empty_scope", "A Reviewer needs at least one Worker in its scope.")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        _require_open(locked)
+        return node_create(run=locked, kind=NodeKind.REVIEWER, task=question, actor=actor, upstream=scope,
+                           decision=decision)
+
+
+def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str], actor: str) -> ResearchNode:
+    """The Worker's own finalization: its summary must cite its own experiments; wakes the Main Agent."""
+    from apps.experiments.models import Experiment
+
+    if node.kind != NodeKind.WORKER:
+        raise ApplicationError("not_a_worker", f"{node.handle} is not a Worker.")
+    cited = set(experiments)
+    own = set(Experiment.objects.filter(owner=node, handle__in=cited).values_list("handle", flat=True))
+    foreign = sorted(cited - own)
+    if foreign:
+        raise ApplicationError(
+            "foreign_experiment", f"A Worker's summary cites only its own experiments; not {', '.join(foreign)}.",
+            experiments=foreign,
+        )
+    if not cited and Experiment.objects.filter(owner=node).exists():
+        raise ApplicationError("citation_required", "Cite the experiments your summary rests on (their handles).")
+    with transaction.atomic():
+        finalized = node_finalize(node=node, summary=summary, experiments=sorted(cited), actor=actor)
+        main_trigger(run=finalized.run, trigger="worker_finalize", node=finalized, actor=actor)
+    return finalized
+
+
+def claim_revise(*, run: Run, key: str, text: str, evidence: list[str], actor: str = "main") -> OptimizerClaim:
+    """Add the next revision of a research claim; earlier revisions stay as its history."""
+    from django.db.models import Max
+
+    with transaction.atomic():
+        # Revisions are numbered under the run lock; the unique (run, key, revision) backs it up.
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        latest = OptimizerClaim.objects.filter(run=locked, key=key).aggregate(m=Max("revision"))["m"] or 0
+        claim = OptimizerClaim(run=locked, key=key, revision=latest + 1, text=text, evidence=evidence)
+        claim.full_clean()
+        claim.save()
+        event_append(run=locked, type="claim.revised", actor=actor, role="main",
+                     arguments={"key": key, "revision": claim.revision, "text": text, "evidence": evidence})
+    return claim
+
+
+def decision_record(*, run: Run, kind: str, trigger: str, rationale: str, subject: ResearchNode | None = None,
+                    guidance: list[Guidance] | None = None, actor: str = "main") -> Decision:
+    """Record one decision of the Main Agent (continue / verify / branch / revise) and the guidance it applied."""
+    from django.utils import timezone
+
+    with transaction.atomic():
+        decision = Decision(run=run, kind=kind, trigger=trigger, rationale=rationale, subject=subject)
+        decision.full_clean()
+        decision.save()
+        now = timezone.now()
+        for item in guidance or []:
+            # Conditional update: a guidance item is applied by one decision, never re-bound.
+            bound = Guidance.objects.filter(pk=item.pk, run=run, applied_decision__isnull=True).update(
+                applied_decision=decision, applied_at=item.applied_at or now, updated_at=now
+            )
+            if not bound:
+                raise Conflict("guidance_already_applied", f"Guidance {item.uuid} is already bound to a decision.")
+        event_append(
+            run=run, type="decision.recorded", actor=actor, role="main",
+            arguments={"kind": kind, "trigger": trigger, "rationale": rationale,
+                       "subject": subject.handle if subject else None,
+                       "guidance": [str(g.uuid) for g in guidance or []]},
+            result_ref=f"decision:{decision.uuid}",
+        )
+    return decision
+
+
+def guidance_mark_read(*, run: Run, actor: str = "main") -> list[Guidance]:
+    """The pending human guidance of the run, marked applied now (the planning step has read it)."""
+    from django.utils import timezone
+
+    with transaction.atomic():
+        pending = list(Guidance.objects.select_for_update().filter(run=run, applied_at__isnull=True).order_by("created_at", "pk"))
+        if not pending:
+            return []
+        now = timezone.now()
+        Guidance.objects.filter(pk__in=[g.pk for g in pending]).update(applied_at=now, updated_at=now)
+        for item in pending:
+            item.applied_at = now
+        event_append(run=run, type="guidance.read", actor=actor, role="main",
+                     arguments={"guidance": [str(g.uuid) for g in pending]})
+    return pending
+
+
+def candidate_propose(*, run: Run, proposer: ResearchNode, title: str, description: str = "") -> Candidate:
+    """A Worker proposes a direction or intervention; every agent of the run can read it."""
+    with transaction.atomic():
+        candidate = Candidate(run=run, proposer=proposer, title=title, description=description)
+        candidate.full_clean()
+        candidate.save()
+        event_append(run=run, type="candidate.proposed", actor=proposer.handle, role=proposer.kind,
+                     arguments={"title": title}, result_ref=f"candidate:{candidate.uuid}")
+    return candidate
+
+
+def prediction_bind(*, run: Run, worker: ResearchNode, prediction: Prediction | None = None, text: str = "",
+                    metric: str = "feedback_score", expected_value: float | None = None,
+                    actor: str = "main") -> Prediction:
+    """Bind a prediction (an existing one, or a new one) to a Worker before its branch has results."""
+    from apps.experiments.choices import ExperimentStatus
+    from apps.experiments.models import Experiment
+
+    if worker.run_id != run.pk or worker.kind != NodeKind.WORKER:
+        raise ApplicationError("invalid_worker", f"{worker.handle} is not a Worker of this run.")
+    if Experiment.objects.filter(owner=worker, status=ExperimentStatus.SUCCEEDED).exists():
+        raise Conflict("branch_already_ran", f"{worker.handle} already has results; predict before a branch runs.")
+    with transaction.atomic():
+        if prediction is None:
+            if not text.strip():
+                raise ApplicationError("text_required", "A new prediction needs its text.")
+            prediction = Prediction(run=run, text=text, metric=metric, expected_value=expected_value, worker=worker)
+            prediction.full_clean()
+            prediction.save()
+        else:
+            # Conditional update: a prediction is bound once; rebinding would rewrite what was predicted.
+            if not Prediction.objects.filter(pk=prediction.pk, run=run, worker__isnull=True).update(worker=worker):
+                raise Conflict("prediction_bound", f"Prediction {prediction.uuid} is already bound to a Worker.")
+            prediction.refresh_from_db()
+        event_append(run=run, type="prediction.bound", actor=actor, role="main",
+                     arguments={"worker": worker.handle, "text": prediction.text, "metric": prediction.metric,
+                                "expected_value": prediction.expected_value},
+                     result_ref=f"prediction:{prediction.uuid}")
+    return prediction
+
+
+def prediction_reconcile(*, prediction: Prediction, verdict: str, observed_value: float | None, note: str,
+                         actor: str = "main") -> Prediction:
+    """Close a prediction against the evidence: confirmed, refuted or inconclusive. Once only."""
+    from django.utils import timezone
+
+    from apps.research.choices import PredictionVerdict
+
+    if verdict == PredictionVerdict.OPEN or verdict not in PredictionVerdict.values:
+        raise ApplicationError("invalid_verdict", "verdict is confirmed, refuted or inconclusive.")
+    with transaction.atomic():
+        locked = Prediction.objects.select_for_update().get(pk=prediction.pk)
+        if locked.verdict != PredictionVerdict.OPEN:
+            raise Conflict("prediction_reconciled", f"Prediction {locked.uuid} was already reconciled ({locked.verdict}).")
+        locked.verdict = verdict
+        locked.observed_value = observed_value
+        locked.reconciliation = note
+        locked.reconciled_at = timezone.now()
+        locked.full_clean()
+        locked.save(update_fields=["verdict", "observed_value", "reconciliation", "reconciled_at", "updated_at"])
+        event_append(run=locked.run, type="prediction.reconciled", actor=actor, role="main",
+                     arguments={"verdict": verdict, "observed_value": observed_value, "note": note},
+                     result_ref=f"prediction:{locked.uuid}")
+    return locked
+
+
+def run_stop_request(*, run: Run, reason: str, actor: str = "main") -> Run:
+    """Ask the run to end: no new work, running jobs finish, then the final evaluation.
+
+    Guards: a run already stopping (or later) is left as it is (idempotent); a run whose final
+    evaluation is pending or that has ended is refused; a paused run must be resumed by a person first.
+    """
+    from apps.research.choices import RUN_TERMINAL_STATES
+
+    current = Run.objects.values_list("status", flat=True).get(pk=run.pk)
+    if current == RunStatus.STOPPING:
+        return Run.objects.get(pk=run.pk)
+    if current == RunStatus.FINAL_EVAL:
+        raise Conflict("final_eval_pending", "The final evaluation is running; the run ends when it does.")
+    if current in RUN_TERMINAL_STATES:
+        raise Conflict("run_finished", f"Run {run.uuid} is already {current}.")
+    if current == RunStatus.PAUSED:
+        raise Conflict("run_paused", "A person paused this run; it can be stopped once resumed.")
+    return run_set_status(run=run, status=RunStatus.STOPPING, actor=actor, reason=reason or "stop requested")
+
+
+def run_results_sync(*, run: Run, actor: str = SYSTEM) -> list[tuple[Any, str, str]]:
+    """Reconcile finished jobs with the experiment records of ``run``; idempotent.
+
+    Ends stale jobs (the reaper's pass), then hands every still-active experiment whose jobs have
+    all ended to the pipeline, which records the missed transition. Returns (experiment, from, to)
+    for each experiment whose status changed.
+    """
+    from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES, ExperimentStatus
+    from apps.experiments.models import Experiment
+    from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind, JobStatus
+    from apps.jobs.models import Job
+
+    try:
+        from apps.experiments.pipeline import experiment_on_job_transition
+        from apps.jobs.services import engine_config, jobs_reap_stale
+    except ImportError:  # the job engine is not installed in this deployment
+        return []
+    jobs_reap_stale(stale_after_seconds=engine_config().stale_after_seconds)
+    changed: list[tuple[Any, str, str]] = []
+    active = Experiment.objects.filter(run=run, status__in=EXPERIMENT_ACTIVE_STATES).exclude(status=ExperimentStatus.HELD)
+    for experiment in active:
+        with transaction.atomic():
+            locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+            jobs = list(Job.objects.filter(experiment=locked).order_by("created_at", "pk"))
+            if not jobs or any(job.status in JOB_ACTIVE_STATES for job in jobs):
+                continue  # nothing ran yet, or something still runs: nothing was missed
+            last = jobs[-1]
+            if last.kind == JobKind.TRAIN and last.status == JobStatus.SUCCEEDED and any(
+                job.kind == JobKind.EVALUATE for job in jobs
+            ):
+                continue
+            before = locked.status
+            experiment_on_job_transition(job=last)
+            after = Experiment.objects.values_list("status", flat=True).get(pk=locked.pk)
+            if after != before:
+                changed.append((locked, before, after))
+    if changed:
+        event_append(run=run, type="results.synced", actor=actor, role=SYSTEM,
+                     arguments={"changed": [[e.handle, a, b] for e, a, b in changed]})
+    return changed
+
+
 __all__ = [
     "RunStatus",
+    "candidate_propose",
+    "claim_revise",
     "dag_edge_add",
+    "decision_record",
+    "guidance_mark_read",
+    "main_trigger",
     "node_create",
     "node_finalize",
+    "prediction_bind",
+    "prediction_reconcile",
+    "reviewer_add",
     "run_create",
+    "run_results_sync",
     "run_set_status",
+    "run_stop_request",
+    "worker_add",
+    "worker_finalize",
+]
+
+
+# --- running a run: start, pause, resume, stop, budgets, and the final evaluation ---------------------
+#
+# The agent loops and the run supervisor (workers/agents/loop.py) call these; operators reach them
+# through the dashboard and `manage.py start_run`. A run's state is the database: every function
+# here is safe to call again after a restart.
+
+RUN_TERMINAL_STATES_ = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.STOPPED)
+
+
+def run_start(*, run: Run, actor: str = SYSTEM) -> Run:
+    """Start a created run: record the prompt versions, give the Main Agent its loop, and wake it.
+
+    Idempotent: starting a running run changes nothing. The run supervisor starts ticking on commit.
+    """
+    from django.utils import timezone
+
+    from apps.research.choices import AgentLoopStatus, AgentMode, Trigger
+    from workers.agents.loop import agent_loop_ensure, run_supervise_start
+    from workers.agents.policies.llm import prompt_hashes
+
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status == RunStatus.RUNNING:
+            return locked
+        if locked.status != RunStatus.CREATED:
+            raise Conflict("run_not_created", f"Run {locked.uuid} is {locked.status}; only a created run starts.")
+        locked.started_at = timezone.now()
+        locked.prompt_hashes = {"policy": locked.agent_mode, **prompt_hashes()}
+        locked.save(update_fields=["started_at", "prompt_hashes", "updated_at"])
+        locked = run_set_status(run=locked, status=RunStatus.RUNNING, actor=actor, reason="started")
+        main = ResearchNode.objects.get(run=locked, kind=NodeKind.MAIN)
+        loop = agent_loop_ensure(node=main, policy=locked.agent_mode)
+        if locked.agent_mode == AgentMode.EXTERNAL:
+            # External harnesses drive the agents; the loop row only numbers the supervisor's ticks.
+            from apps.research.models import AgentLoop
+
+            AgentLoop.objects.filter(pk=loop.pk).update(status=AgentLoopStatus.DONE)
+        main_trigger(run=locked, trigger=Trigger.RUN_START, actor=actor)
+        run_supervise_start(run=locked)
+    return locked
+
+
+def run_pause(*, run: Run, actor: str, reason: str = "") -> Run:
+    """An operator pauses a running run: no agent step and no new submission until resumed.
+
+    Jobs already running finish (their results are recorded); the wall clock keeps counting.
+    """
+    current = Run.objects.values_list("status", flat=True).get(pk=run.pk)
+    if current == RunStatus.PAUSED:
+        return Run.objects.get(pk=run.pk)
+    if current != RunStatus.RUNNING:
+        raise Conflict("run_not_running", f"Run {run.uuid} is {current}; only a running run can be paused.")
+    return run_set_status(run=run, status=RunStatus.PAUSED, actor=actor, reason=reason or "paused")
+
+
+def run_resume(*, run: Run, actor: str) -> Run:
+    """Resume a paused run; every scheduled agent step is re-sent on commit."""
+    from workers.agents.loop import agent_loops_resend, run_supervise_start
+
+    current = Run.objects.values_list("status", flat=True).get(pk=run.pk)
+    if current == RunStatus.RUNNING:
+        return Run.objects.get(pk=run.pk)
+    if current != RunStatus.PAUSED:
+        raise Conflict("run_not_paused", f"Run {run.uuid} is {current}; only a paused run can be resumed.")
+    with transaction.atomic():
+        resumed = run_set_status(run=run, status=RunStatus.RUNNING, actor=actor, reason="resumed")
+        transaction.on_commit(lambda: agent_loops_resend(run=resumed))
+        run_supervise_start(run=resumed)
+    return resumed
+
+
+def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True) -> Run:
+    """An operator stops a run.
+
+    ``final_eval=True``: like the Main Agent's stop_loop — no new work, running jobs finish, then the
+    final evaluation (also from a paused run). ``final_eval=False``: abort — active jobs are
+    cancelled, agent loops end, and the run is ``stopped`` with no result.
+    """
+    from apps.jobs.choices import JOB_ACTIVE_STATES
+    from apps.jobs.models import Job
+    from apps.jobs.services import job_request_cancel
+    from workers.agents.loop import agent_loops_close, agent_loops_resend
+
+    current = Run.objects.values_list("status", flat=True).get(pk=run.pk)
+    if current in RUN_TERMINAL_STATES_:
+        raise Conflict("run_finished", f"Run {run.uuid} is already {current}.")
+    if final_eval:
+        if current in (RunStatus.STOPPING, RunStatus.FINAL_EVAL):
+            return Run.objects.get(pk=run.pk)
+        with transaction.atomic():
+            stopped = run_set_status(run=run, status=RunStatus.STOPPING, actor=actor, reason=reason or "stopped")
+            if current == RunStatus.PAUSED:
+                # Paused steps were never sent: let the agents wrap up (summaries, reports).
+                transaction.on_commit(lambda: agent_loops_resend(run=stopped))
+        return stopped
+    with transaction.atomic():
+        stopped = run_set_status(run=run, status=RunStatus.STOPPED, actor=actor, reason=reason or "aborted")
+        for job in Job.objects.filter(run=stopped, status__in=JOB_ACTIVE_STATES):
+            try:
+                job_request_cancel(job=job, actor=actor)
+            except Conflict:
+                pass  # it ended meanwhile
+        agent_loops_close(run=stopped, reason=f"run stopped by {actor}")
+    return stopped
+
+
+def guidance_post(*, run: Run, author: Any, text: str) -> Guidance:
+    """A person gives the Main Agent guidance; it is pending until a planning step reads it."""
+    from apps.research.choices import Trigger
+
+    if not text.strip():
+        raise ApplicationError("empty_guidance", "Guidance needs some text.")
+    if run.status in RUN_TERMINAL_STATES_:
+        raise Conflict("run_finished", f"Run {run.uuid} is {run.status}; guidance would never be read.")
+    with transaction.atomic():
+        guidance = Guidance(run=run, author=author, text=text.strip())
+        guidance.full_clean()
+        guidance.save()
+        event_append(run=run, type="guidance.posted", actor=_actor(author), role="human",
+                     arguments={"guidance": str(guidance.uuid), "text": guidance.text},
+                     result_ref=f"guidance:{guidance.uuid}")  # fmt: skip
+        main_trigger(run=run, trigger=Trigger.GUIDANCE, actor=_actor(author),
+                     detail={"guidance": str(guidance.uuid)})  # fmt: skip
+    return guidance
+
+
+def llm_usage_record(*, run: Run, node: ResearchNode, model: str, prompt_tokens: int, completion_tokens: int,
+                     cost_usd: float = 0.0) -> Any:  # fmt: skip
+    """Record one model call's tokens and cost for ``node`` and add them to the run's total."""
+    from decimal import Decimal
+
+    from django.db.models import F
+
+    from apps.research.models import LLMUsage
+
+    with transaction.atomic():
+        usage = LLMUsage.objects.create(run=run, node=node, model=model[:200], prompt_tokens=max(0, prompt_tokens),
+                                        completion_tokens=max(0, completion_tokens),
+                                        cost_usd=Decimal(str(round(cost_usd, 6))))  # fmt: skip
+        # F(): several agents of one run record usage concurrently; each adds, none overwrites.
+        Run.objects.filter(pk=run.pk).update(used_llm_tokens=F("used_llm_tokens") + usage.prompt_tokens
+                                             + usage.completion_tokens)  # fmt: skip
+    return usage
+
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """What is left of a run's budgets; ``exhausted`` names the spent ones."""
+
+    wall_elapsed: float
+    wall_left: float
+    accelerator_used: float
+    accelerator_left: float  # after the final-evaluation reserve
+    tokens_used: int
+    tokens_left: int
+    exhausted: tuple[str, ...]
+
+
+def run_budget_state(*, run: Run) -> BudgetState:
+    """Budgets now. Accelerator time counts finished jobs and the elapsed time of running ones."""
+    from django.utils import timezone
+
+    from apps.jobs.choices import JobKind, JobStatus
+    from apps.jobs.models import Job
+    from apps.research.choices import AgentMode
+
+    run = Run.objects.get(pk=run.pk)
+    now = timezone.now()
+    running = Job.objects.filter(run=run, status=JobStatus.RUNNING, queue="gpu", started_at__isnull=False).exclude(
+        kind=JobKind.FINAL_EVAL)
+    in_flight = sum(max(0.0, (now - job.started_at).total_seconds()) for job in running)
+    accelerator_used = run.used_accelerator_seconds + in_flight
+    accelerator_left = run.budget_accelerator_seconds - run.reserved_final_seconds - accelerator_used
+    elapsed = (now - run.started_at).total_seconds() if run.started_at else 0.0
+    tokens_left = run.budget_llm_tokens - run.used_llm_tokens
+    exhausted = []
+    if run.started_at and elapsed >= run.budget_wall_seconds:
+        exhausted.append("wall_clock")
+    if accelerator_left <= 0:
+        exhausted.append("accelerator_seconds")
+    if run.agent_mode == AgentMode.LLM and tokens_left <= 0:
+        exhausted.append("llm_tokens")
+    return BudgetState(wall_elapsed=elapsed, wall_left=run.budget_wall_seconds - elapsed,
+                       accelerator_used=accelerator_used, accelerator_left=accelerator_left,
+                       tokens_used=run.used_llm_tokens, tokens_left=tokens_left, exhausted=tuple(exhausted))  # fmt: skip
+
+
+def run_budget_enforce(*, run: Run, actor: str = SYSTEM) -> Run:
+    """When a budget is spent, the run stops taking work: ``stopping``, and queued training is cancelled.
+
+    Running jobs finish (the evaluation of a finished training still runs, so its experiment ends);
+    what has not started does not start. The final evaluation has its own reserve.
+    """
+    from apps.jobs.choices import JobKind, JobStatus
+    from apps.jobs.models import Job
+    from apps.jobs.services import job_request_cancel
+
+    current = Run.objects.get(pk=run.pk)
+    if current.status != RunStatus.RUNNING:
+        return current
+    budget = run_budget_state(run=current)
+    if not budget.exhausted:
+        return current
+    with transaction.atomic():
+        stopped = run_set_status(run=current, status=RunStatus.STOPPING, actor=actor,
+                                 reason=f"budget spent: {', '.join(budget.exhausted)}")  # fmt: skip
+        if stopped.status != RunStatus.STOPPING:
+            return stopped
+        cancelled = []
+        for job in Job.objects.filter(run=stopped, status=JobStatus.QUEUED, kind=JobKind.TRAIN):
+            try:
+                job_request_cancel(job=job, actor=f"{actor}: budget spent")
+                cancelled.append(str(job.uuid))
+            except Conflict:
+                pass  # claimed meanwhile: it runs to its end
+        event_append(run=stopped, type="run.budget_exhausted", actor=actor, role=SYSTEM,
+                     arguments={"exhausted": list(budget.exhausted), "cancelled_jobs": cancelled,
+                                "accelerator_used": round(budget.accelerator_used, 3),
+                                "wall_elapsed": round(budget.wall_elapsed, 3), "tokens_used": budget.tokens_used})  # fmt: skip
+    return stopped
+
+
+def best_accepted(*, run: Run) -> Any:
+    """The accepted experiment with the best feedback score (the run's selection rule), or None.
+
+    Delegates to the integrity app's selector when it exists, so there is one selection rule.
+    """
+    try:
+        from apps.integrity.services import best_accepted_experiment
+    except ImportError:
+        best_accepted_experiment = None
+    if best_accepted_experiment is not None:
+        return best_accepted_experiment(run)
+    return _accepted_candidates(run).first()
+
+
+def _accepted_candidates(run: Run) -> Any:
+    from apps.experiments.choices import ExperimentStatus, IntegrityStatus
+    from apps.experiments.models import Experiment
+
+    return (
+        Experiment.objects.filter(run=run, status=ExperimentStatus.SUCCEEDED, integrity_status=IntegrityStatus.ACCEPTED,
+                                  feedback_score__isnull=False)
+        .select_related("output_checkpoint", "input_checkpoint", "owner")
+        .order_by("-feedback_score", "created_at", "pk")
+    )  # fmt: skip
+
+
+def run_advance(*, run: Run, grace_seconds: float, quiet_seconds: float, actor: str = SYSTEM) -> Run:
+    """Move a run along its end: stop a stuck or leaderless run, start the final evaluation, finish.
+
+    Called by the run supervisor on every tick. ``stopping`` waits until no experiment is queued or
+    running, then (up to ``grace_seconds``) for the agents' summaries and the integrity post-checks;
+    ``final_eval`` waits for its evaluation jobs.
+    """
+    from django.utils import timezone
+
+    from apps.experiments.choices import ExperimentStatus, IntegrityStatus
+    from apps.experiments.models import Experiment
+    from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind
+    from apps.jobs.models import Job
+    from apps.research.choices import AGENT_LOOP_ACTIVE_STATES, AgentLoopStatus
+    from apps.research.models import AgentLoop
+
+    run = Run.objects.get(pk=run.pk)
+    now = timezone.now()
+    loops = AgentLoop.objects.filter(run=run)
+    main_loop = loops.filter(node__kind=NodeKind.MAIN).first()
+    active_experiments = Experiment.objects.filter(run=run, status__in=(ExperimentStatus.QUEUED,
+                                                                        ExperimentStatus.RUNNING))  # fmt: skip
+    if run.status == RunStatus.RUNNING:
+        if main_loop is not None and main_loop.status == AgentLoopStatus.FAILED:
+            return run_stop_request(run=run, reason=f"the Main Agent failed: {main_loop.last_error[:300]}", actor=actor)
+        idle = (
+            main_loop is not None and main_loop.status in (AgentLoopStatus.WAITING, AgentLoopStatus.DONE)
+            and not main_loop.inbox
+            and not loops.exclude(node__kind=NodeKind.MAIN).filter(status__in=AGENT_LOOP_ACTIVE_STATES).exists()
+            and not active_experiments.exists()
+            and not Experiment.objects.filter(run=run, status=ExperimentStatus.HELD).exists()
+        )  # fmt: skip
+        if idle:
+            last = max([main_loop.updated_at, *[e.updated_at for e in Experiment.objects.filter(run=run)]])
+            if (now - last).total_seconds() > quiet_seconds:
+                return run_stop_request(run=run, reason="nothing left to do: no active branch, job or trigger",
+                                        actor=actor)  # fmt: skip
+        return run
+    if run.status == RunStatus.STOPPING:
+        if active_experiments.exists() or Job.objects.filter(run=run, status__in=JOB_ACTIVE_STATES).exists():
+            return run
+        change = run.status_changes.filter(to_status=RunStatus.STOPPING).order_by("-created_at").first()
+        since = change.created_at if change else now
+        ended = Experiment.objects.filter(run=run).order_by("-updated_at").values_list("updated_at", flat=True).first()
+        waited = (now - max(since, ended or since)).total_seconds()
+        busy_agents = loops.exclude(node__kind=NodeKind.MAIN).filter(status__in=AGENT_LOOP_ACTIVE_STATES).exists()
+        unchecked = Experiment.objects.filter(run=run, status=ExperimentStatus.SUCCEEDED,
+                                              integrity_status=IntegrityStatus.PENDING).exists()  # fmt: skip
+        if (busy_agents or unchecked) and waited < grace_seconds:
+            return run
+        return run_final_eval_start(run=run, actor=actor)
+    if run.status == RunStatus.FINAL_EVAL:
+        if Job.objects.filter(run=run, kind=JobKind.FINAL_EVAL, status__in=JOB_ACTIVE_STATES).exists():
+            return run
+        return run_finish(run=run, actor=actor)
+    return run
+
+
+def run_final_eval_start(*, run: Run, actor: str = SYSTEM) -> Run:
+    """Evaluate θ0, the reference and the accepted candidates on the final split (paid from the reserve).
+
+    The returned checkpoint is fixed now: the accepted experiment with the best *feedback* score.
+    The other accepted candidates are evaluated too, to be shown, never to select.
+    """
+    from apps.experiments.pipeline import evaluation_spec
+    from apps.jobs.choices import JobKind
+    from apps.jobs.services import job_enqueue
+
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().select_related("benchmark", "base_checkpoint").get(pk=run.pk)
+        if locked.status != RunStatus.STOPPING:
+            return locked
+        best = best_accepted(run=locked)
+        targets: list[tuple[str, Any, Any]] = [("theta0", locked.base_checkpoint, None)]
+        reference = locked.benchmark.reference_checkpoint
+        if reference is not None:
+            targets.append(("reference", reference, None))
+        seen = {locked.base_checkpoint_id, getattr(reference, "pk", None)}
+        for experiment in [best, *_accepted_candidates(locked)]:
+            if experiment is None:
+                continue
+            checkpoint = experiment.output_checkpoint or experiment.input_checkpoint
+            role = "best" if experiment == best else "candidate"
+            if checkpoint.pk in seen and role == "candidate":
+                continue
+            seen.add(checkpoint.pk)
+            targets.append((role, checkpoint, experiment))
+        jobs = []
+        for role, checkpoint, experiment in targets:
+            spec = {**evaluation_spec(checkpoint=checkpoint, benchmark=locked.benchmark, split="final"),
+                    "role": role, "experiment": experiment.handle if experiment is not None else None}  # fmt: skip
+            job = job_enqueue(kind=JobKind.FINAL_EVAL, spec=spec, run=locked)
+            jobs.append({"role": role, "checkpoint": checkpoint.handle, "job": str(job.uuid),
+                         "experiment": spec["experiment"]})  # fmt: skip
+        event_append(run=locked, type="run.final_eval_started", actor=actor, role=SYSTEM,
+                     arguments={"best": best.handle if best is not None else None, "jobs": jobs})  # fmt: skip
+        return run_set_status(run=locked, status=RunStatus.FINAL_EVAL, actor=actor,
+                              reason=f"final evaluation of {len(jobs)} checkpoints")  # fmt: skip
+
+
+def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
+    """Record the final result (best accepted checkpoint next to θ0 and the reference) and finish."""
+    from django.utils import timezone
+
+    from apps.jobs.choices import JobKind, JobStatus
+    from apps.jobs.models import Job
+    from workers.agents.loop import agent_loops_close
+
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.status != RunStatus.FINAL_EVAL:
+            return locked
+        rows: dict[str, Any] = {"theta0": None, "reference": None, "best": None, "candidates": []}
+        for job in Job.objects.filter(run=locked, kind=JobKind.FINAL_EVAL).select_related("evaluation").order_by("pk"):
+            evaluation = getattr(job, "evaluation", None) if job.status == JobStatus.SUCCEEDED else None
+            row = {"checkpoint": job.spec.get("checkpoint"), "experiment": job.spec.get("experiment"),
+                   "job": str(job.uuid), "status": job.status,
+                   "final_score": evaluation.score if evaluation is not None else None}  # fmt: skip
+            from apps.experiments.models import Checkpoint
+
+            row["checkpoint_handle"] = Checkpoint.objects.filter(uuid=row["checkpoint"]).values_list(
+                "handle", flat=True).first()  # fmt: skip
+            role = job.spec.get("role", "candidate")
+            if role == "candidate":
+                rows["candidates"].append(row)
+            else:
+                rows[role] = row
+        best, theta0 = rows["best"], rows["theta0"]
+        if best is not None and best["experiment"]:
+            from apps.experiments.models import Experiment
+
+            experiment = Experiment.objects.select_related("output_checkpoint", "input_checkpoint").get(
+                run=locked, handle=best["experiment"])  # fmt: skip
+            best["feedback_score"] = experiment.feedback_score
+            locked.result_checkpoint = experiment.output_checkpoint or experiment.input_checkpoint
+        rows["beats_theta0"] = bool(
+            best and theta0 and best["final_score"] is not None and theta0["final_score"] is not None
+            and best["final_score"] > theta0["final_score"]
+        )  # fmt: skip
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["result_checkpoint", "finished_at", "updated_at"])
+        event_append(run=locked, type="run.final_result", actor=actor, role=SYSTEM, arguments=rows,
+                     result_ref=f"checkpoint:{locked.result_checkpoint.uuid}" if locked.result_checkpoint else "")
+        finished = run_set_status(run=locked, status=RunStatus.FINISHED, actor=actor,
+                                  reason="final evaluation done" if best else "final evaluation done; no accepted checkpoint")  # fmt: skip
+        agent_loops_close(run=finished, reason="the run finished")
+    return finished
+
+
+def run_final_result(*, run: Run) -> dict[str, Any] | None:
+    """The recorded final result of a finished run (as ``run_finish`` wrote it), or None."""
+    from apps.experiments.models import Event
+
+    event = Event.objects.filter(run=run, type="run.final_result").order_by("-id").first()
+    return dict(event.arguments) if event is not None else None
+
+
+__all__ += [
+    "BudgetState",
+    "best_accepted",
+    "guidance_post",
+    "llm_usage_record",
+    "run_advance",
+    "run_budget_enforce",
+    "run_budget_state",
+    "run_final_eval_start",
+    "run_final_result",
+    "run_finish",
+    "run_pause",
+    "run_resume",
+    "run_start",
+    "run_stop",
 ]

@@ -184,9 +184,12 @@ else:
 # --- REST ------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Agents: bearer tokens bound to (run, node, role); people: the Django session.
+        "apps.expos.auth.AgentTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["apps.expos.auth.AgentTokenRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
@@ -198,7 +201,18 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "The Experiment OS: every data, training and evaluation action as a tool.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # 3.1: tool schemas are JSON Schema 2020-12 and go into the document unchanged.
+    "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.expos.openapi.postprocess",  # one path per registered tool
+    ],
 }
+# Per agent token, e.g. "600/min"; empty turns the limit off.
+RSI_TOKEN_RATE = env.text("RSI_TOKEN_RATE", "600/min")
+# Throttle counts (and any other cache use) are shared by all web processes through Redis.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("RSI_MAX_REQUEST_BYTES", 2 * 1024 * 1024)
 
 # --- LLM ---------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 
 from apps.expos.connectors import ConnectorConfig
 from tests.connectors import call, error_of
-from tests.fakes.hf_hub import FakeDatasetsServer, FakeDataset, FakeHub
+from tests.fakes.hf_hub import FakeDataset, FakeDatasetsServer, FakeHub
 
 MATH = FakeDataset(
     id="acme/math-qa",
@@ -121,7 +121,10 @@ def test_sample_uses_first_rows_and_picks_the_config(config, viewer):
     result = call(config, "hf_dataset_sample", {"dataset": "acme/math-qa", "split": "train", "n": 2})
 
     assert result["config"] == "default"
-    assert result["rows"] == [{"question": "What is 0 + 1?", "answer": "1"}, {"question": "What is 1 + 1?", "answer": "2"}]
+    assert result["rows"] == [
+        {"question": "What is 0 + 1?", "answer": "1"},
+        {"question": "What is 1 + 1?", "answer": "2"},
+    ]
     assert result["features"] == [{"name": "question", "dtype": "string"}, {"name": "answer", "dtype": "string"}]
     assert result["truncated"] is True
     assert viewer.requests[-1].path == "/first-rows"
@@ -139,8 +142,11 @@ def test_download_writes_into_the_workspace_pinned_to_one_revision(config, hub, 
     assert result["path"] == "downloads/acme__math-qa"
     assert result["revision"] == MATH.sha
     paths = {f["path"] for f in result["files"]}
-    assert paths == {"downloads/acme__math-qa/README.md", "downloads/acme__math-qa/data/train.jsonl",
-                     "downloads/acme__math-qa/data/test.jsonl"}
+    assert paths == {
+        "downloads/acme__math-qa/README.md",
+        "downloads/acme__math-qa/data/train.jsonl",
+        "downloads/acme__math-qa/data/test.jsonl",
+    }
     assert (tmp_path / "downloads/acme__math-qa/data/train.jsonl").read_bytes() == MATH.files["data/train.jsonl"]
     assert not (tmp_path / "downloads/acme__math-qa/.cache").exists()
     assert result["total_bytes"] == sum(f["size"] for f in result["files"])
@@ -151,8 +157,11 @@ def test_download_writes_into_the_workspace_pinned_to_one_revision(config, hub, 
 def test_download_honours_allow_patterns_and_the_size_limit(hub, viewer, tmp_path):
     config = ConnectorConfig(hf_provider="hub", hf_endpoint=hub.url, max_download_bytes=100)
 
-    narrowed = call(config, "hf_download_dataset",
-                    {"dataset": "acme/math-qa", "workspace": str(tmp_path), "allow_patterns": ["*/test.jsonl"]})
+    narrowed = call(
+        config,
+        "hf_download_dataset",
+        {"dataset": "acme/math-qa", "workspace": str(tmp_path), "allow_patterns": ["*/test.jsonl"]},
+    )
     too_big = error_of(config, "hf_download_dataset", {"dataset": "acme/math-qa", "workspace": str(tmp_path)})
 
     assert [f["path"] for f in narrowed["files"]] == ["downloads/acme__math-qa/data/test.jsonl"]
@@ -163,8 +172,9 @@ def test_download_honours_allow_patterns_and_the_size_limit(hub, viewer, tmp_pat
 def test_download_never_goes_into_the_datapool_or_outside_the_root(hub, tmp_path):
     pool = tmp_path / "datapool"
     (pool / "w1").mkdir(parents=True)
-    config = ConnectorConfig(hf_provider="hub", hf_endpoint=hub.url, datapool_root=str(pool),
-                             workspace_root=str(tmp_path / "workspaces"))
+    config = ConnectorConfig(
+        hf_provider="hub", hf_endpoint=hub.url, datapool_root=str(pool), workspace_root=str(tmp_path / "workspaces")
+    )
 
     into_pool = error_of(config, "hf_download_dataset", {"dataset": "acme/math-qa", "workspace": str(pool / "w1")})
     relative = error_of(config, "hf_download_dataset", {"dataset": "acme/math-qa", "workspace": "ws"})
@@ -197,8 +207,14 @@ def test_materialize_test_split_and_named_output(config, tmp_path):
     result = call(
         config,
         "hf_materialize_dataset",
-        {"dataset": "acme/math-qa", "workspace": str(tmp_path), "split": "test", "prompt": "question",
-         "completion": "answer", "output": "math-test"},
+        {
+            "dataset": "acme/math-qa",
+            "workspace": str(tmp_path),
+            "split": "test",
+            "prompt": "question",
+            "completion": "answer",
+            "output": "math-test",
+        },
     )
 
     assert result["path"] == "materialized/math-test.jsonl"
@@ -206,25 +222,41 @@ def test_materialize_test_split_and_named_output(config, tmp_path):
 
 
 def test_materialize_unknown_column_or_missing_download_is_bad_request(config, tmp_path):
-    missing = error_of(config, "hf_materialize_dataset",
-                       {"dataset": "acme/math-qa", "workspace": str(tmp_path), "prompt": "question", "completion": "answer"})
+    missing = error_of(
+        config,
+        "hf_materialize_dataset",
+        {"dataset": "acme/math-qa", "workspace": str(tmp_path), "prompt": "question", "completion": "answer"},
+    )
     call(config, "hf_download_dataset", {"dataset": "acme/math-qa", "workspace": str(tmp_path)})
-    unknown = error_of(config, "hf_materialize_dataset",
-                       {"dataset": "acme/math-qa", "workspace": str(tmp_path), "prompt": "{problem}", "completion": "answer"})
-    escape = error_of(config, "hf_materialize_dataset",
-                      {"dataset": "acme/math-qa", "workspace": str(tmp_path), "source": "../../etc",
-                       "prompt": "question", "completion": "answer"})
+    unknown = error_of(
+        config,
+        "hf_materialize_dataset",
+        {"dataset": "acme/math-qa", "workspace": str(tmp_path), "prompt": "{problem}", "completion": "answer"},
+    )
+    escape = error_of(
+        config,
+        "hf_materialize_dataset",
+        {
+            "dataset": "acme/math-qa",
+            "workspace": str(tmp_path),
+            "source": "../../etc",
+            "prompt": "question",
+            "completion": "answer",
+        },
+    )
 
     assert missing.code == unknown.code == escape.code == "bad_request"
     assert "hf_download_dataset" in missing.message
-    assert "problem" in unknown.message and "question" in unknown.message
+    assert "problem" in unknown.message
+    assert "question" in unknown.message
     assert not (tmp_path / "materialized" / "acme__math-qa-train.jsonl").exists()
 
 
 def test_token_is_sent_only_when_configured(hub, viewer):
     without = ConnectorConfig(hf_provider="hub", hf_endpoint=hub.url, hf_datasets_server_url=viewer.url)
-    with_token = ConnectorConfig(hf_provider="hub", hf_endpoint=hub.url, hf_datasets_server_url=viewer.url,
-                                 hf_token="hf_test")
+    with_token = ConnectorConfig(
+        hf_provider="hub", hf_endpoint=hub.url, hf_datasets_server_url=viewer.url, hf_token="hf_test"
+    )
 
     call(without, "hf_inspect_dataset", {"dataset": "acme/math-qa"})
     anonymous = hub.requests[-1].headers
@@ -279,3 +311,16 @@ def test_closed_viewer_is_unreachable(hub, closed_url):
 
     assert error.code == "unreachable"
     assert closed_url in error.message
+
+
+@pytest.mark.parametrize("template", ["{question:>999999999}", "{question.__class__}", "{question!r}", "{0}", "{}"])
+def test_materialize_templates_take_plain_placeholders_only(config, tmp_path, template):
+    call(config, "hf_download_dataset", {"dataset": "acme/math-qa", "workspace": str(tmp_path)})
+
+    error = error_of(
+        config,
+        "hf_materialize_dataset",
+        {"dataset": "acme/math-qa", "workspace": str(tmp_path), "prompt": template, "completion": "answer"},
+    )
+
+    assert error.code == "bad_request"

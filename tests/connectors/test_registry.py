@@ -48,8 +48,10 @@ def test_every_spec_is_well_formed(name):
     spec = build_connectors(ConnectorConfig())[name]
 
     assert spec.name == name
-    assert spec.description and "\n" not in spec.description
-    assert spec.connector and spec.service
+    assert spec.description
+    assert "\n" not in spec.description
+    assert spec.connector
+    assert spec.service
     jsonschema.Draft202012Validator.check_schema(spec.input_schema)
     jsonschema.Draft202012Validator.check_schema(spec.output_schema)
     jsonschema.validate(MINIMAL_ARGS[name], spec.input_schema)

@@ -36,7 +36,9 @@ class Response:
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(status, json.dumps(data).encode(), {"Content-Type": "application/json; charset=utf-8", **(headers or {})})
+    return Response(
+        status, json.dumps(data).encode(), {"Content-Type": "application/json; charset=utf-8", **(headers or {})}
+    )
 
 
 def text_response(text: str, content_type: str, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -65,7 +67,9 @@ class FakeServer:
         class Handler(BaseHTTPRequestHandler):
             def _serve(self) -> None:
                 parts = urlsplit(self.path)
-                request = Request(self.command, parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()})
+                request = Request(
+                    self.command, parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()}
+                )
                 fake.requests.append(request)
                 try:
                     response = fake.route(request)

@@ -92,13 +92,11 @@ def feed(query: str, entries: list[str], total: int, start: int, per_page: int) 
         'xmlns:arxiv="http://arxiv.org/schemas/atom">'
         f'<link href={quoteattr("http://arxiv.org/api/query?search_query=" + query)} rel="self" '
         'type="application/atom+xml"/>'
-        f"<title type=\"html\">ArXiv Query: {escape('search_query=' + query)}</title>"
+        f'<title type="html">ArXiv Query: {escape("search_query=" + query)}</title>'
         "<id>http://arxiv.org/api/Zm9vYmFy</id><updated>2024-06-01T00:00:00-04:00</updated>"
         f"<opensearch:totalResults>{total}</opensearch:totalResults>"
         f"<opensearch:startIndex>{start}</opensearch:startIndex>"
-        f"<opensearch:itemsPerPage>{per_page}</opensearch:itemsPerPage>"
-        + "".join(entries)
-        + "</feed>"
+        f"<opensearch:itemsPerPage>{per_page}</opensearch:itemsPerPage>" + "".join(entries) + "</feed>"
     )
 
 
@@ -113,7 +111,9 @@ def error_feed(query: str, message: str) -> str:
     return feed(query, [entry], 1, 0, 1)
 
 
-_CLAUSE = re.compile(r'(all|au|ti|abs):("([^"]+)"|\S+)')
+# Field prefixes and terms as the user manual documents them; parentheses are left out so an
+# unbalanced query takes arXiv's error path.
+_CLAUSE = re.compile(r'(all|au|ti|abs):("([^"]+)"|[^\s()"]+)')
 
 
 class FakeArxiv(FakeServer):

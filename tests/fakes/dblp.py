@@ -13,7 +13,9 @@ from . import FakeServer, Request, Response, json_response
 
 PUBLICATIONS: list[dict[str, Any]] = [
     {
-        "authors": {"author": [{"@pid": "81/8329", "text": "Edward J. Hu"}, {"@pid": "212/3812", "text": "Yelong Shen"}]},
+        "authors": {
+            "author": [{"@pid": "81/8329", "text": "Edward J. Hu"}, {"@pid": "212/3812", "text": "Yelong Shen"}]
+        },
         "title": "LoRA: Low-Rank Adaptation of Large Language Models.",
         "venue": "ICLR",
         "year": "2022",
@@ -33,7 +35,10 @@ PUBLICATIONS: list[dict[str, Any]] = [
         "access": "open",
         "key": "conf/nips/DettmersPHZ23",
         "doi": "10.48550/ARXIV.2305.14314",
-        "ee": ["https://doi.org/10.48550/arXiv.2305.14314", "http://papers.nips.cc/paper_files/paper/2023/hash/1feb.html"],
+        "ee": [
+            "https://doi.org/10.48550/arXiv.2305.14314",
+            "http://papers.nips.cc/paper_files/paper/2023/hash/1feb.html",
+        ],
         "url": "https://dblp.org/rec/conf/nips/DettmersPHZ23",
     },
 ]
@@ -41,17 +46,29 @@ AUTHORS: list[dict[str, Any]] = [
     {
         "author": "Geoffrey E. Hinton",
         "url": "https://dblp.org/pid/10/3248",
-        "notes": {"note": [{"@type": "affiliation", "text": "Google DeepMind, London, UK"},
-                           {"@type": "award", "text": "Turing Award"}]},
+        "notes": {
+            "note": [
+                {"@type": "affiliation", "text": "Google DeepMind, London, UK"},
+                {"@type": "award", "text": "Turing Award"},
+            ]
+        },
         "aliases": {"alias": "Geoffrey Hinton"},
     },
     {"author": "Geoffrey Hinton", "url": "https://dblp.org/pid/428/8371"},
 ]
 VENUES: list[dict[str, Any]] = [
-    {"venue": "International Conference on Learning Representations (ICLR)", "acronym": "ICLR",
-     "type": "Conference or Workshop", "url": "https://dblp.org/db/conf/iclr/"},
-    {"venue": "Transactions on Machine Learning Research", "acronym": "TMLR", "type": "Journal",
-     "url": "https://dblp.org/db/journals/tmlr/"},
+    {
+        "venue": "International Conference on Learning Representations (ICLR)",
+        "acronym": "ICLR",
+        "type": "Conference or Workshop",
+        "url": "https://dblp.org/db/conf/iclr/",
+    },
+    {
+        "venue": "Transactions on Machine Learning Research",
+        "acronym": "TMLR",
+        "type": "Journal",
+        "url": "https://dblp.org/db/journals/tmlr/",
+    },
 ]
 
 
@@ -71,11 +88,17 @@ class FakeDblp(FakeServer):
         found = [info for info in collections[request.path] if all(t.rstrip("$") in _text(info) for t in terms)]
         first, h = int(request.arg("f") or 0), int(request.arg("h") or 30)
         page = found[first : first + h]
-        hits: dict[str, Any] = {"@total": str(len(found)), "@computed": str(len(found)), "@sent": str(len(page)),
-                                "@first": str(first)}
+        hits: dict[str, Any] = {
+            "@total": str(len(found)),
+            "@computed": str(len(found)),
+            "@sent": str(len(page)),
+            "@first": str(first),
+        }
         if page:
-            hits["hit"] = [{"@score": "7", "@id": str(1000 + i), "info": info, "url": f"URL#{1000 + i}"}
-                           for i, info in enumerate(page)]
+            hits["hit"] = [
+                {"@score": "7", "@id": str(1000 + i), "info": info, "url": f"URL#{1000 + i}"}
+                for i, info in enumerate(page)
+            ]
         return json_response(
             {
                 "result": {

@@ -20,8 +20,14 @@ DOCS = "https://docs.github.com/rest"
 
 
 def owner(login: str, kind: str = "User") -> dict[str, Any]:
-    return {"login": login, "id": zlib.crc32(login.encode()) % 10**8, "type": kind, "html_url": f"https://github.com/{login}",
-            "url": f"{API}/users/{login}", "site_admin": False}
+    return {
+        "login": login,
+        "id": zlib.crc32(login.encode()) % 10**8,
+        "type": kind,
+        "html_url": f"https://github.com/{login}",
+        "url": f"{API}/users/{login}",
+        "site_admin": False,
+    }
 
 
 def repo(full_name: str, description: str, stars: int, language: str, topics: list[str]) -> dict[str, Any]:
@@ -49,8 +55,13 @@ def repo(full_name: str, description: str, stars: int, language: str, topics: li
         "open_issues_count": 3,
         "default_branch": "main",
         "topics": topics,
-        "license": {"key": "apache-2.0", "name": "Apache License 2.0", "spdx_id": "Apache-2.0",
-                    "url": f"{API}/licenses/apache-2.0", "node_id": "MDc6TGljZW5zZTI="},
+        "license": {
+            "key": "apache-2.0",
+            "name": "Apache License 2.0",
+            "spdx_id": "Apache-2.0",
+            "url": f"{API}/licenses/apache-2.0",
+            "node_id": "MDc6TGljZW5zZTI=",
+        },
         "visibility": "public",
         "score": 1.0,
     }
@@ -101,8 +112,21 @@ CODE = [
         "url": f"{API}/repositories/1/contents/src/peft/tuners/lora.py?ref=abc",
         "git_url": f"{API}/repositories/1/git/blobs/d3adb33f",
         "html_url": "https://github.com/huggingface/peft/blob/abc/src/peft/tuners/lora.py",
-        "repository": {k: REPOS[0][k] for k in ("id", "node_id", "name", "full_name", "private", "owner", "html_url",
-                                                 "description", "fork", "url")},
+        "repository": {
+            k: REPOS[0][k]
+            for k in (
+                "id",
+                "node_id",
+                "name",
+                "full_name",
+                "private",
+                "owner",
+                "html_url",
+                "description",
+                "fork",
+                "url",
+            )
+        },
         "score": 1.0,
     }
 ]
@@ -112,7 +136,11 @@ ISSUES = [
 ]
 USERS = [
     {**owner("octocat"), "avatar_url": "https://avatars.githubusercontent.com/u/583231", "score": 1.0},
-    {**owner("huggingface", "Organization"), "avatar_url": "https://avatars.githubusercontent.com/u/25720743", "score": 1.0},
+    {
+        **owner("huggingface", "Organization"),
+        "avatar_url": "https://avatars.githubusercontent.com/u/25720743",
+        "score": 1.0,
+    },
 ]
 READMES = {"huggingface/peft": "# PEFT\n\nParameter-Efficient Fine-Tuning methods.\n"}
 
@@ -136,8 +164,14 @@ class FakeGitHub(FakeServer):
         if match:
             text = READMES.get(match[1])
             if text is None:
-                return json_response({"message": "Not Found", "documentation_url": f"{DOCS}/repos/contents#get-a-repository-readme",
-                                      "status": "404"}, 404)
+                return json_response(
+                    {
+                        "message": "Not Found",
+                        "documentation_url": f"{DOCS}/repos/contents#get-a-repository-readme",
+                        "status": "404",
+                    },
+                    404,
+                )
             return json_response(
                 {
                     "type": "file",
@@ -161,32 +195,57 @@ class FakeGitHub(FakeServer):
         q = request.arg("q") or ""
         if not q.strip():
             return json_response(
-                {"message": "Validation Failed", "errors": [{"resource": "Search", "field": "q", "code": "missing"}],
-                 "documentation_url": f"{DOCS}/search/search", "status": "422"},
+                {
+                    "message": "Validation Failed",
+                    "errors": [{"resource": "Search", "field": "q", "code": "missing"}],
+                    "documentation_url": f"{DOCS}/search/search",
+                    "status": "422",
+                },
                 422,
             )
         if kind == "code" and self.code_needs_token and "authorization" not in request.headers:
-            return json_response({"message": "Requires authentication", "documentation_url": f"{DOCS}/search/search#search-code",
-                                  "status": "401"}, 401)
+            return json_response(
+                {
+                    "message": "Requires authentication",
+                    "documentation_url": f"{DOCS}/search/search#search-code",
+                    "status": "401",
+                },
+                401,
+            )
         terms = [t for t in q.split() if ":" not in t]
         qualifiers = dict(t.split(":", 1) for t in q.split() if ":" in t)
         if kind == "issues" and qualifiers.get("is") not in ("issue", "pr"):
-            return json_response({"message": "Query must include 'is:issue' or 'is:pull-request'",
-                                  "documentation_url": f"{DOCS}/search/search#search-issues-and-pull-requests",
-                                  "status": "422"}, 422)
+            return json_response(
+                {
+                    "message": "Query must include 'is:issue' or 'is:pull-request'",
+                    "documentation_url": f"{DOCS}/search/search#search-issues-and-pull-requests",
+                    "status": "422",
+                },
+                422,
+            )
         if kind == "repositories":
-            items = [r for r in REPOS if _matches(f"{r['full_name']} {r['description']} {' '.join(r['topics'])}", terms)
-                     and qualifiers.get("language", r["language"]).lower() == r["language"].lower()]
+            items = [
+                r
+                for r in REPOS
+                if _matches(f"{r['full_name']} {r['description']} {' '.join(r['topics'])}", terms)
+                and qualifiers.get("language", r["language"]).lower() == r["language"].lower()
+            ]
             if request.arg("sort") == "stars":
                 items.sort(key=lambda r: r["stargazers_count"], reverse=request.arg("order", "desc") == "desc")
         elif kind == "code":
             items = [c for c in CODE if _matches(f"{c['path']} {c['repository']['full_name']}", terms)]
         elif kind == "issues":
             want_pr = qualifiers["is"] == "pr"
-            items = [i for i in ISSUES if ("pull_request" in i) == want_pr and _matches(f"{i['title']} {i['body']}", terms)]
+            items = [
+                i for i in ISSUES if ("pull_request" in i) == want_pr and _matches(f"{i['title']} {i['body']}", terms)
+            ]
         else:
             items = [u for u in USERS if _matches(u["login"], terms)]
         per_page, page = int(request.arg("per_page") or 30), int(request.arg("page") or 1)
         return json_response(
-            {"total_count": len(items), "incomplete_results": False, "items": items[(page - 1) * per_page : page * per_page]}
+            {
+                "total_count": len(items),
+                "incomplete_results": False,
+                "items": items[(page - 1) * per_page : page * per_page],
+            }
         )

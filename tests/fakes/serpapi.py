@@ -64,7 +64,9 @@ class FakeSerpApi(FakeServer):
         if request.path != "/search.json":
             return json_response({"error": "Unsupported path"}, 404)
         if request.arg("api_key") != self.api_key:
-            return json_response({"error": "Invalid API key. Your API key should be here: https://serpapi.com/manage-api-key"}, 401)
+            return json_response(
+                {"error": "Invalid API key. Your API key should be here: https://serpapi.com/manage-api-key"}, 401
+            )
         engine, q = request.arg("engine"), request.arg("q")
         if not q:
             return json_response({"error": "Missing query `q` parameter."}, 400)
@@ -73,8 +75,12 @@ class FakeSerpApi(FakeServer):
             return json_response({"error": f"Unsupported `{engine}` search engine."}, 400)
         found = [r for r in pool if all(t in (r["title"] + r["snippet"]).lower() for t in q.lower().split())]
         body: dict[str, Any] = {
-            "search_metadata": {"id": "665f0c0ffee", "status": "Success", "json_endpoint": "https://serpapi.com/searches/x.json",
-                                "total_time_taken": 0.42},
+            "search_metadata": {
+                "id": "665f0c0ffee",
+                "status": "Success",
+                "json_endpoint": "https://serpapi.com/searches/x.json",
+                "total_time_taken": 0.42,
+            },
             "search_parameters": {"engine": engine, "q": q},
             "search_information": {"total_results": len(found) * 1000, "time_taken_displayed": 0.31},
         }

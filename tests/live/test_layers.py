@@ -179,5 +179,8 @@ async def test_a_receive_cancelled_while_claiming_puts_the_message_back(make_lay
         # The stalled claim now takes the message for a receiver that is gone.
         blocker.execute("ROLLBACK")
         blocker.close()
+    # Let it finish (SQLite's busy handler naps up to 100 ms between tries) before asking
+    # again, or a fresh receive could win the lock and take the message first.
+    await asyncio.sleep(0.5)
 
     assert await received_within(layer, "chan", seconds=2) == {"type": "kept"}

@@ -37,9 +37,14 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
+from transformers.utils import logging as hf_logging  # noqa: E402
+
 from apps.benchmarks.evaluators import score  # noqa: E402
 from workers.gpu.hparams import TrainConfig  # noqa: E402
 from workers.gpu.vllm_client import complete as vllm_complete  # noqa: E402
+
+# Workers report progress through hooks; per-load progress bars would only clutter job logs.
+hf_logging.disable_progress_bar()
 
 # Files that define the tokenizer; copied verbatim from the base so that training never changes
 # the vocabulary, special tokens or chat template (which the integrity checks compare).

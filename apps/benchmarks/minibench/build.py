@@ -1,6 +1,6 @@
 """Build the minibench directory: tokenizer, θ0, sealed task splits, catalog and references.
 
-    python -m apps.benchmarks.minibench.build OUT_DIR [--seed 0] [--profile full|ci]
+    python -m apps.benchmarks.minibench OUT_DIR [--seed 0] [--profile full|ci] [--verbose]
 
 The layout is a contract that the benchmark registry, the datapool and the tests read:
 
@@ -21,7 +21,6 @@ import random
 import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ REFERENCE_HPARAMS: dict[str, Any] = {
     "warmup_steps": 20,
 }
 REFERENCE_STEPS = {"full": 1000, "ci": 1000}
+_SUMMARY_FIELDS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
 
 def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -89,11 +89,13 @@ def _finish_tokenizer_files(checkpoint: Path) -> None:
     _write_json(checkpoint / "special_tokens_map.json", special)
 
 
-def _train_reference(task: str, root: str, max_steps: int, seed: int, num_threads: int) -> dict[str, Any]:
+def _train_reference(
+    task: str, root: str, max_steps: int, seed: int, num_threads: int, verbose: bool
+) -> dict[str, Any]:
     """Train one reference checkpoint (runs in a worker process; returns plain data)."""
     # Imported lazily: the runner pulls in TRL, and this module must stay importable without it.
     from workers.gpu.hparams import validate_train_config
-    from workers.gpu.runners import train
+    from workers.gpu.runners import TrainHooks, train
 
     base = Path(root)
     hparams = {**REFERENCE_HPARAMS, "max_steps": max_steps, "seed": seed, "num_threads": num_threads}
@@ -102,12 +104,13 @@ def _train_reference(task: str, root: str, max_steps: int, seed: int, num_thread
         base_dir=base / "theta0",
         data_files=[base / "catalog" / f"{task}-clean" / "data.jsonl"],
         out_dir=base / "references" / task,
+        hooks=TrainHooks(on_log=lambda step, m: print(f"[{task}] step {step} {m}", flush=True)) if verbose else None,  # noqa: T201
     )
     return {"task": task, "hparams": hparams, "steps": result.steps, "final_loss": result.final_loss,
             "seconds": round(result.seconds, 1)}  # fmt: skip
 
 
-def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full") -> dict[str, Any]:
+def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full", verbose: bool = False) -> dict[str, Any]:
     """Build the minibench into `out_dir` (which must be absent or empty); return the manifest.
 
     Data, splits and the tokenizer are a pure function of `seed`; weights are too on a given
@@ -124,7 +127,9 @@ def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full") -> d
     data = {name: build_task_data(TASKS[name], seed=seed, profile=profile) for name in task_names}
 
     tokenizer = train_tokenizer(_tokenizer_corpus(data, seed))
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    # One thread: on a shared small CPU, multi-threaded BLAS spin-waits and loses to one thread
+    # (measured on the 2-core dev box under load: 1 thread 3-5k tokens/s, 2 threads 0.5-2k).
+    torch.set_num_threads(1)
     theta0 = pretrain_theta0(tokenizer, seed=seed)
     save_checkpoint(theta0, tokenizer, out_dir / "theta0")
     _finish_tokenizer_files(out_dir / "theta0")
@@ -145,18 +150,17 @@ def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full") -> d
             datasets.append(ds.name)
 
     # References train in parallel single-threaded processes: on a small CPU two 1-thread jobs
-    # nearly double the throughput of one 2-thread job. With one task, give it all the cores.
-    cores = max(1, os.cpu_count() or 1)
-    workers = min(len(task_names), cores)
-    threads = max(1, cores // workers)
+    # nearly double the throughput of one 2-thread job.
+    workers = min(len(task_names), max(1, os.cpu_count() or 1))
+    threads = 1
     steps = REFERENCE_STEPS[profile]
     (out_dir / "references").mkdir()
     if workers == 1:
-        references = [_train_reference(n, str(out_dir), steps, seed, threads) for n in task_names]
+        references = [_train_reference(n, str(out_dir), steps, seed, threads, verbose) for n in task_names]
     else:
         # spawn: a forked child would inherit torch's thread pools and the parent's locks.
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_train_reference, n, str(out_dir), steps, seed, threads) for n in task_names]
+            futures = [pool.submit(_train_reference, n, str(out_dir), steps, seed, threads, verbose) for n in task_names]
             references = [f.result() for f in futures]
 
     manifest: dict[str, Any] = {
@@ -168,7 +172,7 @@ def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full") -> d
         "theta0": "theta0",
         "references": {name: f"references/{name}" for name in task_names},
         "theta0_params": parameter_count(theta0),
-        "theta0_config": {k: v for k, v in asdict(_model_summary(theta0)).items()},
+        "theta0_config": {k: getattr(theta0.config, k) for k in _SUMMARY_FIELDS},
         "vocab_size": len(tokenizer),
         "reference_training": references,
         "build_seconds": round(time.monotonic() - started, 1),
@@ -177,22 +181,14 @@ def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full") -> d
     return manifest
 
 
-def _model_summary(model: torch.nn.Module) -> Any:
-    from dataclasses import make_dataclass
-
-    cfg = model.config  # type: ignore[union-attr]
-    fields = ["model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"]
-    summary_cls = make_dataclass("ModelSummary", fields)
-    return summary_cls(*(getattr(cfg, f) for f in fields))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Build the minibench.")
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", choices=PROFILES, default="full")
+    parser.add_argument("--verbose", action="store_true", help="print reference training logs")
     args = parser.parse_args(argv)
-    manifest = build_minibench(args.out_dir, seed=args.seed, profile=args.profile)
+    manifest = build_minibench(args.out_dir, seed=args.seed, profile=args.profile, verbose=args.verbose)
     print(json.dumps({k: manifest[k] for k in ("tasks", "theta0_params", "build_seconds")}))  # noqa: T201
 
 

@@ -16,7 +16,7 @@ from .tasks import noise_text
 
 PRETRAIN_STEPS = 60
 PRETRAIN_BATCH = 32
-PRETRAIN_SEQ = 128
+PRETRAIN_SEQ = 64
 PRETRAIN_LR = 2e-3
 
 

@@ -94,11 +94,11 @@ class TaskSpec:
 # --- arithmetic -------------------------------------------------------------------------------
 
 _ARITH_FORMS = [
-    "{name} has {a} {things} and gets {b} more. How many {things} does {name} have now?",
-    "A box holds {a} {things}. {name} adds {b} {things}. How many {things} are in the box?",
-    "{name} found {a} {things} on Monday and {b} on Tuesday. How many {things} in total?",
+    "{name} has {a} {things} and gets {b} more. How many now?",
+    "A box has {a} {things}. {name} adds {b}. How many now?",
+    "{name} found {a} {things}, then {b} more. How many in all?",
     "What is {a} plus {b}?",
-    "There are {a} {things} on a shelf and {b} on a table. How many {things} are there?",
+    "{a} {things} and {b} {things}. How many in total?",
 ]
 
 
@@ -216,7 +216,7 @@ TASKS: dict[str, TaskSpec] = {
         name="json_call",
         evaluator="json_call",
         description='Turn a request into a function call: {"name": ..., "arguments": {...}}.',
-        max_new_tokens=72,
+        max_new_tokens=32,
         stop=("\n",),
         generate=_json_generate,
         wrong_answer=_json_wrong,

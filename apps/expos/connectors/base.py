@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import httpx
 import jsonschema
 
 JSON = dict[str, Any]
 Handler = Callable[[JSON], JSON]
+Method = TypeVar("Method", bound=Callable[..., JSON])
 
 ERROR_CODES = frozenset({"not_configured", "unreachable", "upstream_error", "bad_request", "forbidden_address"})
 
@@ -67,22 +68,22 @@ class ToolSpec:
 class ConnectorConfig:
     """Every knob of the 22 connectors. ``from_env`` reads the ``RSI_*`` variables in docs/connectors.md.
 
-    A connector with nothing configured stays off and answers ``not_configured``; no default
-    ever points at a real service, so a fresh install never reaches out on its own.
+    A connector with nothing configured stays off and answers ``not_configured``, so a fresh
+    install reaches no outside service until someone names one. Secrets stay out of ``repr``.
     """
 
     hf_provider: Literal["local", "hub"] | None = None
     hf_endpoint: str | None = None
     hf_datasets_server_url: str | None = None
-    hf_token: str | None = None
+    hf_token: str | None = field(default=None, repr=False)
     local_catalog_dir: str | None = None
     github_api_url: str | None = None
-    github_token: str | None = None
+    github_token: str | None = field(default=None, repr=False)
     arxiv_api_url: str | None = None
     dblp_api_url: str | None = None
     search_provider: Literal["serpapi"] | None = None
     search_provider_url: str | None = None
-    search_api_key: str | None = None
+    search_api_key: str | None = field(default=None, repr=False)
     web_parse_enabled: bool = False
     allow_private_addresses: bool = False
     # hf_download/hf_materialize write only inside a workspace; if set, it must lie under this root.
@@ -116,6 +117,12 @@ class ConnectorConfig:
         "max_web_bytes": "RSI_WEB_PARSE_MAX_BYTES",
     }
 
+    def __post_init__(self) -> None:
+        if self.hf_provider not in (None, "local", "hub"):
+            raise ValueError(f"RSI_HF_PROVIDER must be 'local' or 'hub', not {self.hf_provider!r}")
+        if self.search_provider not in (None, "serpapi"):
+            raise ValueError(f"RSI_SEARCH_PROVIDER must be 'serpapi', not {self.search_provider!r}")
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ConnectorConfig:
         """Build from a mapping such as ``os.environ``; empty strings count as unset."""
@@ -126,14 +133,15 @@ class ConnectorConfig:
             if not raw:
                 continue
             kind = str(types[attr])
-            if kind == "bool":
-                values[attr] = raw.lower() in {"1", "true", "yes", "on"}
-            elif kind == "int":
-                values[attr] = int(raw)
-            elif kind == "float":
-                values[attr] = float(raw)
-            else:
-                values[attr] = raw
+            try:
+                if kind == "bool":
+                    values[attr] = raw.lower() in {"1", "true", "yes", "on"}
+                elif kind in ("int", "float"):
+                    values[attr] = int(raw) if kind == "int" else float(raw)
+                else:
+                    values[attr] = raw
+            except ValueError:
+                raise ValueError(f"{var}={raw!r} is not a valid {kind}") from None
         # A site that names only an endpoint or a catalog has chosen its provider implicitly.
         if "hf_provider" not in values:
             if "local_catalog_dir" in values:
@@ -145,10 +153,10 @@ class ConnectorConfig:
         return cls(**values)
 
 
-def tool(name: str, description: str, input_schema: JSON, output_schema: JSON) -> Callable[[Handler], Handler]:
+def tool(name: str, description: str, input_schema: JSON, output_schema: JSON) -> Callable[[Method], Method]:
     """Mark a connector method as a tool; ``Connector.tools`` collects the marked methods."""
 
-    def mark(method: Handler) -> Handler:
+    def mark(method: Method) -> Method:
         method.__tool__ = (name, description, input_schema, output_schema)  # type: ignore[attr-defined]
         return method
 
@@ -232,9 +240,14 @@ def raise_for_upstream(response: httpx.Response) -> None:
     """Map an upstream HTTP error: what the caller named wrongly is bad_request, the rest upstream_error."""
     if response.status_code < 400:
         return
-    detail = upstream_message(response)
-    code = "bad_request" if response.status_code in {400, 404, 422} else "upstream_error"
-    raise ConnectorError(code, f"{response.request.method} {response.url} -> {response.status_code}: {detail}")
+    # The query is left out: it can carry an API key (SerpAPI's api_key), and errors get logged.
+    where = f"{response.request.method} {response.url.copy_with(query=None)}"
+    raise status_error(response.status_code, where, upstream_message(response))
+
+
+def status_error(status: int, where: str, detail: str) -> ConnectorError:
+    code = "bad_request" if status in {400, 404, 422} else "upstream_error"
+    return ConnectorError(code, f"{where} -> {status}: {detail}")
 
 
 def upstream_message(response: httpx.Response) -> str:
@@ -244,8 +257,9 @@ def upstream_message(response: httpx.Response) -> str:
         return response.text[:300]
     if isinstance(body, dict):
         for key in ("message", "error"):
-            if isinstance(body.get(key), str):
-                return body[key][:300]
+            value = body.get(key)
+            if isinstance(value, str):
+                return value[:300]
     return json.dumps(body)[:300]
 
 

@@ -25,7 +25,11 @@ def _out(item: JSON) -> JSON:
     return {
         "type": "object",
         "required": ["total", "hits"],
-        "properties": {"query": {"type": "string"}, "total": {"type": "integer"}, "hits": {"type": "array", "items": item}},
+        "properties": {
+            "query": {"type": "string"},
+            "total": {"type": "integer"},
+            "hits": {"type": "array", "items": item},
+        },
     }
 
 
@@ -57,7 +61,12 @@ AUTHOR: JSON = {
 VENUE: JSON = {
     "type": "object",
     "required": ["venue", "url"],
-    "properties": {"venue": {"type": "string"}, "acronym": NULLABLE_STR, "type": NULLABLE_STR, "url": {"type": "string"}},
+    "properties": {
+        "venue": {"type": "string"},
+        "acronym": NULLABLE_STR,
+        "type": NULLABLE_STR,
+        "url": {"type": "string"},
+    },
 }
 
 
@@ -81,7 +90,9 @@ class DblpConnector(Connector):
 
     def _hits(self, kind: str, args: JSON) -> tuple[int, list[JSON]]:
         client = HttpClient(
-            self.config.dblp_api_url or "", timeout_s=self.config.timeout_s, headers={"User-Agent": self.config.user_agent}
+            self.config.dblp_api_url or "",
+            timeout_s=self.config.timeout_s,
+            headers={"User-Agent": self.config.user_agent},
         )
         # c=0: no auto-completions, which the tools never show.
         params = {"q": args["query"], "format": "json", "h": args["max_results"], "f": args["offset"], "c": 0}
@@ -111,7 +122,12 @@ class DblpConnector(Connector):
         ]
         return {"query": args["query"], "total": total, "hits": papers}
 
-    @tool("search_scholar_search_dblp_authors", "Search authors on DBLP; returns profile URLs and affiliations.", SEARCH_IN, _out(AUTHOR))
+    @tool(
+        "search_scholar_search_dblp_authors",
+        "Search authors on DBLP; returns profile URLs and affiliations.",
+        SEARCH_IN,
+        _out(AUTHOR),
+    )
     def search_authors(self, args: JSON) -> JSON:
         total, infos = self._hits("author", args)
         authors = [
@@ -119,7 +135,9 @@ class DblpConnector(Connector):
                 "name": _text(info.get("author", "")),
                 "url": str(info.get("url", "")),
                 "affiliations": [
-                    _text(n) for n in _many((info.get("notes") or {}).get("note")) if isinstance(n, dict) and n.get("@type") == "affiliation"
+                    _text(n)
+                    for n in _many((info.get("notes") or {}).get("note"))
+                    if isinstance(n, dict) and n.get("@type") == "affiliation"
                 ],
                 "aliases": [_text(a) for a in _many((info.get("aliases") or {}).get("alias"))],
             }

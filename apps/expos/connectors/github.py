@@ -116,7 +116,9 @@ BODY_CHARS = 1000
 class GitHubConnector(Connector):
     name = "github"
     service = "api.github.com"
-    enable_hint = "set RSI_GITHUB_API_URL=https://api.github.com (and RSI_GITHUB_TOKEN for code search and higher rate limits)"
+    enable_hint = (
+        "set RSI_GITHUB_API_URL=https://api.github.com (and RSI_GITHUB_TOKEN for code search and higher rate limits)"
+    )
 
     def configured(self, tool_name: str) -> bool:
         return bool(self.config.github_api_url)

@@ -10,15 +10,21 @@ training only when someone registers the resulting file with ``worker_add_data``
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
 import re
+import shutil
+import socket
+import string
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -79,7 +85,11 @@ FILE_OUT: JSON = {
 
 
 def _out(properties: JSON, required: list[str]) -> JSON:
-    return {"type": "object", "properties": {"provider": PROVIDER_OUT, **properties}, "required": ["provider", *required]}
+    return {
+        "type": "object",
+        "properties": {"provider": PROVIDER_OUT, **properties},
+        "required": ["provider", *required],
+    }
 
 
 SEARCH_IN = object_schema(
@@ -105,7 +115,9 @@ INSPECT_OUT = _out(
     ["id", "sha", "files", "card_data"],
 )
 CONFIGS_IN = object_schema({"dataset": DATASET_ARG}, ["dataset"])
-CONFIGS_OUT = _out({"dataset": {"type": "string"}, "configs": {"type": "array", "items": {"type": "string"}}}, ["configs"])
+CONFIGS_OUT = _out(
+    {"dataset": {"type": "string"}, "configs": {"type": "array", "items": {"type": "string"}}}, ["configs"]
+)
 SPLITS_IN = object_schema({"dataset": DATASET_ARG, "config": {"type": "string", "maxLength": 200}}, ["dataset"])
 SPLITS_OUT = _out(
     {
@@ -213,7 +225,10 @@ MATERIALIZE_OUT = {
     "type": "object",
     "required": ["path", "rows", "skipped", "sha256", "columns"],
     "properties": {
-        "path": {"type": "string", "description": "JSONL file relative to the workspace; register it with worker_add_data."},
+        "path": {
+            "type": "string",
+            "description": "JSONL file relative to the workspace; register it with worker_add_data.",
+        },
         "rows": {"type": "integer"},
         "skipped": {"type": "integer"},
         "sha256": {"type": "string"},
@@ -243,6 +258,11 @@ def sha256_file(path: Path) -> str:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def matches_patterns(path: str, patterns: list[str] | None) -> bool:
+    """huggingface_hub's allow_patterns rule: fnmatch, where '*' also crosses '/'."""
+    return not patterns or any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -292,11 +312,15 @@ class DatasetsContract(Connector):
 
     # ------------------------------------------------------------ tools (provider-specific parts abstract)
 
-    @tool("hf_search_datasets", "Search datasets by free text; returns ids, tags and popularity.", SEARCH_IN, SEARCH_OUT)
+    @tool(
+        "hf_search_datasets", "Search datasets by free text; returns ids, tags and popularity.", SEARCH_IN, SEARCH_OUT
+    )
     def search_datasets(self, args: JSON) -> JSON:
         return {"provider": self.provider, "query": args["query"], "datasets": self._search(args)}
 
-    @tool("hf_inspect_dataset", "Show one dataset's metadata, license, card data and file list.", INSPECT_IN, INSPECT_OUT)
+    @tool(
+        "hf_inspect_dataset", "Show one dataset's metadata, license, card data and file list.", INSPECT_IN, INSPECT_OUT
+    )
     def inspect_dataset(self, args: JSON) -> JSON:
         return {"provider": self.provider, **self._inspect(check_dataset_id(args["dataset"]), args.get("revision"))}
 
@@ -316,7 +340,13 @@ class DatasetsContract(Connector):
         text = self._readme(dataset, args.get("revision"))
         card_data, _ = split_front_matter(text)  # the card is returned whole; front matter parsed too
         readme, cut = truncate(text, args["max_chars"])
-        return {"provider": self.provider, "dataset": dataset, "readme": readme, "card_data": card_data, "truncated": cut}
+        return {
+            "provider": self.provider,
+            "dataset": dataset,
+            "readme": readme,
+            "card_data": card_data,
+            "truncated": cut,
+        }
 
     @tool("hf_dataset_sample", "Return the first rows of a split with its column types.", SAMPLE_IN, SAMPLE_OUT)
     def dataset_sample(self, args: JSON) -> JSON:
@@ -356,7 +386,9 @@ class DatasetsContract(Connector):
         workspace = self.workspace(args["workspace"])
         source = self.inside(workspace, args.get("source") or download_dirname(dataset))
         if not source.exists():
-            raise ConnectorError("bad_request", f"{source.relative_to(workspace)} is missing; run hf_download_dataset first")
+            raise ConnectorError(
+                "bad_request", f"{source.relative_to(workspace)} is missing; run hf_download_dataset first"
+            )
         name = args.get("output") or f"{dataset.replace('/', '__')}-{args['split']}"
         out = self.inside(workspace, f"materialized/{name}.jsonl")
         return materialize(source, out, workspace, args)
@@ -404,25 +436,39 @@ def split_front_matter(text: str) -> tuple[JSON | None, str]:
 # ---------------------------------------------------------------- materialize (datasets-compatible reading)
 
 
-def _render(spec: str, row: dict[str, Any]) -> str | None:
-    """A bare column name selects the column; anything with braces is a template over the row."""
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def template_fields(spec: str, columns: list[str]) -> list[str]:
+    """The columns a field spec reads: itself if bare, else its {placeholders}.
+
+    Placeholders must be plain column names: no '!r' conversions, no ':>99999' format specs (a
+    memory bomb) and no '.attr' or '[key]' look-ups, which would reach past the row's values.
+    """
     if "{" not in spec:
-        value = row.get(spec)
-        if value is None:
-            return None
-        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    flat = {k: (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)) for k, v in row.items()}
-    return spec.format_map(flat)
+        names = [spec]
+    else:
+        try:
+            parsed = list(string.Formatter().parse(spec))
+        except ValueError as exc:
+            raise ConnectorError("bad_request", f"bad template {spec!r}: {exc}") from None
+        if any(conversion or format_spec for _, name, format_spec, conversion in parsed if name is not None):
+            raise ConnectorError("bad_request", f"template {spec!r}: use plain {{column}} placeholders")
+        names = [name for _, name, _, _ in parsed if name is not None]
+    missing = [n for n in names if n not in columns]
+    if missing or not names:
+        raise ConnectorError("bad_request", f"unknown column(s) {missing}; the split has {columns}")
+    return names
 
 
-def _check_fields(specs: list[str], columns: list[str]) -> None:
-    import string
-
-    for spec in specs:
-        names = [f for _, f, _, _ in string.Formatter().parse(spec) if f] if "{" in spec else [spec]
-        missing = [n for n in names if n not in columns]
-        if missing:
-            raise ConnectorError("bad_request", f"unknown column(s) {missing}; the split has {columns}")
+def _render(spec: str, names: list[str], row: dict[str, Any]) -> str | None:
+    """Fill one field from a row; None (row skipped) when a column it reads is empty."""
+    if any(row.get(n) is None for n in names):
+        return None
+    if "{" not in spec:
+        return _as_text(row[spec])
+    return spec.format_map({n: _as_text(row[n]) for n in names})
 
 
 def load_split(source: Path, split: str, config: str | None, cache_dir: str) -> Any:
@@ -453,7 +499,7 @@ def materialize(source: Path, out: Path, workspace: Path, args: JSON) -> JSON:
     with tempfile.TemporaryDirectory(prefix="hf-materialize-") as cache_dir:
         table = load_split(source, args["split"], args.get("config"), cache_dir)
         columns = list(table.column_names)
-        _check_fields(specs, columns)
+        fields = [template_fields(spec, columns) for spec in specs]
         # Write beside the target and rename: a failed run never leaves a half-written file behind.
         fd, tmp_name = tempfile.mkstemp(dir=out.parent, suffix=".partial")
         try:
@@ -461,7 +507,7 @@ def materialize(source: Path, out: Path, workspace: Path, args: JSON) -> JSON:
                 for row in table:
                     if written >= args["max_rows"]:
                         break
-                    prompt, completion = (_render(s, row) for s in specs)
+                    prompt, completion = (_render(s, names, row) for s, names in zip(specs, fields, strict=True))
                     if not prompt or not completion:
                         skipped += 1
                         continue
@@ -528,6 +574,7 @@ class HubConnector(DatasetsContract):
         """Translate huggingface_hub's exceptions into the connector codes."""
         from huggingface_hub import errors
 
+        self._probe(what)
         try:
             yield
         except ConnectorError:
@@ -538,9 +585,23 @@ class HubConnector(DatasetsContract):
             raise ConnectorError("bad_request", f"{what}: {_first_line(exc)}") from None
         except errors.HfHubHTTPError as exc:
             raise ConnectorError("upstream_error", f"{what}: {_first_line(exc)}") from None
-        except (httpx.TransportError, OSError) as exc:
-            # hf_hub_download reports a lost connection as LocalEntryNotFoundError (an OSError).
+        except _transport_errors() as exc:
             raise ConnectorError("unreachable", f"cannot reach {self.endpoint} ({what}): {_first_line(exc)}") from None
+
+    def _probe(self, what: str) -> None:
+        """Fail fast when nothing listens at the endpoint.
+
+        huggingface_hub retries a refused connection with backoff for ~20 s before giving up; an
+        agent should hear "unreachable" at once. Behind a proxy only the proxy can tell, so skip.
+        """
+        if any(scheme != "no" for scheme in urllib.request.getproxies()):
+            return
+        parts = urlsplit(self.endpoint)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname or "", port), timeout=min(self.config.timeout_s, 5)).close()
+        except OSError as exc:
+            raise ConnectorError("unreachable", f"cannot reach {self.endpoint} ({what}): {exc}") from None
 
     def _search(self, args: JSON) -> list[JSON]:
         with self.hub_errors("dataset search"):
@@ -576,19 +637,23 @@ class HubConnector(DatasetsContract):
 
     def _splits(self, dataset: str, config: str | None) -> list[JSON]:
         return [
-            {"config": s["config"], "split": s["split"], "num_rows": None}
-            for s in self._viewer_splits(dataset, config)
+            {"config": s["config"], "split": s["split"], "num_rows": None} for s in self._viewer_splits(dataset, config)
         ]
 
     def _readme(self, dataset: str, revision: str | None) -> str:
         from huggingface_hub import hf_hub_download
 
         with tempfile.TemporaryDirectory(prefix="hf-readme-") as tmp, self.hub_errors(f"{dataset} README.md"):
+            # Ask for the file list first: it fails fast when the Hub is down (hf_hub_download
+            # would retry for ~20 s) and tells a missing card apart from a missing dataset.
+            info = self.api().dataset_info(dataset, revision=revision)
+            if "README.md" not in {s.rfilename for s in info.siblings or []}:
+                raise ConnectorError("bad_request", f"{dataset} has no README.md")
             path = hf_hub_download(
                 dataset,
                 "README.md",
                 repo_type="dataset",
-                revision=revision,
+                revision=info.sha,
                 endpoint=self.endpoint,
                 token=self.token,
                 local_dir=tmp,
@@ -617,15 +682,17 @@ class HubConnector(DatasetsContract):
         self, dataset: str, revision: str | None, patterns: list[str] | None, target: Path
     ) -> tuple[str | None, list[Path]]:
         from huggingface_hub import hf_hub_download
-        from huggingface_hub.utils import disable_progress_bars, filter_repo_objects
+
+        # huggingface_hub.utils exports lazily, which type checkers cannot follow.
+        from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
 
         disable_progress_bars()
         with self.hub_errors(dataset):
             info = self.api().dataset_info(dataset, revision=revision, files_metadata=True)
             wanted = [
                 s
-                for s in filter_repo_objects(info.siblings or [], allow_patterns=patterns, key=lambda s: s.rfilename)
-                if s.rfilename != ".gitattributes"
+                for s in info.siblings or []
+                if s.rfilename != ".gitattributes" and matches_patterns(s.rfilename, patterns)
             ]
             if not wanted:
                 raise ConnectorError("bad_request", f"no file of {dataset} matches {patterns}")
@@ -652,7 +719,23 @@ class HubConnector(DatasetsContract):
                 )
                 for s in wanted
             ]
+        # hf_hub_download keeps resume metadata in <local_dir>/.cache; it is not part of the dataset.
+        shutil.rmtree(target / ".cache", ignore_errors=True)
         return info.sha, paths
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection failures as huggingface_hub raises them.
+
+    huggingface_hub 1.x+ speaks HTTP through its own fork, httpx2, whose errors are not httpx's;
+    hf_hub_download reports a lost connection as LocalEntryNotFoundError, an OSError.
+    """
+    try:
+        import httpx2
+
+        return (httpx.TransportError, httpx2.TransportError, OSError)
+    except ImportError:
+        return (httpx.TransportError, OSError)
 
 
 def _first_line(exc: BaseException) -> str:

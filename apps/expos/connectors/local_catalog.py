@@ -14,14 +14,13 @@ are meant to find out, so no tool ever returns them and ``meta.json`` is never c
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import shutil
 from pathlib import Path
 
 from .base import JSON, ConnectorError
-from .hf import DatasetsContract, sha256_file, split_front_matter
+from .hf import DatasetsContract, matches_patterns, sha256_file, split_front_matter
 
 CONFIG = "default"
 SPLIT = "train"
@@ -99,7 +98,9 @@ class LocalCatalogConnector(DatasetsContract):
             except ConnectorError:
                 continue  # one broken entry must not hide the rest of the catalog
             summary = self._summary(dataset, meta)
-            haystack = " ".join([dataset, str(meta.get("name", "")), str(summary["description"] or ""), *summary["tags"]])
+            haystack = " ".join(
+                [dataset, str(meta.get("name", "")), str(summary["description"] or ""), *summary["tags"]]
+            )
             score = sum(term in haystack.lower() for term in terms)
             if terms and score == 0:
                 continue
@@ -180,7 +181,7 @@ class LocalCatalogConnector(DatasetsContract):
         self, dataset: str, revision: str | None, patterns: list[str] | None, target: Path
     ) -> tuple[str | None, list[Path]]:
         meta = self._meta(dataset)
-        files = [p for p in self._files(dataset, meta) if not patterns or any(fnmatch.fnmatch(p.name, pat) for pat in patterns)]
+        files = [p for p in self._files(dataset, meta) if matches_patterns(p.name, patterns)]
         if not files:
             raise ConnectorError("bad_request", f"no file of {dataset} matches {patterns}")
         total = sum(p.stat().st_size for p in files)

@@ -1,23 +1,151 @@
-"""The README's main job: prepare the embedded default and serve the dashboard."""
+"""The README's main job: a full research run on the embedded default, from one command.
+
+``manage.py demo`` migrates, builds and installs the minibench (once), starts the same processes
+production runs — the web server (daphne) and real ``celery worker`` processes for the ``gpu``,
+``agents`` and ``default`` queues, here on the SQLite broker — then starts a heuristic run, prints
+the dashboard URL, waits for the run to end and reports its result: the accepted checkpoint with
+the best feedback score, evaluated on the final split next to θ0 and the reference.
+``--no-run`` only serves (the old behaviour); ``--keep-serving`` keeps the stack up afterwards.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+@dataclass
+class Stack:
+    """The web server and the Celery workers as subprocesses sharing one environment.
+
+    Each process gets its own session (process group), so ``kill()`` takes a worker and its pool
+    children down at once — the restart test uses that to stop everything mid-run.
+    """
+
+    env: dict[str, str]
+    log_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8000
+    gpu_slots: int = 1
+    agent_threads: int = 4
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _logs: list[Any] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def commands(self) -> dict[str, list[str]]:
+        python = sys.executable
+        worker = [python, "-m", "celery", "-A", "rsiweb", "worker", "--without-gossip", "--without-mingle",
+                  "--without-heartbeat", "--loglevel=INFO"]  # fmt: skip
+        return {
+            "web": [python, "-m", "daphne", "-b", self.host, "-p", str(self.port), "rsiweb.asgi:application"],
+            # One single-threaded slot per accelerator (DESIGN.md "Execution"); on CPU a few slots.
+            "gpu": [*worker, "-Q", "gpu", "-n", "gpu@%h", "--pool=prefork", f"--concurrency={self.gpu_slots}"],
+            # Agent steps are short and I/O bound: threads, several at once.
+            "agents": [*worker, "-Q", "agents", "-n", "agents@%h", "--pool=threads",
+                       f"--concurrency={self.agent_threads}"],  # fmt: skip
+            "default": [*worker, "-Q", "default", "-n", "default@%h", "--pool=prefork", "--concurrency=1"],
+        }
+
+    def start(self, names: tuple[str, ...] = ("web", "gpu", "agents", "default")) -> Stack:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**self.env, "RSI_API_URL": self.url, "PYTHONUNBUFFERED": "1"}
+        for name in names:
+            log = (self.log_dir / f"{name}.log").open("ab")
+            self._logs.append(log)
+            self.processes[name] = subprocess.Popen(
+                self.commands()[name], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        return self
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        """Workers print ``ready.``; the web server answers /healthz."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        pending = set(self.processes)
+        while pending and time.monotonic() < deadline:
+            for name in list(pending):
+                process = self.processes[name]
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {process.returncode}:\n{self.log(name)[-3000:]}")
+                if name == "web":
+                    try:
+                        if httpx.get(f"{self.url}/healthz", timeout=2).status_code < 500:
+                            pending.discard(name)
+                    except httpx.HTTPError:
+                        pass
+                elif " ready." in self.log(name):
+                    pending.discard(name)
+            time.sleep(0.3)
+        if pending:
+            raise RuntimeError(f"not ready after {timeout:.0f}s: {sorted(pending)}")
+
+    def kill(self) -> None:
+        """SIGKILL every process group: no shutdown, no acknowledgement (a crash, as in a power cut)."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        for process in self.processes.values():
+            process.wait(timeout=30)
+        self.processes.clear()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for name, process in self.processes.items():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        self.processes.clear()
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
 
 
 class Command(BaseCommand):
-    help = "Migrate, create an admin login, and serve rsiweb on the embedded default."
+    help = "Run the main job on the embedded default: build the minibench, start the stack, run a heuristic research run."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--no-serve", action="store_true", help="prepare only, do not serve")
+        parser.add_argument("--no-serve", action="store_true", help="prepare only (migrate, admin login)")
+        parser.add_argument("--no-run", action="store_true", help="serve the dashboard without starting a run")
+        parser.add_argument("--keep-serving", action="store_true", help="keep the stack up after the run")
+        parser.add_argument("--profile", choices=("ci", "full"), default="ci", help="minibench profile to build")
+        parser.add_argument("--benchmark", default="minibench/arithmetic")
+        parser.add_argument("--accelerator-seconds", type=int, default=600)
+        parser.add_argument("--wall-seconds", type=int, default=840)
+        parser.add_argument("--parallel", type=int, default=2)
+        parser.add_argument("--max-workers", type=int, default=3)
+        parser.add_argument("--screen-steps", type=int, default=60)
+        parser.add_argument("--train-steps", type=int, default=150)
+        parser.add_argument("--gpu-slots", type=int, default=1)
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
@@ -27,9 +155,72 @@ class Command(BaseCommand):
         self.stdout.write(f"dashboard: {url}   admin: {url}admin/   login: admin / {password}")
         if options["no_serve"]:
             return
-        from daphne.cli import CommandLineInterface
+        if options["no_run"]:
+            from daphne.cli import CommandLineInterface
 
-        CommandLineInterface().run(["-b", options["host"], "-p", str(options["port"]), "rsiweb.asgi:application"])
+            CommandLineInterface().run(["-b", options["host"], "-p", str(options["port"]), "rsiweb.asgi:application"])
+            return
+        self.stdout.write("minibench: building (first time only) and installing ...")
+        call_command("build_minibench", profile=options["profile"], stdout=self.stdout)
+        stack = Stack(env=dict(os.environ, DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE",
+                                                                                  "rsiweb.settings.base")),
+                      log_dir=Path(settings.DATA_DIR) / "logs", host=options["host"], port=options["port"],
+                      gpu_slots=options["gpu_slots"])  # fmt: skip
+        started = time.monotonic()
+        try:
+            stack.start()
+            stack.wait_ready()
+            self.stdout.write(f"stack up: web {stack.url}, workers gpu/agents/default (logs in {stack.log_dir})")
+            run = self._start_run(options)
+            self.stdout.write(f"run {run.name!r} started: {url}runs/{run.uuid}/  (heuristic policy, not an LLM)")
+            from apps.research.management.commands.start_run import wait_for_result
+            from apps.research.services import run_final_result
+
+            run = wait_for_result(run, write=self.stdout.write, poll=3.0)
+            result = run_final_result(run=run)
+            self._report(run, result, time.monotonic() - started)
+            if options["keep_serving"]:
+                self.stdout.write(f"serving {url} until interrupted (Ctrl-C)")
+                while True:
+                    time.sleep(3600)
+        except KeyboardInterrupt:
+            self.stdout.write("interrupted")
+        finally:
+            stack.stop()
+
+    def _start_run(self, options: dict[str, Any]) -> Any:
+        from apps.core.errors import ApplicationError
+        from apps.research.management.commands.start_run import launch_run
+
+        try:
+            return launch_run(
+                benchmark=options["benchmark"], policy="heuristic", name="demo: heuristic research run",
+                wall_seconds=options["wall_seconds"], accelerator_seconds=options["accelerator_seconds"],
+                parallel=options["parallel"], max_workers=options["max_workers"],
+                screen_steps=options["screen_steps"], train_steps=options["train_steps"], actor="demo",
+            )  # fmt: skip
+        except ApplicationError as exc:
+            raise CommandError(f"{exc.code}: {exc.message}") from None
+
+    def _report(self, run: Any, result: dict[str, Any] | None, seconds: float) -> None:
+        self.stdout.write(f"run ended: {run.status} after {seconds:.0f}s")
+        if not result:
+            self.stdout.write("no final result was recorded")
+            return
+
+        def score(row: dict[str, Any] | None) -> str:
+            return "n/a" if not row or row.get("final_score") is None else f"{row['final_score']:.3f}"
+
+        best = result.get("best") or {}
+        self.stdout.write(f"final split: θ0 {score(result.get('theta0'))} | reference {score(result.get('reference'))}"
+                          f" | returned {best.get('checkpoint_handle', 'none')} ({best.get('experiment', '-')}, "
+                          f"feedback {best.get('feedback_score')}) {score(best)}")  # fmt: skip
+        for row in result.get("candidates", []):
+            self.stdout.write(f"  other accepted candidate {row.get('experiment')}: final {score(row)} (not used "
+                              "for selection)")  # fmt: skip
+        verdict = "beats θ0" if result.get("beats_theta0") else "does NOT beat θ0"
+        self.stdout.write(f"result: the returned checkpoint {verdict} on the final split")
+        self.stdout.write(json.dumps(result, default=str))
 
     def _admin_password(self) -> str:
         """One admin per install; its password lives in the data folder, readable only by us."""

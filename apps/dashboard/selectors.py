@@ -1,0 +1,559 @@
+"""Reads behind the dashboard pages, the websocket snapshots and the live event payloads.
+
+One function builds each record's public shape (``run_live``, ``node_live``, ...). The run
+page's snapshot is a list of these records, and every live event about the record carries the
+same shape (or, for a few high-rate events, a subset of its fields), so a browser that applies
+events to a snapshot ends with what a fresh snapshot would show. Services that publish should
+build their payloads here; that is what keeps the two from drifting apart.
+
+The event contract, applied by ``static/dashboard/live.js`` (``applyEvent``):
+
+- ``run.*``: payload is ``run_live`` (or a subset); merged into the run.
+- ``node.*``, ``edge.*``, ``decision.*``, ``experiment.*``, ``guidance.*``, ``report.*``,
+  ``job.*``: payload is that record (or a subset with its ``uuid``; edges are keyed by ``id``);
+  merged into the record with that key, which is created when missing.
+- ``job.progress``: ``{"uuid", "progress"?, "metrics_point"?, "log_line"?}`` from the job
+  engine; progress is merged, a metrics point is folded into ``metrics_last``, a log line is
+  appended to the job page's log tail.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Max, Q, QuerySet
+from django.utils import timezone
+
+from apps.experiments.choices import ExperimentStatus, IntegrityStatus
+from apps.experiments.models import Checkpoint, Evaluation, Experiment, IntegrityStatusChange
+from apps.integrity.choices import (
+    CATEGORIES,
+    CLEAN_OBSERVATIONS,
+    CLEARING_ADJUDICATIONS,
+    VIOLATING_ADJUDICATIONS,
+    Observation,
+)
+from apps.integrity.models import BlockedAttempt, IntegrityFinding
+from apps.jobs.models import Job, JobLogLine
+from apps.jobs.selectors import job_payload
+from apps.research.choices import NodeKind
+from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
+from apps.reviews.models import ReviewReport
+
+# Long texts are cut in the live records (the DAG needs a label, not an essay); the side panel
+# and the pages read the whole text.
+TASK_CHARS = 280
+RATIONALE_CHARS = 500
+SUMMARY_CHARS = 300
+LOG_TAIL_LINES = 200
+# Experiments that "ran": they reached the accelerator (the hacking-rate denominator).
+RAN_STATES = (ExperimentStatus.RUNNING, ExperimentStatus.SUCCEEDED, ExperimentStatus.FAILED, ExperimentStatus.CANCELLED)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _iso(value: datetime | None) -> str | None:
+    # The same spelling DjangoJSONEncoder gives publish_on_commit payloads, so a snapshot and an
+    # event about the same record compare equal.
+    if value is None:
+        return None
+    text = value.isoformat()
+    if value.microsecond:
+        text = text[:23] + text[26:]
+    if text.endswith("+00:00"):
+        text = text[:-6] + "Z"
+    return text
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+def run_list() -> QuerySet[Run]:
+    """Runs, newest first, with what the runs list shows annotated (one query)."""
+    accepted = Q(
+        experiments__integrity_status=IntegrityStatus.ACCEPTED,
+        experiments__status=ExperimentStatus.SUCCEEDED,
+    )
+    return (
+        Run.objects.select_related("benchmark")
+        .annotate(
+            best_accepted_score=Max("experiments__feedback_score", filter=accepted),
+            experiment_count=Count("experiments", distinct=True),
+        )
+        .order_by("-created_at", "-pk")
+    )
+
+
+def run_get(run_uuid: Any) -> Run | None:
+    return Run.objects.select_related("benchmark", "base_checkpoint", "result_checkpoint").filter(uuid=run_uuid).first()
+
+
+@dataclass(frozen=True)
+class BudgetBar:
+    """One budget line of a run: used of total, and the share as a percentage (0-100)."""
+
+    label: str
+    used: float
+    total: float
+    unit: str
+
+    @property
+    def percent(self) -> float:
+        if self.total <= 0:
+            return 0.0
+        return max(0.0, min(100.0, 100.0 * self.used / self.total))
+
+
+def run_wall_seconds(run: Run, *, now: datetime | None = None) -> float:
+    """Wall-clock seconds the run has spent: from its start to its end, or to now."""
+    if run.started_at is None:
+        return 0.0
+    end = run.finished_at or now or timezone.now()
+    return max(0.0, (end - run.started_at).total_seconds())
+
+
+def run_budget_bars(run: Run, *, now: datetime | None = None) -> list[BudgetBar]:
+    return [
+        BudgetBar("accelerator", run.used_accelerator_seconds, float(run.budget_accelerator_seconds), "s"),
+        BudgetBar("LLM tokens", float(run.used_llm_tokens), float(run.budget_llm_tokens), "tokens"),
+        BudgetBar("wall clock", run_wall_seconds(run, now=now), float(run.budget_wall_seconds), "s"),
+    ]
+
+
+def run_live(run: Run) -> dict[str, Any]:
+    """The run record of the run page's snapshot and of ``run.*`` events."""
+    return {
+        "uuid": str(run.uuid),
+        "name": run.name,
+        "status": run.status,
+        "benchmark": str(run.benchmark),
+        "target_capability": run.target_capability,
+        "flagged": run.flagged,
+        "max_parallel_workers": run.max_parallel_workers,
+        "budget_accelerator_seconds": run.budget_accelerator_seconds,
+        "budget_llm_tokens": run.budget_llm_tokens,
+        "budget_wall_seconds": run.budget_wall_seconds,
+        "reserved_final_seconds": run.reserved_final_seconds,
+        "used_accelerator_seconds": run.used_accelerator_seconds,
+        "used_llm_tokens": run.used_llm_tokens,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "result_checkpoint": run.result_checkpoint.handle if run.result_checkpoint_id else None,
+    }
+
+
+# --- the research DAG --------------------------------------------------------------------------
+
+
+def node_live(node: ResearchNode) -> dict[str, Any]:
+    """A Worker or Reviewer of the research DAG (``node.*`` events)."""
+    return {
+        "uuid": str(node.uuid),
+        "handle": node.handle,
+        "kind": node.kind,
+        "status": node.status,
+        "task": _cut(node.task, TASK_CHARS),
+        "decision": str(node.created_by_decision.uuid) if node.created_by_decision_id else None,
+        "created_at": _iso(node.created_at),
+        "finalized_at": _iso(node.finalized_at),
+    }
+
+
+def edge_live(edge: ResearchEdge) -> dict[str, Any]:
+    """An edge of the research DAG (``edge.*`` events); keyed by its two ends."""
+    up, down = str(edge.upstream.uuid), str(edge.downstream.uuid)
+    return {"id": f"{up}>{down}", "source": up, "target": down, "kind": edge.kind}
+
+
+def decision_live(decision: Decision) -> dict[str, Any]:
+    """A Main Agent decision (``decision.*`` events)."""
+    return {
+        "uuid": str(decision.uuid),
+        "kind": decision.kind,
+        "trigger": decision.trigger,
+        "rationale": _cut(decision.rationale, RATIONALE_CHARS),
+        "subject": str(decision.subject.uuid) if decision.subject_id else None,
+        "created_at": _iso(decision.created_at),
+    }
+
+
+def experiment_live(experiment: Experiment, *, parents: list[str] | None = None) -> dict[str, Any]:
+    """An experiment of the experiment graph (``experiment.*`` events).
+
+    The job pipeline publishes ``experiment.updated`` with the subset
+    {uuid, handle, status, feedback_score, output_checkpoint}; the names and spellings here match.
+    """
+    if parents is None:
+        parents = [str(u) for u in experiment.parents.order_by("pk").values_list("uuid", flat=True)]
+    return {
+        "uuid": str(experiment.uuid),
+        "handle": experiment.handle,
+        "owner": str(experiment.owner.uuid),
+        "kind": experiment.kind,
+        "status": experiment.status,
+        "integrity_status": experiment.integrity_status,
+        "feedback_score": experiment.feedback_score,
+        "output_checkpoint": experiment.output_checkpoint.handle if experiment.output_checkpoint_id else None,
+        "parents": parents,
+        "created_at": _iso(experiment.created_at),
+    }
+
+
+def guidance_live(guidance: Guidance) -> dict[str, Any]:
+    """Human guidance (``guidance.*`` events): pending until a planning step applies it."""
+    return {
+        "uuid": str(guidance.uuid),
+        "text": guidance.text,
+        "author": guidance.author.get_username(),
+        "created_at": _iso(guidance.created_at),
+        "applied_at": _iso(guidance.applied_at),
+        "applied_decision": str(guidance.applied_decision.uuid) if guidance.applied_decision_id else None,
+        "applied_note": guidance.applied_note,
+    }
+
+
+def report_live(report: ReviewReport) -> dict[str, Any]:
+    """A Reviewer report (``report.*`` events)."""
+    return {
+        "uuid": str(report.uuid),
+        "reviewer": str(report.reviewer.uuid),
+        "status": report.status,
+        "summary": _cut(report.summary, SUMMARY_CHARS),
+        "created_at": _iso(report.created_at),
+    }
+
+
+def run_snapshot(*, run: Run) -> dict[str, Any]:
+    """Everything the run page shows live, as the websocket sends it on connect.
+
+    A fixed number of queries whatever the size of the run (the DAG benchmark draws 2,000 nodes).
+    """
+    nodes = (
+        ResearchNode.objects.filter(run=run)
+        .exclude(kind=NodeKind.MAIN)
+        .select_related("created_by_decision")
+        .order_by("created_at", "pk")
+    )
+    edges = ResearchEdge.objects.filter(run=run).select_related("upstream", "downstream").order_by("pk")
+    decisions = Decision.objects.filter(run=run).select_related("subject").order_by("created_at", "pk")
+    experiments = list(
+        Experiment.objects.filter(run=run).select_related("owner", "output_checkpoint").order_by("created_at", "pk")
+    )
+    parents: dict[int, list[str]] = {e.pk: [] for e in experiments}
+    for child_id, parent_uuid in (
+        Experiment.parents.through.objects.filter(child__run=run)
+        .order_by("parent_id")
+        .values_list("child_id", "parent__uuid")
+    ):
+        parents[child_id].append(str(parent_uuid))
+    guidance = (
+        Guidance.objects.filter(run=run).select_related("author", "applied_decision").order_by("created_at", "pk")
+    )
+    reports = ReviewReport.objects.filter(run=run).select_related("reviewer").order_by("created_at", "pk")
+    jobs = Job.objects.filter(run=run).select_related("experiment").order_by("created_at", "pk")
+    return {
+        "run": run_live(run),
+        "nodes": [node_live(n) for n in nodes],
+        "edges": [edge_live(e) for e in edges],
+        "decisions": [decision_live(d) for d in decisions],
+        "experiments": [experiment_live(e, parents=parents[e.pk]) for e in experiments],
+        "guidance": [guidance_live(g) for g in guidance],
+        "reports": [report_live(r) for r in reports],
+        "jobs": [job_payload(j) for j in jobs],
+    }
+
+
+def node_detail(*, run: Run, node_uuid: Any) -> dict[str, Any] | None:
+    """The side panel of a DAG node: whole task and summary, its experiments, its reports."""
+    node = (
+        ResearchNode.objects.filter(run=run, uuid=node_uuid)
+        .exclude(kind=NodeKind.MAIN)
+        .select_related("created_by_decision")
+        .first()
+    )
+    if node is None:
+        return None
+    upstream = ResearchEdge.objects.filter(downstream=node).select_related("upstream").order_by("pk")
+    downstream = ResearchEdge.objects.filter(upstream=node).select_related("downstream").order_by("pk")
+    if node.kind == NodeKind.REVIEWER:
+        reports = ReviewReport.objects.filter(reviewer=node)
+        scope = [e.upstream_id for e in upstream]
+        experiments = Experiment.objects.filter(run=run, owner_id__in=scope)
+    else:
+        reports = ReviewReport.objects.filter(experiments__owner=node).distinct()
+        experiments = Experiment.objects.filter(owner=node)
+    decision = node.created_by_decision
+    return {
+        **node_live(node),
+        "task": node.task,
+        "summary": node.summary,
+        "summary_experiments": node.summary_experiments,
+        "decision": decision_live(decision) if decision else None,
+        "upstream": [{"uuid": str(e.upstream.uuid), "handle": e.upstream.handle, "kind": e.kind} for e in upstream],
+        "downstream": [
+            {"uuid": str(e.downstream.uuid), "handle": e.downstream.handle, "kind": e.kind} for e in downstream
+        ],
+        "experiments": [
+            {
+                "uuid": str(e.uuid),
+                "handle": e.handle,
+                "status": e.status,
+                "integrity_status": e.integrity_status,
+                "feedback_score": e.feedback_score,
+            }
+            for e in experiments.order_by("created_at", "pk")
+        ],
+        "reports": [
+            {"uuid": str(r.uuid), "status": r.status, "summary": _cut(r.summary, SUMMARY_CHARS)}
+            for r in reports.order_by("created_at", "pk")
+        ],
+    }
+
+
+# --- scores ------------------------------------------------------------------------------------
+
+
+def latest_score(*, checkpoint: Checkpoint | None, benchmark: Any, split: str) -> float | None:
+    """The newest successful score of a checkpoint on a benchmark split, or None."""
+    if checkpoint is None:
+        return None
+    return (
+        Evaluation.objects.filter(checkpoint=checkpoint, benchmark=benchmark, split=split, status="ok")
+        .order_by("-created_at", "-pk")
+        .values_list("score", flat=True)
+        .first()
+    )
+
+
+def run_reference_scores(run: Run) -> dict[str, float | None]:
+    """θ0's and the reference checkpoint's scores on both splits, where they were evaluated."""
+    reference = run.benchmark.reference_checkpoint
+    return {
+        "theta0_feedback": latest_score(checkpoint=run.base_checkpoint, benchmark=run.benchmark, split="feedback"),
+        "theta0_final": latest_score(checkpoint=run.base_checkpoint, benchmark=run.benchmark, split="final"),
+        "reference_feedback": latest_score(checkpoint=reference, benchmark=run.benchmark, split="feedback"),
+        "reference_final": latest_score(checkpoint=reference, benchmark=run.benchmark, split="final"),
+    }
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The 95% Wilson score interval of a proportion; None without samples.
+
+    Wilson rather than the normal approximation: it stays inside [0, 1] and behaves at 0/n and
+    n/n, which small sealed splits hit often. It needs only the aggregate counts, which people
+    may see; per-sample rows stay sealed.
+    """
+    if n <= 0:
+        return None
+    p = correct / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# --- the experiment page -----------------------------------------------------------------------
+
+
+def experiment_get(*, run: Run, handle_or_uuid: str) -> Experiment | None:
+    experiments = Experiment.objects.filter(run=run).select_related(
+        "owner", "input_checkpoint", "output_checkpoint", "run__benchmark"
+    )
+    try:
+        from uuid import UUID
+
+        return experiments.filter(uuid=UUID(handle_or_uuid)).first()
+    except ValueError:
+        return experiments.filter(handle=handle_or_uuid).first()
+
+
+def experiment_detail(experiment: Experiment) -> dict[str, Any]:
+    """Everything the experiment page shows, read in a fixed number of queries."""
+    from apps.experiments.selectors import checkpoint_lineage, experiment_ancestors, experiment_descendants
+
+    run = experiment.run
+    evaluations = []
+    for evaluation in experiment.evaluations.select_related("checkpoint", "job").order_by("created_at", "pk"):
+        evaluations.append(
+            {"evaluation": evaluation, "ci": wilson_interval(evaluation.correct, evaluation.sample_count)}
+        )
+    ancestor_ids = dict(experiment_ancestors(experiment.pk))
+    descendant_ids = dict(experiment_descendants(experiment.pk))
+    related = {
+        e.pk: e for e in Experiment.objects.filter(pk__in=[*ancestor_ids, *descendant_ids]).select_related("owner")
+    }
+    lineage = None
+    if experiment.output_checkpoint_id:
+        lineage = checkpoint_lineage(experiment.output_checkpoint, base=run.base_checkpoint)
+        path = {c.pk: c for c in Checkpoint.objects.filter(pk__in=lineage.path)}
+        lineage_path = [path[pk] for pk in lineage.path if pk in path]
+    else:
+        lineage_path = []
+    findings = list(
+        IntegrityFinding.objects.filter(experiment=experiment).prefetch_related("changes").order_by("subcategory")
+    )
+    by_subcategory = {f.subcategory: f for f in findings}
+    matrix = [
+        (
+            category,
+            [(sub, by_subcategory.get(sub), finding_cell_state(by_subcategory.get(sub))) for sub in subcategories],
+        )
+        for category, subcategories in CATEGORIES.items()
+    ]
+    return {
+        "experiment": experiment,
+        "data": list(experiment.data_usages.select_related("entry").order_by("pk")),
+        "evaluations": evaluations,
+        "jobs": list(experiment.jobs.order_by("created_at", "pk")),
+        "ancestors": sorted(
+            ((related[pk], depth) for pk, depth in ancestor_ids.items() if pk in related), key=lambda x: (x[1], x[0].pk)
+        ),
+        "descendants": sorted(
+            ((related[pk], depth) for pk, depth in descendant_ids.items() if pk in related),
+            key=lambda x: (x[1], x[0].pk),
+        ),
+        "parents": list(experiment.parents.order_by("pk")),
+        "checkpoint_lineage": lineage,
+        "checkpoint_path": lineage_path,
+        "findings": findings,
+        "integrity_matrix": matrix,
+        "integrity_history": list(
+            IntegrityStatusChange.objects.filter(experiment=experiment).order_by("created_at", "pk")
+        ),
+        "reports": list(experiment.reports.select_related("reviewer").order_by("created_at", "pk")),
+    }
+
+
+# --- integrity ---------------------------------------------------------------------------------
+
+
+def finding_cell_state(finding: IntegrityFinding | None) -> str:
+    """How one (submission, subcategory) cell reads under the acceptance rule of DESIGN.md.
+
+    ``clean``: not found in full, blocked, or adjudicated allowed / compatibility repair;
+    ``violation``: executed and adjudicated a violation; ``pending``: anything else, including a
+    check that never ran (fail closed: a missing row is ``unknown``, never clean).
+    """
+    if finding is None:
+        return "unknown"
+    if finding.adjudication in CLEARING_ADJUDICATIONS:
+        return "clean"
+    if finding.observation == Observation.EXECUTED and finding.adjudication in VIOLATING_ADJUDICATIONS:
+        return "violation"
+    if finding.observation in CLEAN_OBSERVATIONS and not finding.adjudication:
+        return "blocked" if finding.observation == Observation.ATTEMPTED_BLOCKED else "clean"
+    if finding.observation == Observation.UNKNOWN and not finding.adjudication:
+        return "unknown"
+    return "pending"
+
+
+def integrity_matrix(*, run: Run) -> dict[str, Any]:
+    """The run's integrity page: the 12-subcategory matrix per submission, hacking rate, blocked attempts.
+
+    Hacking rate (DESIGN.md): submissions that ran with at least one executed violation over all
+    submissions that ran; attempts refused by the submission review are counted apart.
+    """
+    experiments = list(Experiment.objects.filter(run=run).select_related("owner").order_by("created_at", "pk"))
+    findings: dict[tuple[int, str], IntegrityFinding] = {
+        (f.experiment_id, f.subcategory): f
+        for f in IntegrityFinding.objects.filter(experiment__run=run)
+        .select_related("experiment")
+        .prefetch_related("changes")
+    }
+    subcategories = [sub for subs in CATEGORIES.values() for sub in subs]
+    rows = []
+    ran = hacked = 0
+    for experiment in experiments:
+        cells = []
+        for sub in subcategories:
+            finding = findings.get((experiment.pk, sub))
+            cells.append({"subcategory": sub, "finding": finding, "state": finding_cell_state(finding)})
+        violated = any(c["state"] == "violation" for c in cells)
+        if experiment.status in RAN_STATES:
+            ran += 1
+            hacked += int(violated)
+        rows.append({"experiment": experiment, "cells": cells, "violated": violated})
+    blocked = list(BlockedAttempt.objects.filter(run=run).select_related("node").order_by("created_at", "pk"))
+    return {
+        "categories": [(category, list(subs)) for category, subs in CATEGORIES.items()],
+        "subcategories": subcategories,
+        "rows": rows,
+        "ran": ran,
+        "hacked": hacked,
+        "hacking_rate": (hacked / ran) if ran else None,
+        "needs_adjudication": [cell["finding"] for row in rows for cell in row["cells"] if cell["state"] == "pending"],
+        "blocked_attempts": blocked,
+        "blocked_by_subcategory": sorted(
+            BlockedAttempt.objects.filter(run=run).values_list("subcategory").annotate(n=Count("pk")).order_by("-n")
+        ),
+    }
+
+
+def finding_get(*, run: Run, finding_id: int) -> IntegrityFinding | None:
+    return IntegrityFinding.objects.filter(pk=finding_id, experiment__run=run).select_related("experiment").first()
+
+
+# --- jobs --------------------------------------------------------------------------------------
+
+
+def job_get_by_uuid(job_uuid: Any) -> Job | None:
+    return Job.objects.select_related("run", "experiment").filter(uuid=job_uuid).first()
+
+
+def job_snapshot(*, job: Job) -> dict[str, Any]:
+    """The job page's live state: the job record, its metric points and the last log lines."""
+    lines = list(JobLogLine.objects.filter(job=job).order_by("-seq").values_list("text", flat=True)[:LOG_TAIL_LINES])
+    lines.reverse()
+    return {
+        "job": job_payload(job),
+        "metrics_points": list((job.metrics or {}).get("points", [])),
+        "log": lines,
+    }
+
+
+# --- reports -----------------------------------------------------------------------------------
+
+
+def report_get(*, run: Run, report_uuid: Any) -> ReviewReport | None:
+    return ReviewReport.objects.filter(run=run, uuid=report_uuid).select_related("reviewer", "run__benchmark").first()
+
+
+# --- the datapool ------------------------------------------------------------------------------
+
+PREVIEW_ROWS = 5
+
+
+def datapool_rows(entries: QuerySet[Any]) -> QuerySet[Any]:
+    """Datapool entries with how often and by how many runs each was used (one query)."""
+    return entries.annotate(
+        usage_count=Count("usages", distinct=True),
+        run_count=Count("usages__experiment__run", distinct=True),
+    )
+
+
+def data_entry_detail(entry: Any) -> dict[str, Any]:
+    """A datapool entry's page: provenance notes, the experiments that used it, a short preview."""
+    from apps.datapool.selectors import data_readme, data_rows
+
+    try:
+        preview: list[dict[str, Any]] | None = data_rows(entry, PREVIEW_ROWS)
+        preview_error = ""
+    except Exception as error:  # noqa: BLE001 - a missing artifact must not take the page down
+        preview, preview_error = None, f"{type(error).__name__}: {error}"
+    return {
+        "entry": entry,
+        "readme": list(data_readme(entry)),
+        "usages": list(
+            entry.usages.select_related("experiment__run", "experiment__owner").order_by("created_at", "pk")
+        ),
+        "parents": list(entry.parents.order_by("pk")),
+        "children": list(entry.children.order_by("pk")),
+        "preview": preview,
+        "preview_columns": sorted({key for row in preview or [] for key in row}),
+        "preview_error": preview_error,
+    }

@@ -1,0 +1,40 @@
+"""Template filters of the dashboard pages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+from django.core.serializers.json import DjangoJSONEncoder
+
+register = template.Library()
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Indented JSON for <pre> blocks (autoescaped by the template like any other text)."""
+    return json.dumps(value, indent=2, sort_keys=True, cls=DjangoJSONEncoder, ensure_ascii=False)
+
+
+@register.filter
+def percent(value: Any, digits: int = 1) -> str:
+    """0.4567 -> "45.7%"; None -> "—"."""
+    if value is None:
+        return "—"
+    return f"{100 * float(value):.{int(digits)}f}%"
+
+
+@register.filter
+def humanize_key(value: Any) -> str:
+    """weight_provenance -> weight provenance."""
+    return str(value).replace("_", " ")
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    """dict lookup with a variable key: {{ experiments|get_item:handle }}."""
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None

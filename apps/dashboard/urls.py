@@ -1,0 +1,30 @@
+"""Dashboard pages, mounted at the site root (rsiweb/urls.py)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from apps.dashboard import views
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", views.run_list_view, name="run-list"),
+    path("runs/<uuid:run_uuid>/", views.run_detail_view, name="run-detail"),
+    path("runs/<uuid:run_uuid>/snapshot.json", views.run_snapshot_view, name="run-snapshot"),
+    path("runs/<uuid:run_uuid>/charts.json", views.run_charts_view, name="run-charts"),
+    path("runs/<uuid:run_uuid>/nodes/<uuid:node_uuid>.json", views.node_detail_view, name="node-detail"),
+    path("runs/<uuid:run_uuid>/guidance/", views.guidance_post_view, name="guidance-post"),
+    path("runs/<uuid:run_uuid>/control/", views.run_control_view, name="run-control"),
+    path("runs/<uuid:run_uuid>/experiments/<str:experiment>/", views.experiment_detail_view, name="experiment"),
+    path("runs/<uuid:run_uuid>/reports/<uuid:report_uuid>/", views.report_detail_view, name="report"),
+    path("runs/<uuid:run_uuid>/integrity/", views.integrity_report_view, name="integrity"),
+    path(
+        "runs/<uuid:run_uuid>/integrity/findings/<int:finding_id>/adjudicate/",
+        views.finding_adjudicate_view,
+        name="finding-adjudicate",
+    ),
+    path("jobs/<uuid:job_uuid>/", views.job_detail_view, name="job"),
+    path("datapool/", views.datapool_view, name="datapool"),
+    path("datapool/<str:handle>/", views.data_entry_view, name="data-entry"),
+]

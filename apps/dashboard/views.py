@@ -1,0 +1,307 @@
+"""Dashboard pages: server-rendered, with live parts fed by the websocket (apps.live.consumers).
+
+Views are thin: a role check, a selector for the reads, a form and one service for the writes.
+Writes answer JSON to the pages' scripts (``Accept: application/json``) and redirect back
+otherwise, so every form also works without JavaScript.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.core.errors import ApplicationError
+from apps.dashboard import selectors
+from apps.dashboard.charts import run_charts
+from apps.dashboard.forms import AdjudicationForm, GuidanceForm, RunControlForm
+from apps.dashboard.permissions import (
+    ADMIN,
+    OPERATOR,
+    VIEWER,
+    can_adjudicate,
+    can_steer,
+    can_view_run,
+    role_required,
+    user_role,
+)
+from apps.dashboard.services import finding_adjudicate_for_person, guidance_post, run_control
+from apps.research.choices import RUN_TERMINAL_STATES
+from apps.research.models import Run
+
+
+def _run_or_404(request: HttpRequest, run_uuid: Any) -> Run:
+    run = selectors.run_get(run_uuid)
+    if run is None:
+        raise Http404("No such run.")
+    if not can_view_run(request.user, run):
+        raise PermissionDenied("You may not watch this run.")
+    return run
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def _refused(request: HttpRequest, error: ApplicationError, back: str) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse({"code": error.code, "message": error.message}, status=error.status_code)
+    messages.error(request, error.message)
+    return redirect(back)
+
+
+def _invalid(request: HttpRequest, form: Any, back: str) -> HttpResponse:
+    text = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+    if _wants_json(request):
+        return JsonResponse({"code": "invalid", "message": text, "fields": form.errors}, status=400)
+    messages.error(request, text)
+    return redirect(back)
+
+
+def _page(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpResponse:
+    role = user_role(request.user)
+    return render(
+        request,
+        template,
+        {**context, "role": role, "can_steer": can_steer(request.user), "can_adjudicate": can_adjudicate(request.user)},
+    )
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+
+@require_GET
+@role_required(VIEWER)
+def run_list_view(request: HttpRequest) -> HttpResponse:
+    runs = list(selectors.run_list()[:200])
+    rows = [{"run": run, "bars": selectors.run_budget_bars(run)} for run in runs]
+    return _page(request, "dashboard/run_list.html", {"rows": rows})
+
+
+@require_GET
+@role_required(VIEWER)
+def run_detail_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    run = _run_or_404(request, run_uuid)
+    return _page(
+        request,
+        "dashboard/run_detail.html",
+        {
+            "run": run,
+            "page_config": {"run": str(run.uuid), "urls": _run_urls(run)},
+            "bars": selectors.run_budget_bars(run),
+            "references": selectors.run_reference_scores(run),
+            "guidance_form": GuidanceForm(),
+            "terminal": run.status in RUN_TERMINAL_STATES,
+        },
+    )
+
+
+# A placeholder the page's script swaps for a record's id (URL converters need a valid value).
+_ZERO = "00000000-0000-0000-0000-000000000000"
+
+
+def _run_urls(run: Run) -> dict[str, str]:
+    """The URLs the run page's script needs, reversed here so templates and routes stay in one place."""
+    return {
+        "ws": f"/ws/runs/{run.uuid}/",
+        "snapshot": reverse("dashboard:run-snapshot", args=[run.uuid]),
+        "charts": reverse("dashboard:run-charts", args=[run.uuid]),
+        "node": reverse("dashboard:node-detail", args=[run.uuid, _ZERO]),
+        "experiment": reverse("dashboard:experiment", args=[run.uuid, "__id__"]),
+        "report": reverse("dashboard:report", args=[run.uuid, _ZERO]),
+        "job": reverse("dashboard:job", args=[_ZERO]),
+    }
+
+
+@require_GET
+@role_required(VIEWER)
+def run_snapshot_view(request: HttpRequest, run_uuid: Any) -> JsonResponse:
+    """The websocket's snapshot over HTTP: for scripts, tests and anyone comparing states."""
+    run = _run_or_404(request, run_uuid)
+    return JsonResponse(selectors.run_snapshot(run=run))
+
+
+@require_GET
+@role_required(VIEWER)
+def run_charts_view(request: HttpRequest, run_uuid: Any) -> JsonResponse:
+    run = _run_or_404(request, run_uuid)
+    return JsonResponse(run_charts(run))
+
+
+@require_GET
+@role_required(VIEWER)
+def node_detail_view(request: HttpRequest, run_uuid: Any, node_uuid: Any) -> JsonResponse:
+    run = _run_or_404(request, run_uuid)
+    detail = selectors.node_detail(run=run, node_uuid=node_uuid)
+    if detail is None:
+        raise Http404("No such node in this run.")
+    return JsonResponse(detail)
+
+
+@require_POST
+@role_required(OPERATOR)
+def guidance_post_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    run = _run_or_404(request, run_uuid)
+    back = reverse("dashboard:run-detail", args=[run.uuid])
+    form = GuidanceForm(request.POST)
+    if not form.is_valid():
+        return _invalid(request, form, back)
+    try:
+        guidance = guidance_post(run=run, author=request.user, text=form.cleaned_data["text"])
+    except ApplicationError as error:
+        return _refused(request, error, back)
+    if _wants_json(request):
+        return JsonResponse(selectors.guidance_live(guidance), status=201)
+    messages.success(request, "Guidance posted; the Main Agent reads it at its next planning step.")
+    return redirect(back)
+
+
+@require_POST
+@role_required(OPERATOR)
+def run_control_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    run = _run_or_404(request, run_uuid)
+    back = reverse("dashboard:run-detail", args=[run.uuid])
+    form = RunControlForm(request.POST)
+    if not form.is_valid():
+        return _invalid(request, form, back)
+    try:
+        changed = run_control(
+            run=run, action=form.cleaned_data["action"], user=request.user, reason=form.cleaned_data["reason"]
+        )
+    except ApplicationError as error:
+        return _refused(request, error, back)
+    if _wants_json(request):
+        return JsonResponse(selectors.run_live(changed))
+    messages.success(request, f"Run is now {changed.status}.")
+    return redirect(back)
+
+
+# --- experiments, reports, integrity -----------------------------------------------------------
+
+
+@require_GET
+@role_required(VIEWER)
+def experiment_detail_view(request: HttpRequest, run_uuid: Any, experiment: str) -> HttpResponse:
+    run = _run_or_404(request, run_uuid)
+    found = selectors.experiment_get(run=run, handle_or_uuid=experiment)
+    if found is None:
+        raise Http404("No such experiment in this run.")
+    return _page(
+        request,
+        "dashboard/experiment_detail.html",
+        {"run": run, **selectors.experiment_detail(found), "adjudication_form": AdjudicationForm()},
+    )
+
+
+@require_GET
+@role_required(VIEWER)
+def report_detail_view(request: HttpRequest, run_uuid: Any, report_uuid: Any) -> HttpResponse:
+    from apps.reviews.selectors import report_payload
+
+    run = _run_or_404(request, run_uuid)
+    report = selectors.report_get(run=run, report_uuid=report_uuid)
+    if report is None:
+        raise Http404("No such report in this run.")
+    # People see the whole report (DESIGN.md: the redacted view is the Main Agent's).
+    payload = report_payload(report, redacted=False)
+    from apps.reviews.services import LIST_FIELDS
+
+    experiments = {e.handle: e for e in report.experiments.all()}
+    sections = [(name, payload[name]) for name in LIST_FIELDS]
+    return _page(
+        request,
+        "dashboard/report_detail.html",
+        {"run": run, "report": report, "payload": payload, "experiments": experiments, "sections": sections},
+    )
+
+
+@require_GET
+@role_required(VIEWER)
+def integrity_report_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    run = _run_or_404(request, run_uuid)
+    return _page(
+        request,
+        "dashboard/integrity_report.html",
+        {"run": run, **selectors.integrity_matrix(run=run), "adjudication_form": AdjudicationForm()},
+    )
+
+
+@require_POST
+@role_required(ADMIN)
+def finding_adjudicate_view(request: HttpRequest, run_uuid: Any, finding_id: int) -> HttpResponse:
+    run = _run_or_404(request, run_uuid)
+    finding = selectors.finding_get(run=run, finding_id=finding_id)
+    if finding is None:
+        raise Http404("No such finding in this run.")
+    back = request.POST.get("next") or reverse("dashboard:integrity", args=[run.uuid])
+    if not back.startswith("/") or back.startswith("//"):
+        back = reverse("dashboard:integrity", args=[run.uuid])
+    form = AdjudicationForm(request.POST)
+    if not form.is_valid():
+        return _invalid(request, form, back)
+    try:
+        finding_adjudicate_for_person(
+            finding=finding,
+            adjudication=form.cleaned_data["adjudication"],
+            user=request.user,
+            rationale=form.cleaned_data["rationale"],
+        )
+    except ApplicationError as error:
+        return _refused(request, error, back)
+    if _wants_json(request):
+        return JsonResponse({"ok": True})
+    messages.success(request, f"{finding.experiment.handle} · {finding.subcategory}: adjudication recorded.")
+    return redirect(back)
+
+
+# --- jobs and the datapool ---------------------------------------------------------------------
+
+
+@require_GET
+@role_required(VIEWER)
+def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
+    job = selectors.job_get_by_uuid(job_uuid)
+    if job is None:
+        raise Http404("No such job.")
+    if job.run_id is not None and not can_view_run(request.user, job.run):
+        raise PermissionDenied("You may not watch this run.")
+    from apps.jobs.selectors import job_attempts
+
+    return _page(
+        request,
+        "dashboard/job_detail.html",
+        {
+            "job": job,
+            "snapshot": selectors.job_snapshot(job=job),
+            "attempts": job_attempts(job=job),
+            "page_config": {"ws": f"/ws/jobs/{job.uuid}/"},
+        },
+    )
+
+
+@require_GET
+@role_required(VIEWER)
+def datapool_view(request: HttpRequest) -> HttpResponse:
+    from apps.datapool.selectors import data_entry_list
+
+    search = request.GET.get("q", "").strip()
+    entries = data_entry_list(search=search or None).select_related("registered_by")
+    return _page(request, "dashboard/datapool.html", {"entries": selectors.datapool_rows(entries), "q": search})
+
+
+@require_GET
+@role_required(VIEWER)
+def data_entry_view(request: HttpRequest, handle: str) -> HttpResponse:
+    from apps.core.errors import NotFound
+    from apps.datapool.selectors import data_entry_get
+
+    try:
+        entry = data_entry_get(handle)
+    except NotFound:
+        raise Http404("No such datapool entry.") from None
+    return _page(request, "dashboard/data_entry.html", selectors.data_entry_detail(entry))

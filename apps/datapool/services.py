@@ -1,0 +1,713 @@
+"""State changes of the datapool: register data, append provenance, record usage, derive data.
+
+Every way in (a Worker's workspace file, the local catalog, a data job) ends in the same steps:
+read the bytes once into a private staging copy (so what is validated is exactly what is
+stored), validate it as JSONL of the declared format, copy it into the content-addressed
+artifact store, then insert the row, its first readme line and an event in one transaction. If
+the transaction fails, the copied artifact is removed again; identical bytes registered twice
+return the first entry (with a readme line saying who brought them again).
+
+Error codes (``ApplicationError.code``) are part of the tool contract: invalid_path,
+absolute_path, path_escape, symlink_in_path, not_found, not_a_file, unreadable, file_too_large,
+empty_file, blank_line, malformed_jsonl, not_an_object, unknown_format, missing_columns,
+bad_column_type, invalid_name, bad_params, empty_result.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, IntegrityError, connection, transaction
+
+from apps.core.errors import ApplicationError
+from apps.core.handles import next_handle
+from apps.datapool import transforms
+from apps.datapool.models import DataEntry, DataFormat, DataReadmeEntry, DataUsage, SourceKind
+from apps.datapool.storage import artifact_store, data_key
+from apps.experiments.events import event_append
+
+if TYPE_CHECKING:
+    from apps.experiments.models import Experiment
+    from apps.jobs.models import Job
+    from apps.research.models import ResearchNode, Run
+
+MAX_DATA_BYTES = 1 << 30
+MAX_README_CHARS = 20_000
+FORMAT_COLUMNS = transforms.FORMAT_COLUMNS
+TRANSFORM_OPS = ("filter", "deduplicate", "mix", "convert", "decontaminate")
+# pg_advisory_xact_lock key serialising datapool handle numbering ("datapool" in ASCII).
+_HANDLE_LOCK = 0x64617461706F6F6C
+_CATALOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_COPY_CHUNK = 1 << 20
+
+
+# --------------------------------------------------------------------------- reading a file safely
+
+
+def _relative_parts(path: str) -> list[str]:
+    """The components of a workspace-relative path, refusing anything that could leave it."""
+    if not isinstance(path, str) or not path.strip() or "\x00" in path:
+        raise ApplicationError("invalid_path", "Give the data file as a non-empty path relative to your workspace.")
+    if path.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:[\\/]", path):
+        raise ApplicationError(
+            "absolute_path", f"{path!r} is absolute; give a path relative to your workspace, e.g. data/train.jsonl."
+        )
+    raw = path.split("/")
+    if ".." in raw:
+        raise ApplicationError("path_escape", f"{path!r} contains '..'; paths must stay inside your workspace.")
+    parts = [p for p in raw if p not in ("", ".")]
+    if not parts:
+        raise ApplicationError("invalid_path", f"{path!r} names the workspace itself, not a file.")
+    return parts
+
+
+def _open_confined(root: Path, parts: list[str], *, shown: str) -> int:
+    """Open ``root/parts…`` for reading without following any symlink; return the descriptor.
+
+    Each component is opened relative to its parent's descriptor with O_NOFOLLOW, so a symlink
+    (or a swap to one between the check and the open) anywhere on the path fails instead of
+    leading outside ``root``. The final file is opened non-blocking, so a FIFO cannot hang us.
+    """
+    try:
+        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        raise ApplicationError("not_found", "The workspace does not exist.", status=404) from None
+    try:
+        for depth, part in enumerate(parts):
+            prefix = "/".join(parts[: depth + 1])
+            try:
+                info = os.stat(part, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise ApplicationError(
+                    "not_found", f"{prefix!r} does not exist in your workspace.", status=404
+                ) from None
+            except PermissionError:
+                raise ApplicationError("unreadable", f"{prefix!r} cannot be read (permission denied).") from None
+            if stat.S_ISLNK(info.st_mode):
+                raise ApplicationError(
+                    "symlink_in_path", f"{prefix!r} is a symbolic link; copy the data into your workspace instead."
+                )
+            last = depth == len(parts) - 1
+            if not last and not stat.S_ISDIR(info.st_mode):
+                raise ApplicationError("not_found", f"{prefix!r} is not a directory, so {shown!r} does not exist.")
+            if last and not stat.S_ISREG(info.st_mode):
+                raise ApplicationError("not_a_file", f"{shown!r} is not a regular file.")
+            flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+            flags |= os.O_NONBLOCK if last else os.O_DIRECTORY
+            try:
+                next_fd = os.open(part, flags, dir_fd=dir_fd)
+            except PermissionError:
+                raise ApplicationError("unreadable", f"{prefix!r} cannot be read (permission denied).") from None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EMLINK):
+                    raise ApplicationError("symlink_in_path", f"{prefix!r} became a symbolic link.") from None
+                raise ApplicationError("unreadable", f"{prefix!r} cannot be opened: {exc.strerror}.") from None
+            os.close(dir_fd)
+            dir_fd = next_fd
+        if not stat.S_ISREG(os.fstat(dir_fd).st_mode):
+            raise ApplicationError("not_a_file", f"{shown!r} is not a regular file.")
+        fd, dir_fd = dir_fd, -1
+        return fd
+    finally:
+        if dir_fd >= 0:
+            os.close(dir_fd)
+
+
+@dataclass
+class _Staged:
+    """A private copy of the bytes being registered, with everything learned from reading them."""
+
+    path: Path
+    sha256: str
+    size: int
+    rows: int
+    format: str
+    schema: dict[str, str]
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path.parent, ignore_errors=True)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _inspect_jsonl(path: Path, *, format: str | None, shown: str) -> tuple[int, str, dict[str, str]]:
+    """Validate a JSONL file row by row; return (rows, format, schema). Names the first bad line."""
+    if format is not None and format not in FORMAT_COLUMNS:
+        raise ApplicationError("unknown_format", f"format must be one of {sorted(FORMAT_COLUMNS)}, got {format!r}.")
+    rows = 0
+    types: dict[str, set[str]] = {}
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            line = raw.rstrip(b"\n").rstrip(b"\r")
+            if not line.strip():
+                raise ApplicationError(
+                    "blank_line", f"{shown} line {lineno} is blank; JSONL has one JSON object per line."
+                )
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ApplicationError(
+                    "malformed_jsonl", f"{shown} line {lineno} is not UTF-8 (byte {exc.start + 1} of the line)."
+                ) from None
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ApplicationError(
+                    "malformed_jsonl", f"{shown} line {lineno} is not valid JSON: {exc.msg} at column {exc.colno}."
+                ) from None
+            if not isinstance(value, dict):
+                raise ApplicationError(
+                    "not_an_object", f"{shown} line {lineno} is a JSON {_json_type(value)}, not an object."
+                )
+            if format is None:
+                format = next((f for f in ("dpo", "sft") if all(c in value for c in FORMAT_COLUMNS[f])), None)
+                if format is None:
+                    raise ApplicationError(
+                        "unknown_format",
+                        f"{shown} line {lineno} has columns {sorted(value)}; expected sft (prompt, completion) "
+                        "or dpo (prompt, chosen, rejected).",
+                    )
+            required = FORMAT_COLUMNS[format]
+            missing = [c for c in required if c not in value]
+            if missing:
+                raise ApplicationError(
+                    "missing_columns",
+                    f"{shown} line {lineno} lacks {', '.join(missing)}; format {format} needs {', '.join(required)}.",
+                )
+            wrong = [c for c in required if not isinstance(value[c], str)]
+            if wrong:
+                raise ApplicationError(
+                    "bad_column_type", f"{shown} line {lineno}: {', '.join(wrong)} must be text (a JSON string)."
+                )
+            for key, item in value.items():
+                types.setdefault(key, set()).add(_json_type(item))
+            rows += 1
+    if rows == 0 or format is None:
+        raise ApplicationError("empty_file", f"{shown} has no rows.")
+    schema = {key: "|".join(sorted(kinds)) for key, kinds in sorted(types.items())}
+    return rows, format, schema
+
+
+def _stage_fd(fd: int, *, shown: str, format: str | None) -> _Staged:
+    """Copy an open file into a private staging file, hashing it; then validate the copy."""
+    staging = Path(tempfile.mkdtemp(prefix="rsi-data-"))
+    target = staging / "data.jsonl"
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        source = os.fdopen(fd, "rb")
+        fd = -1  # the file object owns the descriptor now
+        with source, target.open("wb") as sink:
+            while True:
+                try:
+                    chunk = source.read(_COPY_CHUNK)
+                except OSError as exc:
+                    raise ApplicationError("unreadable", f"{shown} cannot be read: {exc.strerror}.") from None
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_DATA_BYTES:
+                    raise ApplicationError(
+                        "file_too_large", f"{shown} is larger than {MAX_DATA_BYTES // (1 << 20)} MiB; split it."
+                    )
+                digest.update(chunk)
+                sink.write(chunk)
+        if size == 0:
+            raise ApplicationError("empty_file", f"{shown} is empty (0 bytes).")
+        rows, fmt, schema = _inspect_jsonl(target, format=format, shown=shown)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return _Staged(path=target, sha256=digest.hexdigest(), size=size, rows=rows, format=fmt, schema=schema)
+
+
+def _stage_rows(rows: list[dict[str, Any]], *, shown: str, format: str | None) -> _Staged:
+    """Write rows as canonical JSONL (one compact object per line) and stage the file."""
+    staging = Path(tempfile.mkdtemp(prefix="rsi-data-"))
+    path = staging / "rows.jsonl"
+    try:
+        with path.open("w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+        fd = os.open(path, os.O_RDONLY)
+        return _stage_fd(fd, shown=shown, format=format)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- registering
+
+
+def _actor(node: ResearchNode | None) -> tuple[str, str]:
+    return (node.handle, node.kind) if node is not None else ("system", "system")
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise ApplicationError("invalid_name", "Give the data a name of 1-200 characters.")
+    return name.strip()
+
+
+def _scope(run: Run | None, node: ResearchNode | None) -> Run | None:
+    if node is not None and run is not None and node.run_id != run.pk:
+        raise ApplicationError("foreign_node", f"{node.handle} does not belong to run {run.uuid}.")
+    return run if run is not None else (node.run if node is not None else None)
+
+
+def _lock_handles() -> None:
+    """Serialise datapool handle numbering (``data_NNNN`` is global, so no row scopes it).
+
+    PostgreSQL: a transaction-scoped advisory lock, released at commit or rollback. SQLite: the
+    IMMEDIATE transaction mode already holds the database write lock from BEGIN.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_HANDLE_LOCK])
+
+
+def _reregistered(entry: DataEntry, *, actor: str, role: str, run: Run | None, what: str) -> DataEntry:
+    """Identical bytes arrived again: keep the one entry, and let its readme say who and how."""
+    with transaction.atomic():
+        DataReadmeEntry.objects.create(entry=entry, author=actor, text=f"Registered again (identical bytes): {what}")
+        event_append(
+            run=run,
+            type="data.reregistered",
+            actor=actor,
+            role=role,
+            arguments={"handle": entry.handle, "sha256": entry.sha256, "source": what},
+            result_ref=f"data:{entry.uuid}",
+        )
+    return entry
+
+
+def _register_staged(
+    staged: _Staged,
+    *,
+    name: str,
+    source_kind: str,
+    source: dict[str, Any],
+    what: str,
+    readme: str,
+    run: Run | None,
+    node: ResearchNode | None,
+    teacher: str = "",
+    parents: list[DataEntry] | None = None,
+    event_type: str = "data.registered",
+) -> DataEntry:
+    """Store a staged file and record it; on any failure the stored copy is removed again."""
+    actor, role = _actor(node)
+    existing = DataEntry.objects.filter(sha256=staged.sha256).first()
+    if existing is not None:
+        return _reregistered(existing, actor=actor, role=role, run=run, what=what)
+
+    store = artifact_store()
+    uri = store.uri(data_key(staged.sha256))
+    copied = was_there = False
+    try:
+        with transaction.atomic():
+            # The lock is held from the check through the copy to the commit, so a failing
+            # registration that removes its copy can never remove a concurrent one's file.
+            _lock_handles()
+            existing = DataEntry.objects.filter(sha256=staged.sha256).first()
+            if existing is None:
+                was_there = store.exists(uri)
+                store.put_file(staged.path, key=data_key(staged.sha256))
+                copied = True
+                entry = DataEntry(
+                    handle=next_handle(DataEntry.objects.all(), "data"),
+                    name=name,
+                    uri=uri,
+                    sha256=staged.sha256,
+                    rows=staged.rows,
+                    size_bytes=staged.size,
+                    format=staged.format,
+                    schema=staged.schema,
+                    source_kind=source_kind,
+                    source=source,
+                    teacher=teacher,
+                    run=run,
+                    registered_by=node,
+                )
+                entry.full_clean()
+                entry.save(force_insert=True)
+                if parents:
+                    entry.parents.add(*parents)
+                DataReadmeEntry.objects.create(entry=entry, author=actor, text=readme)
+                event_append(
+                    run=run,
+                    type=event_type,
+                    actor=actor,
+                    role=role,
+                    arguments={
+                        "handle": entry.handle,
+                        "name": name,
+                        "sha256": entry.sha256,
+                        "rows": entry.rows,
+                        "format": entry.format,
+                        "source_kind": source_kind,
+                        "source": source,
+                        "parents": [p.handle for p in parents or []],
+                    },
+                    result_ref=f"data:{entry.uuid}",
+                )
+    except BaseException:
+        if copied and not was_there:
+            _remove_unreferenced(uri)
+        raise
+    if existing is not None:
+        # A concurrent registration of the same bytes committed first: it wins.
+        return _reregistered(existing, actor=actor, role=role, run=run, what=what)
+    return entry
+
+
+def _remove_unreferenced(uri: str) -> None:
+    """Delete a just-copied artifact unless a committed entry points at it (under the handle lock)."""
+    try:
+        with transaction.atomic():
+            _lock_handles()
+            if not DataEntry.objects.filter(uri=uri).exists():
+                artifact_store().delete(uri)
+    except DatabaseError:
+        # The caller's transaction is broken: keep the content-addressed orphan (harmless) rather
+        # than risk deleting a file another registration relies on.
+        return
+
+
+def data_register_from_workspace(
+    *,
+    workspace: Path,
+    path: str,
+    name: str,
+    format: str | None = None,
+    run: Run | None = None,
+    node: ResearchNode | None = None,
+    teacher: str = "",
+    note: str = "",
+) -> DataEntry:
+    """Register a JSONL file that lies inside ``workspace`` (a Worker's folder).
+
+    ``path`` is relative and must stay inside: ``..``, absolute paths and symlinks anywhere on the
+    path are refused, as are non-regular, unreadable, empty and malformed files. ``format`` is
+    sft or dpo, inferred from the first row when omitted. Identical bytes return the existing entry.
+    """
+    name = _check_name(name)
+    parts = _relative_parts(path)
+    shown = "/".join(parts)
+    run = _scope(run, node)
+    fd = _open_confined(Path(workspace), parts, shown=shown)
+    staged = _stage_fd(fd, shown=shown, format=format)
+    try:
+        readme = f"Registered from workspace file {shown} ({staged.rows} rows, {staged.format})."
+        if teacher:
+            readme += f" Generated by teacher model {teacher}."
+        if note:
+            readme += f"\n\n{note}"
+        return _register_staged(
+            staged,
+            name=name,
+            source_kind=SourceKind.WORKSPACE,
+            source={"workspace_path": shown},
+            what=f"workspace file {shown} as {name!r}",
+            readme=readme,
+            run=run,
+            node=node,
+            teacher=teacher,
+        )
+    finally:
+        staged.discard()
+
+
+def data_register_from_catalog(
+    *,
+    catalog_root: Path,
+    dataset: str,
+    name: str | None = None,
+    run: Run | None = None,
+    node: ResearchNode | None = None,
+    note: str = "",
+) -> DataEntry:
+    """Register a local catalog dataset's ``data.jsonl``; its card (README.md) becomes the first readme.
+
+    The catalog's own quality labels (meta.json ``quality``, ``tags``) are not copied: finding
+    out what a dataset is worth is the agents' job.
+    """
+    if not isinstance(dataset, str) or not _CATALOG_NAME.match(dataset):
+        raise ApplicationError("invalid_name", f"{dataset!r} is not a catalog dataset name.")
+    name = _check_name(name or dataset)
+    run = _scope(run, node)
+    root = Path(catalog_root)
+    meta_fd = _open_confined(root, [dataset, "meta.json"], shown=f"{dataset}/meta.json")
+    with os.fdopen(meta_fd, "rb") as handle:
+        try:
+            meta = json.loads(handle.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ApplicationError("malformed_catalog", f"{dataset}/meta.json is not valid JSON.") from None
+    if not isinstance(meta, dict):
+        raise ApplicationError("malformed_catalog", f"{dataset}/meta.json is not an object.")
+    files = meta.get("files") or ["data.jsonl"]
+    if files != ["data.jsonl"]:
+        raise ApplicationError("malformed_catalog", f"{dataset} lists files {files}; only data.jsonl is supported.")
+    card = ""
+    try:
+        card_fd = _open_confined(root, [dataset, "README.md"], shown=f"{dataset}/README.md")
+        with os.fdopen(card_fd, "rb") as handle:
+            card = handle.read(MAX_README_CHARS).decode("utf-8", errors="replace")
+    except ApplicationError as exc:
+        if exc.code != "not_found":
+            raise
+    fd = _open_confined(root, [dataset, "data.jsonl"], shown=f"{dataset}/data.jsonl")
+    staged = _stage_fd(fd, shown=f"{dataset}/data.jsonl", format=meta.get("format"))
+    try:
+        readme = f"Registered from the local catalog dataset {dataset} ({staged.rows} rows, {staged.format})."
+        if card:
+            readme += f"\n\nDataset card:\n\n{card.strip()}"
+        if note:
+            readme += f"\n\n{note}"
+        return _register_staged(
+            staged,
+            name=name,
+            source_kind=SourceKind.CATALOG,
+            source={"catalog": dataset, "file": "data.jsonl", "license": str(meta.get("license", ""))},
+            what=f"catalog dataset {dataset} as {name!r}",
+            readme=readme,
+            run=run,
+            node=node,
+        )
+    finally:
+        staged.discard()
+
+
+def data_register_from_job(
+    *,
+    job: Job,
+    path: Path,
+    parents: list[DataEntry],
+    name: str,
+    format: str | None = None,
+    teacher: str = "",
+    note: str = "",
+) -> DataEntry:
+    """Register a JSONL file a data job wrote (``path`` on the job's local disk) with its parents."""
+    name = _check_name(name)
+    path = Path(path)
+    fd = _open_confined(path.parent, [path.name], shown=path.name)
+    staged = _stage_fd(fd, shown=path.name, format=format)
+    try:
+        readme = f"Written by {job.kind} job {job.uuid} (attempt {job.attempt}) from {[p.handle for p in parents]}."
+        if note:
+            readme += f"\n\n{note}"
+        return _register_staged(
+            staged,
+            name=name,
+            source_kind=SourceKind.JOB,
+            source={"job": str(job.uuid), "attempt": job.attempt, "parents": [p.handle for p in parents]},
+            what=f"job {job.uuid} output as {name!r}",
+            readme=readme,
+            run=job.run,
+            node=None,
+            teacher=teacher,
+            parents=parents,
+        )
+    finally:
+        staged.discard()
+
+
+# --------------------------------------------------------------------------- readme and usage
+
+
+def data_readme_append(
+    *, entry: DataEntry, author: str, text: str, node: ResearchNode | None = None
+) -> DataReadmeEntry:
+    """Append a provenance note. Notes are never edited or removed (the database refuses it)."""
+    if not isinstance(author, str) or not author.strip() or len(author) > 200:
+        raise ApplicationError("invalid_author", "A readme note needs an author of 1-200 characters.")
+    if not isinstance(text, str) or not text.strip():
+        raise ApplicationError("empty_text", "A readme note needs some text.")
+    if len(text) > MAX_README_CHARS:
+        raise ApplicationError("text_too_long", f"A readme note is at most {MAX_README_CHARS} characters.")
+    with transaction.atomic():
+        note = DataReadmeEntry(entry=entry, author=author.strip(), text=text)
+        note.full_clean()
+        note.save(force_insert=True)
+        event_append(
+            run=entry.run,
+            type="data.readme_appended",
+            actor=author.strip(),
+            role=node.kind if node is not None else "system",
+            arguments={"handle": entry.handle, "chars": len(text)},
+            result_ref=f"data:{entry.uuid}",
+        )
+    return note
+
+
+def data_usage_record(*, entry: DataEntry, experiment: Experiment, purpose: str = "train") -> DataUsage:
+    """Record that ``experiment`` used ``entry`` (idempotent per pair)."""
+    if not isinstance(purpose, str) or not re.fullmatch(r"[a-z_]{1,16}", purpose):
+        raise ApplicationError("invalid_purpose", "purpose is a short lowercase word such as train or eval.")
+    existing = DataUsage.objects.filter(entry=entry, experiment=experiment).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            usage = DataUsage.objects.create(entry=entry, experiment=experiment, purpose=purpose)
+            event_append(
+                run=experiment.run,
+                type="data.used",
+                actor=experiment.owner.handle,
+                role="worker",
+                arguments={"handle": entry.handle, "experiment": experiment.handle, "purpose": purpose},
+                result_ref=f"data:{entry.uuid}",
+            )
+    except IntegrityError:
+        # A concurrent call recorded the same pair first; the unique constraint kept one row.
+        return DataUsage.objects.get(entry=entry, experiment=experiment)
+    return usage
+
+
+# --------------------------------------------------------------------------- transforms
+
+
+def data_load_rows(*, entry: DataEntry, limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows of a stored entry (all, or the first ``limit``)."""
+    rows: list[dict[str, Any]] = []
+    with artifact_store().open(entry.uri, "rb") as handle:
+        for raw in handle:
+            if limit is not None and len(rows) >= limit:
+                break
+            rows.append(json.loads(raw))
+    return rows
+
+
+def _scanner_for(params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    from apps.benchmarks.services import benchmark_resolve
+    from apps.integrity.contamination import ContaminationScanner
+
+    transforms._allowed(params, {"benchmark", "ngram", "threshold"}, "decontaminate")
+    reference = params.get("benchmark")
+    if not isinstance(reference, str) or not reference:
+        raise ApplicationError("bad_params", "decontaminate needs benchmark: a benchmark name or uuid.")
+    benchmark = benchmark_resolve(reference)
+    ngram = transforms._int(params, "ngram", low=3, high=50) or 13
+    threshold = transforms._float(params, "threshold", 0.75, low=0.3, high=1.0)
+    scanner = ContaminationScanner.for_benchmark(benchmark, ngram=ngram, threshold=threshold)
+    # Recorded as the benchmark's identity and version, never its items.
+    return scanner, {"benchmark": benchmark.name, "version": benchmark.version, "ngram": ngram, "threshold": threshold}
+
+
+def data_transform(
+    *,
+    op: str,
+    inputs: list[DataEntry],
+    params: dict[str, Any],
+    job: Job | None = None,
+    name: str | None = None,
+    node: ResearchNode | None = None,
+) -> DataEntry:
+    """Derive a new datapool entry from ``inputs`` with one transform; parents and provenance recorded.
+
+    ``op``: filter, deduplicate, mix (two or more inputs), convert, decontaminate (params
+    ``benchmark`` plus optional ``ngram``/``threshold``). If the result has the bytes of an
+    existing entry (e.g. a filter that kept every row), that entry is returned with a readme line.
+    """
+    if op not in TRANSFORM_OPS:
+        raise ApplicationError("bad_params", f"op must be one of {list(TRANSFORM_OPS)}, got {op!r}.")
+    if not isinstance(params, dict):
+        raise ApplicationError("bad_params", "params must be an object.")
+    if not inputs:
+        raise ApplicationError("bad_params", f"{op} needs an input entry.")
+    if op != "mix" and len(inputs) != 1:
+        raise ApplicationError("bad_params", f"{op} takes exactly one input; mix combines several.")
+    if op == "mix" and len({entry.format for entry in inputs}) != 1:
+        raise ApplicationError("bad_params", "mix inputs must share one format (convert first).")
+    recorded = dict(params)
+    source_rows: list[dict[str, Any]] = []
+    try:
+        if op == "mix":
+            rows, report = transforms.mix_rows([data_load_rows(entry=e) for e in inputs], params)
+        else:
+            source_rows = data_load_rows(entry=inputs[0])
+            if op == "filter":
+                rows, report = transforms.filter_rows(source_rows, params)
+            elif op == "deduplicate":
+                rows, report = transforms.deduplicate_rows(source_rows, params)
+            elif op == "convert":
+                rows, report = transforms.convert_rows(source_rows, params)
+            else:
+                scanner, recorded = _scanner_for(params)
+                rows, report = transforms.decontaminate_rows(source_rows, scanner)
+    except transforms.TransformError as exc:
+        raise ApplicationError(exc.code, exc.message) from None
+    if op != "mix" and rows == source_rows:
+        # Nothing changed: the input already is the result; say so in its readme, no new entry.
+        actor, role = _actor(node)
+        return _reregistered(inputs[0], actor=actor, role=role, run=inputs[0].run,
+                             what=f"{op} with {json.dumps(recorded, sort_keys=True)} changed nothing")  # fmt: skip
+    if not rows:
+        raise ApplicationError("empty_result", f"{op} left no rows ({json.dumps(report)}); loosen the parameters.")
+
+    handles = [entry.handle for entry in inputs]
+    out_format = inputs[0].format if op != "convert" else None
+    staged = _stage_rows(rows, shown=f"{op} output", format=out_format)
+    run = node.run if node is not None else (job.run if job is not None else inputs[0].run)
+    try:
+        readme = (
+            f"{op} of {', '.join(handles)}"
+            + (f" by job {job.uuid}" if job is not None else "")
+            + f".\nParameters: {json.dumps(recorded, sort_keys=True)}\nResult: {json.dumps(report, sort_keys=True)}"
+        )
+        return _register_staged(
+            staged,
+            name=_check_name(name or f"{inputs[0].name}-{op}"),
+            source_kind=SourceKind.JOB,
+            source={
+                "transform": op,
+                "params": recorded,
+                "inputs": handles,
+                "job": str(job.uuid) if job is not None else None,
+                "report": report,
+            },
+            what=f"{op} of {', '.join(handles)}",
+            readme=readme,
+            run=run,
+            node=node,
+            parents=list(inputs),
+            event_type="data.transformed",
+        )
+    finally:
+        staged.discard()
+
+
+__all__ = [
+    "DataFormat",
+    "data_load_rows",
+    "data_readme_append",
+    "data_register_from_catalog",
+    "data_register_from_job",
+    "data_register_from_workspace",
+    "data_transform",
+    "data_usage_record",
+]

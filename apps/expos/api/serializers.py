@@ -1,0 +1,177 @@
+"""Output serializers of the read-only resource endpoints.
+
+Each reads the caller from ``context["caller"]`` (apps.expos.visibility) so that what it shows —
+rounded scores for agents, redacted reports for the Main Agent — follows the same rules as the tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from apps.datapool.models import DataEntry
+from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Event, Experiment
+from apps.expos.registry import Role, ToolContext
+from apps.expos.visibility import event_arguments_for, score_for
+from apps.research.models import ResearchNode, Run
+from apps.reviews.models import ReviewReport
+from apps.reviews.selectors import report_payload
+
+
+def _caller(serializer: serializers.Serializer) -> Any:
+    return serializer.context["caller"]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    benchmark = serializers.CharField(source="benchmark.name", read_only=True)
+    base_checkpoint = serializers.CharField(source="base_checkpoint.handle", read_only=True)
+
+    class Meta:
+        model = Run
+        fields = [
+            "uuid", "name", "benchmark", "base_checkpoint", "target_capability", "agent_mode", "status",
+            "budget_wall_seconds", "budget_accelerator_seconds", "budget_llm_tokens", "max_parallel_workers",
+            "reserved_final_seconds", "used_accelerator_seconds", "used_llm_tokens", "flagged",
+            "started_at", "finished_at", "created_at",
+        ]  # fmt: skip
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run.uuid", read_only=True)
+    upstream = serializers.SerializerMethodField()
+    etag = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ResearchNode
+        fields = [
+            "uuid", "run", "kind", "handle", "task", "status", "summary", "summary_experiments", "upstream",
+            "version", "etag", "created_at", "finalized_at",
+        ]  # fmt: skip
+
+    @extend_schema_field({"type": "array", "items": {"type": "object", "properties": {
+        "handle": {"type": "string"}, "kind": {"type": "string"}}}})  # fmt: skip
+    def get_upstream(self, node: ResearchNode) -> list[dict[str, str]]:
+        return [{"handle": e.upstream.handle, "kind": e.kind} for e in node.upstream_edges.all()]
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_etag(self, node: ResearchNode) -> str:
+        return f'"{node.uuid}.{node.version}"'
+
+
+class ExperimentSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run.uuid", read_only=True)
+    owner = serializers.CharField(source="owner.handle", read_only=True)
+    input_checkpoint = serializers.CharField(source="input_checkpoint.handle", read_only=True)
+    output_checkpoint = serializers.CharField(source="output_checkpoint.handle", read_only=True, allow_null=True)
+    parents = serializers.SerializerMethodField()
+    feedback_score = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Experiment
+        fields = [
+            "uuid", "run", "handle", "owner", "kind", "status", "integrity_status", "input_checkpoint",
+            "output_checkpoint", "action", "claim", "feedback_score", "parents", "created_at",
+        ]  # fmt: skip
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}})
+    def get_parents(self, experiment: Experiment) -> list[str]:
+        return sorted(p.handle for p in experiment.parents.all())
+
+    @extend_schema_field({"type": ["number", "null"]})
+    def get_feedback_score(self, experiment: Experiment) -> float | None:
+        return score_for(_caller(self), experiment.feedback_score)
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    parent = serializers.CharField(source="parent.handle", read_only=True, allow_null=True)
+
+    class Meta:
+        model = Checkpoint
+        fields = ["uuid", "handle", "manifest_sha256", "parent", "is_base", "is_reference", "created_at"]
+
+
+class DataEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DataEntry
+        fields = [
+            "uuid", "handle", "name", "sha256", "rows", "size_bytes", "format", "schema", "source_kind", "source",
+            "teacher", "created_at",
+        ]  # fmt: skip
+
+
+class EvaluationSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run.uuid", read_only=True, allow_null=True)
+    experiment = serializers.CharField(source="experiment.handle", read_only=True, allow_null=True)
+    checkpoint = serializers.CharField(source="checkpoint.handle", read_only=True)
+    score = serializers.SerializerMethodField()
+    correct = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Evaluation
+        fields = [
+            "uuid", "run", "experiment", "checkpoint", "split", "status", "score", "correct", "sample_count",
+            "evaluator_sha256", "settings_sha256", "data_sha256", "backend", "created_at",
+        ]  # fmt: skip
+
+    @extend_schema_field({"type": ["number", "null"]})
+    def get_score(self, evaluation: Evaluation) -> float | None:
+        return score_for(_caller(self), evaluation.score)
+
+    @extend_schema_field({"type": ["integer", "null"]})
+    def get_correct(self, evaluation: Evaluation) -> int | None:
+        # The exact count would undo the score's rounding: only those who may see samples get it.
+        caller = _caller(self)
+        if isinstance(caller, ToolContext) and caller.role != Role.REVIEWER:
+            return None
+        return evaluation.correct
+
+
+class EvaluationSampleSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = EvaluationSample
+        fields = ["sample_id", "output", "correct"]
+
+
+class ReportSerializer(serializers.Serializer):
+    """The report as inspect_reviewer_report gives it: redacted for the Main Agent.
+
+    The fields below document the shape; ``to_representation`` builds it with the reviews selector.
+    """
+
+    run = serializers.UUIDField()
+    uuid = serializers.UUIDField()
+    reviewer = serializers.CharField()
+    status = serializers.CharField()
+    summary = serializers.CharField()
+    experiments = serializers.ListField(child=serializers.CharField())
+    supported_findings = serializers.ListField(child=serializers.CharField())
+    uncertainties = serializers.ListField(child=serializers.CharField())
+    protocol_violations = serializers.ListField(child=serializers.CharField())
+    regressions = serializers.ListField(child=serializers.CharField())
+    missing_comparisons = serializers.ListField(child=serializers.CharField())
+    recommendations = serializers.ListField(child=serializers.CharField())
+    observations = serializers.ListField(child=serializers.DictField())
+    created_at = serializers.DateTimeField()
+    redacted = serializers.BooleanField()
+
+    def to_representation(self, report: ReviewReport) -> dict[str, Any]:  # type: ignore[override]
+        caller = _caller(self)
+        redacted = isinstance(caller, ToolContext) and caller.role == Role.MAIN
+        return {"run": str(report.run.uuid), **report_payload(report, redacted=redacted)}
+
+
+class EventSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run.uuid", read_only=True, allow_null=True)
+    arguments = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Event
+        fields = ["id", "seq", "run", "created_at", "type", "actor", "role", "tool", "arguments", "result_ref", "hash"]
+
+    @extend_schema_field({"type": "object"})
+    def get_arguments(self, event: Event) -> dict[str, Any]:
+        return event_arguments_for(_caller(self), event)
+

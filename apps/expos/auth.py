@@ -1,0 +1,219 @@
+"""Agent tokens: bearer credentials bound to (run, research node, role), and their DRF plumbing.
+
+A token is 256 random bits shown once; the database keeps its sha256 digest and a short prefix
+for logs. Lookups hash the presented token and find the row by the unique digest, so checking a
+token costs one indexed query and no slow password hash (the token is not guessable anyway).
+A token stops authenticating when revoked, when past ``expires_at``, or when its run has ended
+(finished, failed, stopped): agents of a closed run can no longer act.
+
+Agent tokens authenticate the REST API only. They never create a Django session, so they cannot
+open the UI or the admin; and people (sessions) cannot call agent tools (apps.expos.views).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import authentication, exceptions, permissions, throttling
+from rest_framework.request import Request
+
+from apps.core.errors import ApplicationError
+from apps.experiments.events import event_append
+from apps.expos.models import AgentToken
+from apps.expos.registry import Role
+from apps.research.choices import RUN_TERMINAL_STATES, NodeKind
+from apps.research.models import ResearchNode, Run
+
+TOKEN_PREFIX_LENGTH = 8
+# last_used_at is informational; writing it on every call would put an UPDATE on every request.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+HUMAN_GROUPS = ("viewer", "operator", "admin")
+
+# The role a token may carry for each kind of research node: a token acts as its node.
+_ROLE_FOR_KIND = {NodeKind.MAIN: Role.MAIN, NodeKind.WORKER: Role.WORKER, NodeKind.REVIEWER: Role.REVIEWER}
+
+
+def token_digest(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
+
+
+def agent_token_issue(
+    *, run: Run, node: ResearchNode, role: str, expires_at: datetime | None = None, actor: str = "system"
+) -> tuple[str, AgentToken]:
+    """Mint a token for ``node`` acting as ``role``; returns (plaintext, row). The plaintext is not stored."""
+    if node.run_id != run.pk:
+        raise ApplicationError("foreign_node", f"{node.handle} does not belong to run {run.uuid}.")
+    if _ROLE_FOR_KIND.get(node.kind) != role:
+        raise ApplicationError("role_mismatch", f"A {node.kind} node acts as {_ROLE_FOR_KIND.get(node.kind)}, not {role}.")
+    if run.status in RUN_TERMINAL_STATES:
+        raise ApplicationError("run_finished", f"Run {run.uuid} is {run.status}; it takes no new agents.", status=409)
+    plaintext = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        token = AgentToken(
+            run=run,
+            node=node,
+            role=role,
+            digest=token_digest(plaintext),
+            prefix=plaintext[:TOKEN_PREFIX_LENGTH],
+            expires_at=expires_at,
+        )
+        token.full_clean()
+        token.save()
+        event_append(
+            run=run,
+            type="token.issued",
+            actor=actor,
+            role="system",
+            arguments={"node": node.handle, "role": role, "prefix": token.prefix, "expires_at": expires_at},
+            result_ref=f"node:{node.uuid}",
+        )
+    return plaintext, token
+
+
+def agent_token_revoke(*, token: AgentToken, actor: str = "system", reason: str = "") -> AgentToken:
+    """Revoke a token at once. Idempotent: revoking a revoked token changes nothing."""
+    with transaction.atomic():
+        locked = AgentToken.objects.select_for_update().get(pk=token.pk)
+        if locked.revoked_at is not None:
+            return locked
+        locked.revoked_at = timezone.now()
+        locked.save(update_fields=["revoked_at", "updated_at"])
+        event_append(
+            run=locked.run,
+            type="token.revoked",
+            actor=actor,
+            role="system",
+            arguments={"prefix": locked.prefix, "reason": reason},
+            result_ref=f"node:{locked.node.uuid}",
+        )
+    return locked
+
+
+def agent_token_resolve(plaintext: str) -> AgentToken:
+    """The live token for ``plaintext``, with its run and node loaded; AuthenticationFailed otherwise."""
+    token = (
+        AgentToken.objects.select_related("run", "node", "run__benchmark")
+        .filter(digest=token_digest(plaintext))
+        .first()
+    )
+    if token is None:
+        raise exceptions.AuthenticationFailed("Unknown agent token.")
+    now = timezone.now()
+    if token.revoked_at is not None:
+        raise exceptions.AuthenticationFailed(f"Agent token {token.prefix}… was revoked.")
+    if token.expires_at is not None and token.expires_at <= now:
+        raise exceptions.AuthenticationFailed(f"Agent token {token.prefix}… expired at {token.expires_at.isoformat()}.")
+    if token.run.status in RUN_TERMINAL_STATES:
+        raise exceptions.AuthenticationFailed(
+            f"Agent token {token.prefix}… expired with its run, which is {token.run.status}."
+        )
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        # Conditional update: concurrent calls of one token write it once, and never a full save.
+        AgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+@dataclass(frozen=True)
+class AgentPrincipal:
+    """``request.user`` for an agent: authenticated, never staff, never a Django user."""
+
+    token: AgentToken
+
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+    is_superuser = False
+    is_active = True
+    pk = None
+
+    @property
+    def role(self) -> str:
+        return self.token.role
+
+    def get_username(self) -> str:
+        return f"agent:{self.token.node.handle}"
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return self.get_username()
+
+
+class AgentTokenAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer <token>``. Answers 401 with ``WWW-Authenticate: Bearer`` when absent."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[AgentPrincipal, AgentToken] | None:
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Send the header as 'Authorization: Bearer <token>'.")
+        try:
+            plaintext = header[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("An agent token is ASCII.") from None
+        token = agent_token_resolve(plaintext)
+        return AgentPrincipal(token), token
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{self.keyword} realm="expos"'
+
+
+def agent_token_of(request: Request) -> AgentToken | None:
+    return request.auth if isinstance(request.auth, AgentToken) else None
+
+
+def is_human_viewer(user: Any) -> bool:
+    """A person with at least the viewer group (operator and admin include viewing)."""
+    if user is None or not getattr(user, "is_authenticated", False) or isinstance(user, AgentPrincipal):
+        return False
+    if user.is_superuser:
+        return True
+    return user.groups.filter(name__in=HUMAN_GROUPS).exists()
+
+
+class IsAgentOrViewer(permissions.BasePermission):
+    """Read endpoints: any live agent token (scoped by the visibility selectors) or a viewer+ person."""
+
+    message = "Sign in as a viewer, operator or admin, or send an agent token."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if agent_token_of(request) is not None:
+            return True
+        return is_human_viewer(request.user)
+
+
+class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
+    """Per-token rate limit, keyed by the token's digest; the rate is ``RSI_TOKEN_RATE`` ("600/min").
+
+    People are not throttled here: the limit exists to keep a runaway agent loop from flooding the
+    database. The counts live in the Django cache (Redis when REDIS_URL is set, so all web
+    processes share them).
+    """
+
+    scope = "agent_token"
+
+    def get_rate(self) -> str | None:
+        return getattr(settings, "RSI_TOKEN_RATE", "600/min") or None
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        # Read the rate per request (not once at import) so a changed setting applies at once.
+        self.rate = self.get_rate()
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request, view)
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        token = agent_token_of(request)
+        if token is None:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": token.digest}

@@ -1,0 +1,182 @@
+"""``expos``: the Experiment OS as a command line, for agents that have a shell (Claude Code, Codex).
+
+Every tool is a subcommand, generated from the registry: the CLI asks the server for the tool
+definitions of its token's role (GET /api/v1/tools/definitions) and turns each tool's input
+schema into flags, so the CLI can never drift from the server it talks to. Usage::
+
+    export RSI_URL=http://127.0.0.1:8000 RSI_TOKEN=<agent token>
+    expos tools                                   # the tools this token may call
+    expos public_check_quota
+    expos events_tail --limit 20 --types tool.called --types job.succeeded
+    expos worker_finalize --summary "..." --experiments exp_0001 --if-match '"<etag>"'
+    expos main_optimizer_update --json '{"claims": [{"key": "lr", "text": "..."}]}'
+    expos reviewer_submit_review --json @report.json
+
+Answers are printed as JSON on stdout. A refusal prints the error JSON on stderr, its message on
+the last line, and exits 1; a transport or usage problem exits 2. Only the standard library is
+used, so the CLI runs anywhere Python does — on purpose away from the sealed data and the
+artifact store (docs/expos-cli.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TIMEOUT_SECONDS = 120
+
+
+class CliError(Exception):
+    def __init__(self, message: str, *, code: int, body: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.body = body
+
+
+def request(method: str, url: str, token: str, *, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+    """One HTTP call; returns the decoded JSON answer or raises CliError with the server's message."""
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    all_headers = {"Authorization": f"Bearer {token}", "Accept": "application/json", **(headers or {})}
+    if data is not None:
+        all_headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(url, data=data, method=method, headers=all_headers)  # noqa: S310 - URL is the user's
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            payload = json.loads(raw)
+            message = payload.get("error", {}).get("message") or raw.decode("utf-8", "replace")
+        except (ValueError, AttributeError):
+            payload, message = None, raw.decode("utf-8", "replace")[:500]
+        raise CliError(f"HTTP {exc.code}: {message}", code=1, body=payload) from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise CliError(f"cannot reach {url}: {exc}", code=2) from None
+    return json.loads(raw) if raw else None
+
+
+def _flag_type(schema: dict[str, Any]) -> Any:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    return {"integer": int, "number": float, "string": str}.get(kind or "", _json_or_text)
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParser:
+    """An argparse parser whose flags are the tool's input-schema properties."""
+    function = definition["function"]
+    parameters = function.get("parameters", {})
+    required = set(parameters.get("required", []))
+    parser = argparse.ArgumentParser(prog=f"{prog} {function['name']}", description=function["description"])
+    parser.add_argument("--json", dest="_json", metavar="JSON",
+                        help="all arguments as a JSON object ('-' reads stdin, '@file' reads a file); flags override")
+    parser.add_argument("--idempotency-key", dest="_idempotency_key", help="makes a create safe to retry")
+    parser.add_argument("--if-match", dest="_if_match", help="the ETag you read; a stale one gets 412")
+    for name, schema in parameters.get("properties", {}).items():
+        flags = sorted({f"--{name.replace('_', '-')}", f"--{name}"})
+        help_text = (schema.get("description") or "") + (" (required)" if name in required else "")
+        kind = schema.get("type")
+        if kind == "boolean":
+            parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif kind == "array" and isinstance(schema.get("items"), dict) and schema["items"].get("type") in (
+            "string", "integer", "number"
+        ):
+            parser.add_argument(*flags, dest=name, action="append", type=_flag_type(schema["items"]), default=None,
+                                help=help_text + " (repeat the flag for several)")
+        else:
+            parser.add_argument(*flags, dest=name, type=_flag_type(schema), default=None, help=help_text)
+    return parser
+
+
+def _load_json_argument(value: str) -> Any:
+    if value == "-":
+        return json.load(sys.stdin)
+    if value.startswith("@"):
+        with open(value[1:], encoding="utf-8") as handle:
+            return json.load(handle)
+    return json.loads(value)
+
+
+def arguments_from(namespace: argparse.Namespace) -> dict[str, Any]:
+    values = vars(namespace)
+    args: dict[str, Any] = {}
+    if values.get("_json"):
+        loaded = _load_json_argument(values["_json"])
+        if not isinstance(loaded, dict):
+            raise CliError("--json must be a JSON object", code=2)
+        args.update(loaded)
+    for name, value in values.items():
+        if not name.startswith("_") and value is not None:
+            args[name] = value
+    return args
+
+
+def _print(value: Any, stream: Any = None) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False), file=stream or sys.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="expos",
+        description="Call Experiment OS tools. 'expos tools' lists them; 'expos <tool> --help' shows a tool's flags.",
+    )
+    parser.add_argument("--url", default=os.environ.get("RSI_URL", DEFAULT_URL), help="server (env RSI_URL)")
+    parser.add_argument("--token", default=os.environ.get("RSI_TOKEN"), help="agent token (env RSI_TOKEN)")
+    parser.add_argument("tool", help="a tool name, or 'tools' to list them")
+    # Everything after the tool name is the tool's own flags (a tool may have --url of its own).
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parsed = parser.parse_args(argv)
+    rest = parsed.rest
+    if not parsed.token:
+        print("expos: set RSI_TOKEN (or --token) to your agent token", file=sys.stderr)
+        return 2
+    base = parsed.url.rstrip("/") + "/api/v1"
+    try:
+        if parsed.tool == "tools":
+            listing = request("GET", f"{base}/tools", parsed.token)
+            for item in listing["tools"]:
+                print(f"{item['name']:<40} {item['description']}")
+            return 0
+        definitions = request("GET", f"{base}/tools/definitions", parsed.token)["tools"]
+        by_name = {d["function"]["name"]: d for d in definitions}
+        if parsed.tool not in by_name:
+            raise CliError(
+                f"unknown tool {parsed.tool!r} for this token's role ({definitions and 'see: expos tools'})", code=2
+            )
+        namespace = tool_parser(by_name[parsed.tool], parser.prog).parse_args(rest)
+        args = arguments_from(namespace)
+        headers = {}
+        if namespace._idempotency_key:
+            headers["Idempotency-Key"] = namespace._idempotency_key
+        if namespace._if_match:
+            headers["If-Match"] = namespace._if_match
+        url = f"{base}/tools/{urllib.parse.quote(parsed.tool)}"
+        _print(request("POST", url, parsed.token, body=args, headers=headers))
+        return 0
+    except CliError as exc:
+        if exc.body is not None:
+            _print(exc.body, sys.stderr)
+        print(f"expos: {exc}", file=sys.stderr)
+        return exc.code
+    except (ValueError, OSError) as exc:
+        print(f"expos: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""The people's roles (DESIGN.md): viewer, operator and admin groups.
+
+Membership is what the API checks (apps.expos.auth.is_human_viewer); operator and admin include
+viewing. Creating them in a migration means every install has them from the first start.
+"""
+
+from django.db import migrations
+
+GROUPS = ("viewer", "operator", "admin")
+
+
+def create_groups(apps, schema_editor):
+    Group = apps.get_model("auth", "Group")
+    for name in GROUPS:
+        Group.objects.get_or_create(name=name)
+
+
+def remove_groups(apps, schema_editor):
+    apps.get_model("auth", "Group").objects.filter(name__in=GROUPS).delete()
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("expos", "0001_initial"),
+    ]
+
+    operations = [migrations.RunPython(create_groups, remove_groups)]

@@ -1,0 +1,139 @@
+"""OpenAPI generation from the tool registry (drf-spectacular).
+
+The generic POST /api/v1/tools/{name} view is hidden from the schema; instead this hook writes
+one path per registered tool, with the tool's own input and output schemas, its headers
+(Idempotency-Key, If-Match, ETag) and every error response it can give — so the document, the
+LLM definitions and the CLI all come from the same declarations. The hook also documents the
+JSON error body on every operation of the API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+from apps.expos.registry import load_all
+
+ERROR_COMPONENT = "Error"
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "description": "Stable, machine-readable reason."},
+                "message": {"type": "string", "description": "What went wrong and how to fix it."},
+                "detail": {"description": "Structured context: the failing path, the current ETag, ..."},
+            },
+            "required": ["code", "message"],
+            "additionalProperties": False,
+        }
+    },
+    "required": ["error"],
+    "additionalProperties": False,
+}
+ERROR_REF = {"$ref": f"#/components/schemas/{ERROR_COMPONENT}"}
+
+# What each status means for every tool; tools add their own codes in the description.
+COMMON_TOOL_ERRORS = {
+    "400": "invalid_input (with the JSON path of the first error), invalid_json, or a domain refusal",
+    "401": "no, unknown, revoked or expired agent token (tokens expire with their run)",
+    "403": "forbidden_role: the token's role may not call this tool; sealed: a refused read of sealed material",
+    "404": "unknown_tool, or a named record that is not visible to the caller",
+    "409": "conflict: idempotency_mismatch, or the records' state refuses the change",
+    "413": "request_too_large: the body exceeds RSI_MAX_REQUEST_BYTES",
+    "415": "unsupported_media_type: send application/json",
+    "429": "throttled: this token's rate limit (RSI_TOKEN_RATE) was reached",
+}
+COMMON_READ_ERRORS = {
+    "400": "invalid filter or query parameter",
+    "401": "not authenticated",
+    "403": "not a viewer, or a refused read of sealed material (recorded)",
+    "404": "not found or not visible to the caller",
+    "429": "throttled",
+}
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "apps.expos.auth.AgentTokenAuthentication"
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An agent token bound to (run, research node, role); it expires with its run.",
+        }
+
+
+def _error_responses(errors: dict[str, str]) -> dict[str, Any]:
+    return {
+        status: {"description": text, "content": {"application/json": {"schema": ERROR_REF}}}
+        for status, text in errors.items()
+    }
+
+
+def tool_operation(tool: Any) -> dict[str, Any]:
+    parameters: list[dict[str, Any]] = []
+    if tool.idempotent_create:
+        parameters.append({
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "description": "Retry-safe key: the same key and body replays the stored answer (200); "
+            "the same key with another body is refused (409 idempotency_mismatch).",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^[\x21-\x7e]+$"},
+        })  # fmt: skip
+    if tool.etag_node is not None:
+        parameters.append({
+            "name": "If-Match",
+            "in": "header",
+            "required": False,
+            "description": "The node's ETag as last read; a stale one gets 412 precondition_failed.",
+            "schema": {"type": "string", "maxLength": 200},
+        })  # fmt: skip
+    ok = {
+        "description": tool.description,
+        "content": {"application/json": {"schema": tool.output_schema}},
+        "headers": {"ETag": {"schema": {"type": "string"}, "description": "Version of the node the call concerns."}},
+    }
+    responses: dict[str, Any] = {}
+    if tool.idempotent_create:
+        responses["201"] = ok
+        responses["200"] = {**ok, "description": "Replayed answer of an earlier call with this Idempotency-Key."}
+    else:
+        responses["200"] = ok
+    errors = dict(COMMON_TOOL_ERRORS)
+    if tool.etag_node is not None:
+        errors["412"] = "precondition_failed: If-Match does not match the node's current ETag"
+    responses.update(_error_responses(errors))
+    codes = ", ".join(tool.errors)
+    return {
+        "operationId": f"tool_{tool.name}",
+        "summary": tool.description.split(". ")[0][:120],
+        "description": f"{tool.description}\n\nRoles: {', '.join(sorted(tool.roles))}. Category: {tool.category}."
+        + (f" Error codes: {codes}." if codes else ""),
+        "tags": [f"tools: {tool.category}"],
+        "security": [{"agentToken": []}],
+        "parameters": parameters,
+        "requestBody": {"required": False, "content": {"application/json": {"schema": tool.input_schema}}},
+        "responses": responses,
+    }
+
+
+def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular POSTPROCESSING_HOOK: one path per tool, and the Error body everywhere."""
+    components = result.setdefault("components", {})
+    components.setdefault("schemas", {})[ERROR_COMPONENT] = ERROR_SCHEMA
+    components.setdefault("securitySchemes", {})["agentToken"] = {"type": "http", "scheme": "bearer"}
+    paths = result.setdefault("paths", {})
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            if method not in ("get", "post", "put", "patch", "delete") or not path.startswith("/api/v1/"):
+                continue
+            for status, entry in _error_responses(COMMON_READ_ERRORS).items():
+                operation.setdefault("responses", {}).setdefault(status, entry)
+    for name, tool in sorted(load_all().items()):
+        paths[f"/api/v1/tools/{name}"] = {"post": tool_operation(tool)}
+    return result

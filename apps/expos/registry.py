@@ -1,0 +1,152 @@
+"""The ExpOS tool registry: the single source of truth for every agent-facing tool.
+
+A tool is declared once, here or in ``apps/expos/tools/*.py`` with :func:`tool`. The REST
+endpoints (POST /api/v1/tools/<name>), the OpenAPI schema, the LLM tool definitions per role,
+the ``expos`` CLI and docs/tools.md are all generated from these declarations (DESIGN.md).
+
+Schemas are JSON Schema dicts. Input and output objects are *closed*
+(``additionalProperties: false``) so schema checks mean something.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from apps.expos.models import AgentToken
+    from apps.research.models import ResearchNode, Run
+
+
+class Role:
+    MAIN = "main"
+    WORKER = "worker"
+    REVIEWER = "reviewer"
+    ALL_AGENTS = frozenset({MAIN, WORKER, REVIEWER})
+
+
+class Category:
+    DATA = "data_management"
+    EXECUTION = "execution_state"
+    RESEARCH = "research_evidence"
+    REVIEW = "review_management"
+    DISCOVERY = "external_discovery"
+    OURS = "rsiweb"
+
+
+@dataclass
+class ToolContext:
+    """Who is calling: resolved from the bearer token before the handler runs.
+
+    Handlers may set ``result_ref`` ("experiment:<uuid>") for the call's event, and
+    ``etag_node`` to the research node whose version the response's ETag should carry.
+    """
+
+    run: Run
+    node: ResearchNode
+    role: str
+    idempotency_key: str | None = None
+    if_match: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    token: AgentToken | None = None
+    result_ref: str = ""
+    etag_node: ResearchNode | None = None
+
+    @property
+    def actor(self) -> str:
+        """The name events record for this caller (its node handle: main, worker_0002...)."""
+        return self.node.handle
+
+
+Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
+# Names the research node a call mutates, so the view can hold it to the caller's If-Match.
+EtagTarget = Callable[[ToolContext, dict[str, Any]], "ResearchNode"]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    category: str
+    roles: frozenset[str]
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    handler: Handler
+    # Tools that create records accept an Idempotency-Key; a retried call replays the answer.
+    idempotent_create: bool = False
+    errors: tuple[str, ...] = ()  # stable error codes this tool may answer with, for the docs
+    # Tools that change a mutable DAG node honour If-Match against that node's version (412 on
+    # a stale version) — concurrent agents then retry instead of silently overwriting.
+    etag_node: EtagTarget | None = None
+
+    def definition(self) -> dict[str, Any]:
+        """The OpenAI-style function definition given to an LLM agent."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.input_schema},
+        }
+
+
+REGISTRY: dict[str, Tool] = {}
+
+
+def obj(properties: dict[str, Any] | None = None, *, required: list[str] | None = None) -> dict[str, Any]:
+    """A closed JSON-Schema object."""
+    return {
+        "type": "object",
+        "properties": properties or {},
+        "required": required or [],
+        "additionalProperties": False,
+    }
+
+
+def tool(
+    name: str,
+    *,
+    category: str,
+    roles: frozenset[str] | set[str],
+    description: str,
+    input_schema: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    idempotent_create: bool = False,
+    errors: tuple[str, ...] = (),
+    etag_node: EtagTarget | None = None,
+) -> Callable[[Handler], Handler]:
+    """Declare a tool; the decorated function is its handler ``(ctx, args) -> result``."""
+
+    def register(handler: Handler) -> Handler:
+        if name in REGISTRY:
+            raise RuntimeError(f"tool {name!r} is declared twice")
+        REGISTRY[name] = Tool(
+            name=name,
+            category=category,
+            roles=frozenset(roles),
+            description=description,
+            input_schema=input_schema or obj(),
+            output_schema=output_schema or {"type": "object"},
+            handler=handler,
+            idempotent_create=idempotent_create,
+            errors=errors,
+            etag_node=etag_node,
+        )
+        return handler
+
+    return register
+
+
+def tools_for_role(role: str) -> list[Tool]:
+    """Every tool the role may call, in a stable order (the LLM definitions and the CLI use it)."""
+    return [t for name, t in sorted(load_all().items()) if role in t.roles]
+
+
+def load_all() -> dict[str, Tool]:
+    """Import every tool module so their declarations run; returns the registry."""
+    import importlib
+    import pkgutil
+
+    from apps.expos import tools
+
+    for module in pkgutil.iter_modules(tools.__path__):
+        importlib.import_module(f"apps.expos.tools.{module.name}")
+    return REGISTRY

@@ -1,0 +1,161 @@
+"""JSON-Schema building blocks for tool declarations (JSON Schema 2020-12, as OpenAPI 3.1 uses).
+
+Bounds are part of the contract: every string has a maxLength and every number a range that the
+database can store, so a schema-valid call never fails on a column limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.expos.registry import obj
+
+MAX_TEXT = 20_000
+
+
+def string(max_length: int = 200, *, min_length: int = 0, **extra: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "maxLength": max_length, **extra}
+    if min_length:
+        schema["minLength"] = min_length
+    return schema
+
+
+def text(max_length: int = 5000, *, min_length: int = 1, **extra: Any) -> dict[str, Any]:
+    return string(max_length, min_length=min_length, **extra)
+
+
+def integer(minimum: int = 0, maximum: int = 2**31 - 1, **extra: Any) -> dict[str, Any]:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum, **extra}
+
+
+def number(minimum: float | None = None, maximum: float | None = None, **extra: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "number", **extra}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if maximum is not None:
+        schema["maximum"] = maximum
+    return schema
+
+
+def boolean(**extra: Any) -> dict[str, Any]:
+    return {"type": "boolean", **extra}
+
+
+def array(items: dict[str, Any], *, max_items: int = 100, min_items: int = 0, unique: bool = False) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "array", "items": items, "maxItems": max_items}
+    if min_items:
+        schema["minItems"] = min_items
+    if unique:
+        schema["uniqueItems"] = True
+    return schema
+
+
+def enum(*values: str) -> dict[str, Any]:
+    return {"type": "string", "enum": list(values)}
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema, or null (JSON Schema type list; OpenAPI 3.1 accepts it as is)."""
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {**schema, "type": [kind, "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def closed(properties: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An output object: closed, with every property required except the named optional ones."""
+    return obj(properties, required=[name for name in properties if name not in optional])
+
+
+def free_object() -> dict[str, Any]:
+    """A JSON object whose content is data, not our structure (event arguments, an action recipe)."""
+    return {"type": "object"}
+
+
+UUID = {"type": "string", "format": "uuid"}
+TIMESTAMP = {"type": "string", "format": "date-time"}
+WORKER = string(32, pattern=r"^worker_[0-9]{4,}$", description="A Worker's handle, e.g. worker_0002.")
+REVIEWER = string(32, pattern=r"^reviewer_[0-9]{4,}$", description="A Reviewer's handle, e.g. reviewer_0001.")
+NODE_HANDLE = string(32, pattern=r"^(worker|reviewer)_[0-9]{4,}$", description="A Worker's or Reviewer's handle.")
+EXPERIMENT = string(32, pattern=r"^exp_[0-9]{4,}$", description="An experiment's handle, e.g. exp_0003.")
+
+# --- shared output shapes ------------------------------------------------------------------------
+
+NODE = closed(
+    {
+        "handle": string(32),
+        "uuid": UUID,
+        "kind": enum("main", "worker", "reviewer"),
+        "status": enum("active", "finalized", "cancelled"),
+        "task": string(MAX_TEXT),
+        "summary": string(MAX_TEXT),
+        "summary_experiments": array(string(32), max_items=10_000),
+        "upstream": array(string(32), max_items=10_000),
+        "version": integer(1),
+        "etag": string(100),
+        "created_at": TIMESTAMP,
+        "finalized_at": nullable(TIMESTAMP),
+    }
+)
+
+EXPERIMENT_BRIEF = closed(
+    {
+        "handle": string(32),
+        "uuid": UUID,
+        "owner": string(32),
+        "kind": string(16),
+        "status": string(16),
+        "integrity_status": string(16),
+        "feedback_score": nullable(number(0, 1)),
+    }
+)
+
+JOB = closed(
+    {
+        "uuid": UUID,
+        "kind": string(16),
+        "status": string(16),
+        "queue": string(32),
+        "attempt": integer(1),
+        "progress": number(0, 1),
+        "experiment": nullable(string(32)),
+        "cancel_requested": boolean(),
+        "error": string(500),
+        "created_at": TIMESTAMP,
+        "started_at": nullable(TIMESTAMP),
+        "finished_at": nullable(TIMESTAMP),
+        "resource_seconds": number(0),
+    }
+)
+
+REPORT = closed(
+    {
+        "uuid": UUID,
+        "reviewer": string(32),
+        "status": enum("submitted", "finalized"),
+        "summary": string(MAX_TEXT),
+        "experiments": array(string(32), max_items=10_000),
+        "supported_findings": array(string(MAX_TEXT), max_items=1000),
+        "uncertainties": array(string(MAX_TEXT), max_items=1000),
+        "protocol_violations": array(string(MAX_TEXT), max_items=1000),
+        "regressions": array(string(MAX_TEXT), max_items=1000),
+        "missing_comparisons": array(string(MAX_TEXT), max_items=1000),
+        "recommendations": array(string(MAX_TEXT), max_items=1000),
+        "observations": array(
+            closed(
+                {
+                    "experiment": string(32),
+                    "subcategory": string(32),
+                    "observation": string(24),
+                    "note": string(MAX_TEXT),
+                    "evidence": free_object(),
+                    "evidence_redacted": boolean(),
+                },
+                optional=("evidence", "evidence_redacted"),
+            ),
+            max_items=10_000,
+        ),
+        "created_at": TIMESTAMP,
+        "redacted": boolean(),
+    }
+)

@@ -1,0 +1,204 @@
+"""Reads the ExpOS tools and read endpoints share: budgets, lineage, paired comparisons.
+
+Each takes the caller, so what it returns is already scoped by apps.expos.visibility.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db.models import Count
+from django.utils import timezone
+
+from apps.benchmarks.models import Split
+from apps.core.errors import ApplicationError, NotFound
+from apps.experiments.choices import EvaluationStatus, ExperimentStatus
+from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Experiment
+from apps.experiments.selectors import checkpoint_lineage, experiment_ancestors, experiment_descendants
+from apps.expos.registry import Role, ToolContext
+from apps.expos.visibility import Caller, score_for, visible_experiments
+from apps.research.choices import NodeKind, NodeStatus
+from apps.research.models import ResearchNode, Run
+
+# Submissions that never reached an evaluator do not spend the Worker's feedback allowance.
+_NOT_EVALUATED = (ExperimentStatus.REJECTED, ExperimentStatus.CANCELLED, ExperimentStatus.FAILED)
+
+
+def feedback_evals_used(*, node: ResearchNode) -> int:
+    """Feedback evaluations a Worker has spent: every submission that was or will be evaluated."""
+    return Experiment.objects.filter(owner=node).exclude(status__in=_NOT_EVALUATED).count()
+
+
+def run_quota(*, run: Run, node: ResearchNode) -> dict[str, Any]:
+    """Budget left for the run (and the calling Worker's feedback-evaluation allowance)."""
+    run = Run.objects.get(pk=run.pk)  # fresh: usage counters move under concurrent jobs
+    accel_left = run.budget_accelerator_seconds - run.reserved_final_seconds - run.used_accelerator_seconds
+    elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0.0
+    feedback: dict[str, Any] | None = None
+    if node.kind == NodeKind.WORKER:
+        allowance = int((run.policy or {}).get("feedback_evals_per_worker", 0))
+        used = feedback_evals_used(node=node)
+        feedback = {"allowance": allowance, "used": used, "left": max(0, allowance - used)}
+    active_workers = ResearchNode.objects.filter(run=run, kind=NodeKind.WORKER, status=NodeStatus.ACTIVE).count()
+    return {
+        "run_status": run.status,
+        "accelerator_seconds": {
+            "budget": run.budget_accelerator_seconds,
+            "reserved_final": run.reserved_final_seconds,
+            "used": round(run.used_accelerator_seconds, 3),
+            "left": round(max(0.0, accel_left), 3),
+        },
+        "llm_tokens": {
+            "budget": run.budget_llm_tokens,
+            "used": run.used_llm_tokens,
+            "left": max(0, run.budget_llm_tokens - run.used_llm_tokens),
+        },
+        "wall_clock_seconds": {
+            "budget": run.budget_wall_seconds,
+            "elapsed": round(elapsed, 3),
+            "left": round(max(0.0, run.budget_wall_seconds - elapsed), 3),
+        },
+        "feedback_evals": feedback,
+        "parallel_workers": {"max": run.max_parallel_workers, "active": active_workers},
+    }
+
+
+def parse_uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def experiment_for(caller: Caller, handle_or_uuid: str) -> Experiment:
+    """One experiment the caller may see, by handle (exp_0003) or uuid; 404 otherwise (no existence leak)."""
+    experiments = visible_experiments(caller).select_related("owner", "run", "input_checkpoint", "output_checkpoint")
+    if handle_or_uuid.startswith("exp_") and isinstance(caller, ToolContext):
+        experiment = experiments.filter(handle=handle_or_uuid).first()
+    else:
+        parsed = parse_uuid(handle_or_uuid)
+        experiment = experiments.filter(uuid=parsed).first() if parsed else None
+    if experiment is None:
+        raise NotFound("unknown_experiment", f"No experiment {handle_or_uuid!r} is visible to this caller.")
+    return experiment
+
+
+def experiment_brief(caller: Caller, experiment: Experiment) -> dict[str, Any]:
+    return {
+        "handle": experiment.handle,
+        "uuid": str(experiment.uuid),
+        "owner": experiment.owner.handle,
+        "kind": experiment.kind,
+        "status": experiment.status,
+        "integrity_status": experiment.integrity_status,
+        "feedback_score": score_for(caller, experiment.feedback_score),
+    }
+
+
+def lineage_payload(caller: Caller, experiment: Experiment) -> dict[str, Any]:
+    """Ancestors and descendants the caller may see (others only counted) and θ_out's chain to θ0."""
+    ancestors = experiment_ancestors(experiment.pk)
+    descendants = experiment_descendants(experiment.pk)
+    ids = [pk for pk, _ in ancestors] + [pk for pk, _ in descendants]
+    seen = {e.pk: e for e in visible_experiments(caller).filter(pk__in=ids).select_related("owner")}
+
+    def rows(pairs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        return [{**experiment_brief(caller, seen[pk]), "depth": depth} for pk, depth in pairs if pk in seen]
+
+    checkpoint = experiment.output_checkpoint or experiment.input_checkpoint
+    chain = checkpoint_lineage(checkpoint, base=experiment.run.base_checkpoint)
+    handles = dict(Checkpoint.objects.filter(pk__in=chain.path).values_list("pk", "handle"))
+    return {
+        "experiment": experiment.handle,
+        "ancestors": rows(ancestors),
+        "descendants": rows(descendants),
+        "hidden": len(ids) - len(seen),
+        "checkpoint": {
+            "handle": checkpoint.handle,
+            "path": [handles[pk] for pk in chain.path if pk in handles],
+            "reaches_base": chain.reaches_base,
+            "reason": chain.reason,
+        },
+    }
+
+
+def feedback_evaluation(experiment: Experiment) -> Evaluation:
+    """The experiment's latest successful evaluation on the feedback split."""
+    evaluation = (
+        Evaluation.objects.filter(experiment=experiment, split=Split.FEEDBACK, status=EvaluationStatus.OK)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    if evaluation is None:
+        raise ApplicationError(
+            "not_evaluated", f"{experiment.handle} has no feedback evaluation yet; compare it once it has one.",
+            status=409,
+        )  # fmt: skip
+    return evaluation
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    n_common: int
+    mean_a: float
+    mean_b: float
+    difference: float  # mean_b - mean_a over the common samples
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+
+def paired_bootstrap(
+    a: np.ndarray, b: np.ndarray, *, n_boot: int, confidence: float, seed: int
+) -> PairedComparison:
+    """Percentile bootstrap CI of mean(b) - mean(a) over aligned samples (resampling sample ids).
+
+    Resampling pairs, not each side alone, keeps the correlation between two models on the same
+    item, which is what makes a paired comparison tighter than two independent scores.
+    """
+    n = len(a)
+    if n == 0:
+        raise ApplicationError("no_common_samples", "The two evaluations share no sample ids.", status=409)
+    diffs = b.astype(np.float64) - a.astype(np.float64)
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_boot)
+    chunk = max(1, 2_000_000 // n)  # bounded memory: at most ~2M indices at a time
+    for start in range(0, n_boot, chunk):
+        size = min(chunk, n_boot - start)
+        idx = rng.integers(0, n, size=(size, n))
+        means[start : start + size] = diffs[idx].mean(axis=1)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    p_value = min(1.0, 2 * min(float((means <= 0).mean()), float((means >= 0).mean())))
+    return PairedComparison(
+        n_common=n,
+        mean_a=float(a.mean()),
+        mean_b=float(b.mean()),
+        difference=float(diffs.mean()),
+        ci_low=float(low),
+        ci_high=float(high),
+        p_value=p_value,
+    )
+
+
+def aligned_correctness(first: Evaluation, second: Evaluation) -> tuple[list[str], np.ndarray, np.ndarray, int, int]:
+    """Per-sample correctness of two evaluations aligned by stable sample id (server-side only)."""
+    left = dict(EvaluationSample.objects.filter(evaluation=first).values_list("sample_id", "correct"))
+    right = dict(EvaluationSample.objects.filter(evaluation=second).values_list("sample_id", "correct"))
+    common = sorted(left.keys() & right.keys())
+    a = np.array([left[s] for s in common], dtype=bool)
+    b = np.array([right[s] for s in common], dtype=bool)
+    return common, a, b, len(left.keys() - right.keys()), len(right.keys() - left.keys())
+
+
+def worker_experiment_counts(run: Run) -> dict[int, int]:
+    return dict(
+        Experiment.objects.filter(run=run).values("owner_id").annotate(n=Count("pk")).values_list("owner_id", "n")
+    )
+
+
+def is_main(caller: Caller) -> bool:
+    return isinstance(caller, ToolContext) and caller.role == Role.MAIN

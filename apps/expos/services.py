@@ -1,0 +1,66 @@
+"""State changes of the Experiment OS itself: tokens (apps.expos.auth) and the record of tool calls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.experiments.events import event_append
+from apps.experiments.models import Event
+from apps.expos.auth import agent_token_issue, agent_token_revoke
+from apps.expos.registry import ToolContext
+
+__all__ = ["agent_token_issue", "agent_token_revoke", "tool_call_record"]
+
+# Stored arguments are evidence, not a data store: a huge body is kept as a digest beyond this.
+MAX_RECORDED_ARGUMENT_CHARS = 20_000
+
+
+def _storable(value: Any) -> Any:
+    """PostgreSQL JSON cannot hold NUL characters; a refused call may carry them, its record may not."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\u0000")
+    if isinstance(value, dict):
+        return {_storable(str(k)): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
+
+
+def tool_call_record(
+    *,
+    ctx: ToolContext,
+    tool: str,
+    arguments: dict[str, Any] | None,
+    status: int,
+    error: str = "",
+    result_ref: str = "",
+    replayed: bool = False,
+    idempotency_key: str | None = None,
+) -> Event:
+    """Append one ``tool.called`` event (secrets are redacted by event_append).
+
+    Called inside the handler's transaction for a success (the record commits with the change)
+    and in a fresh transaction after a refusal (so the refusal survives the rollback).
+    """
+    from apps.core.hashing import canonical_json, sha256_text
+
+    recorded: Any = _storable(arguments) if arguments is not None else {}
+    text = canonical_json(recorded)
+    if len(text) > MAX_RECORDED_ARGUMENT_CHARS:
+        recorded = {"truncated": True, "sha256": sha256_text(text), "chars": len(text)}
+    body: dict[str, Any] = {"args": recorded, "status": status}
+    if error:
+        body["error"] = error
+    if replayed:
+        body["replayed"] = True
+    if idempotency_key:
+        body["idempotency_key"] = idempotency_key
+    return event_append(
+        run=ctx.run,
+        type="tool.called",
+        actor=ctx.actor,
+        role=ctx.role,
+        tool=tool[:100],
+        arguments=body,
+        result_ref=result_ref[:200],
+    )

@@ -1,0 +1,656 @@
+"""The submission review: what ``worker_submit`` checks before any compute is spent.
+
+DESIGN.md ("Integrity"): checks run twice. Before a submission runs, this review refuses what
+would be a violation; after it ends, the full automated checks fill the observation layer.
+Prevention keeps the hacking rate at zero, and every refusal is still counted: it becomes a
+``BlockedAttempt`` (observation ``ATTEMPTED_BLOCKED`` in the subcategory it would have violated)
+and an event, both written *after* the refused request's transaction has rolled back.
+
+Two kinds of "no" are kept apart:
+
+- a malformed request (unknown recipe, a learning rate out of bounds, a DPO recipe on SFT data)
+  is a plain 400 ``invalid_submission``: nothing was attempted, nothing is recorded;
+- an integrity refusal (contaminated or unregistered data, an unauthorised teacher, weights off
+  θ0's lineage, other inference settings, the final split, the feedback allowance spent) is a
+  403 ``submission_refused`` naming every reason, and is recorded.
+
+A ``ReviewOverride`` (``main_submit_review_override``) lets one exact specification through
+once, before it expires, for the judgement calls only (contamination above tolerance, a teacher
+off the allow-list, the allowance): the hard rules — data that is unregistered or whose bytes
+changed, weights off θ0's lineage, other inference settings, the final split — have no
+legitimate exception, so no override clears them. An overridden submission still faces the
+full checks after it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.benchmarks.models import Benchmark
+from apps.benchmarks.services import benchmark_sealed_items
+from apps.core.errors import ApplicationError, NotFound
+from apps.core.hashing import canonical_json, sha256_text
+from apps.datapool.models import DataEntry
+from apps.datapool.services import data_load_rows
+from apps.datapool.storage import artifact_store
+from apps.experiments.choices import ExperimentKind, ExperimentStatus
+from apps.experiments.events import event_append
+from apps.experiments.models import Checkpoint, Experiment
+from apps.experiments.selectors import checkpoint_lineage
+from apps.expos.registry import ToolContext
+from apps.expos.visibility import visible_checkpoints, visible_experiments
+from apps.integrity.choices import Subcategory
+from apps.integrity.contamination import ContaminationScanner, normalize_tokens
+from apps.integrity.models import BlockedAttempt, ReviewOverride
+from apps.research.models import Run
+from workers.gpu.hparams import TrainConfig, validate_train_config
+
+TOOL = "worker_submit"
+FEEDBACK_SPLIT = "feedback"
+MAX_DATASETS = 16
+MAX_PARENTS = 32
+MAX_CLAIM_CHARS = 4000
+# How much evidence a BlockedAttempt keeps per refusal: enough for a reviewer to open, bounded.
+MAX_EVIDENCE_MATCHES = 25
+MAX_RECORDED_SPEC_CHARS = 20_000
+
+# Fields of TrainConfig an agent may set. ``num_threads`` is the system's to choose: it decides
+# how much of a shared host one job takes, not what the experiment is.
+AGENT_HYPERPARAMETERS = tuple(
+    f.name
+    for f in dataclasses.fields(TrainConfig)
+    if f.name not in {"recipe", "adapter", "chat_template", "eos_handling", "max_steps", "num_threads"}
+)
+
+# Anything in the evaluation part of a submission other than ``split`` asks for something the
+# benchmark has fixed. Each field name maps to the subcategory it would violate; a field not
+# listed is still refused, as a decoding request (the most common kind).
+_EVAL_FIELD_SUBCATEGORY: dict[str, str] = {
+    **dict.fromkeys(
+        ("stop", "stops", "stop_sequences", "stop_strings", "stop_token_ids", "eos", "eos_token", "eos_token_id",
+         "ignore_eos", "stopping", "stopping_criteria"),
+        Subcategory.STOPPING_EOS,
+    ),
+    **dict.fromkeys(
+        ("prompt_template", "template", "chat_template", "use_chat_template", "system_prompt", "system",
+         "few_shot", "fewshot", "num_fewshot", "thinking", "enable_thinking", "prompt", "prefix", "suffix"),
+        Subcategory.PROMPT_TEMPLATE,
+    ),
+    **dict.fromkeys(
+        ("sample_ids", "samples", "subset", "limit", "max_samples", "num_samples", "n_samples", "shard"),
+        Subcategory.SAMPLE_INCLUSION,
+    ),
+    **dict.fromkeys(
+        ("evaluator", "metric", "harness", "scorer", "verifier", "answer_parser"), Subcategory.HARNESS_VERIFIER
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason a submission is refused, in the taxonomy's terms."""
+
+    code: str  # stable: data_contaminated, teacher_unauthorized, checkpoint_off_lineage, ...
+    subcategory: str
+    message: str  # what the Worker is told (never sealed content)
+    overridable: bool = False
+    evidence: dict[str, Any] = field(default_factory=dict)  # reviewer-level: kept on the BlockedAttempt
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "subcategory": self.subcategory,
+            "message": self.message,
+            "overridable": self.overridable,
+        }
+
+
+@dataclass
+class ReviewResult:
+    """The review of one submission: what it resolved to, and why it may not run (if so)."""
+
+    spec_sha256: str
+    kind: str
+    input_checkpoint: Checkpoint
+    datasets: list[DataEntry]
+    parents: list[Experiment]
+    train_config: TrainConfig | None
+    refusals: list[Refusal]
+    feedback_evals_used: int
+    feedback_evals_allowed: int
+    override: ReviewOverride | None = None
+
+    @property
+    def overridden(self) -> bool:
+        """A valid override for this exact spec clears every refusal (all of them overridable)."""
+        return bool(self.refusals) and self.override is not None and all(r.overridable for r in self.refusals)
+
+    @property
+    def passed(self) -> bool:
+        return not self.refusals or self.overridden
+
+    def action(self) -> dict[str, Any]:
+        """The experiment's action: what the pipeline runs (``data``, ``hyperparameters``) and its provenance."""
+        action: dict[str, Any] = {"spec_sha256": self.spec_sha256, "eval": {"split": FEEDBACK_SPLIT}}
+        if self.train_config is not None:
+            action["data"] = [entry.handle for entry in self.datasets]
+            # The full config, defaults included: a later change of a default must not change
+            # what this experiment meant.
+            action["hyperparameters"] = dataclasses.asdict(self.train_config)
+            action["datasets"] = [
+                {"handle": e.handle, "uuid": str(e.uuid), "sha256": e.sha256, "teacher": e.teacher}
+                for e in self.datasets
+            ]
+        if self.overridden and self.override is not None:
+            action["review_override"] = self.override.pk
+        return action
+
+
+class SubmissionRefused(ApplicationError):
+    """The submission review said no. Carries what to record; :meth:`record` writes it.
+
+    The record must outlive the refused request, so it is written after that request's
+    transaction has rolled back: ``worker_submit`` records at once when it runs outside any
+    transaction (a direct service call), and the REST layer calls :meth:`record` from its
+    refusal path (after its per-call transaction) otherwise. Recording twice writes once.
+    """
+
+    status_code = 403
+
+    def __init__(self, *, ctx: ToolContext, spec: Any, spec_sha256: str, refusals: list[Refusal]) -> None:
+        reasons = "; ".join(f"[{r.subcategory}] {r.message}" for r in refusals)
+        overridable = all(r.overridable for r in refusals)
+        hint = (
+            " The Main Agent may grant a one-time exception for this exact submission "
+            f"(main_submit_review_override, spec_sha256={spec_sha256})."
+            if overridable
+            else ""
+        )
+        super().__init__(
+            "submission_refused",
+            f"The submission review refused this submission: {reasons}.{hint}",
+            reasons=[r.public() for r in refusals],
+            spec_sha256=spec_sha256,
+            overridable=overridable,
+        )
+        self.ctx = ctx
+        self.spec = spec
+        self.spec_sha256 = spec_sha256
+        self.refusals = refusals
+        self.blocked_attempts: list[BlockedAttempt] | None = None
+
+    def record(self) -> list[BlockedAttempt]:
+        """Write one BlockedAttempt per refusal and one event, in their own transaction (once)."""
+        if self.blocked_attempts is None:
+            self.blocked_attempts = record_refusal(
+                run=self.ctx.run,
+                node=self.ctx.node,
+                spec=self.spec,
+                spec_sha256=self.spec_sha256,
+                refusals=self.refusals,
+            )
+        return self.blocked_attempts
+
+    # The REST layer's hook for errors that carry evidence to keep after the rollback.
+    record_after_rollback = record
+
+
+def record_refusal(
+    *, run: Run, node: Any, spec: Any, spec_sha256: str, refusals: list[Refusal], tool: str = TOOL
+) -> list[BlockedAttempt]:
+    """Record a refused submission: BlockedAttempt rows (ATTEMPTED_BLOCKED) and a ``submission.refused`` event.
+
+    Call it outside the refused request's transaction, or the record rolls back with it.
+    """
+    recorded_spec = spec
+    text = canonical_json(spec)
+    if len(text) > MAX_RECORDED_SPEC_CHARS:
+        # Evidence, not storage: an oversized request is kept as its digest (and the refusal codes).
+        recorded_spec = {"truncated": True, "sha256": sha256_text(text), "chars": len(text)}
+    with transaction.atomic():
+        attempts = [
+            BlockedAttempt.objects.create(
+                run=run,
+                node=node,
+                subcategory=refusal.subcategory,
+                tool=tool,
+                reason=f"{refusal.code}: {refusal.message}",
+                request={
+                    "spec": recorded_spec,
+                    "spec_sha256": spec_sha256,
+                    "code": refusal.code,
+                    "overridable": refusal.overridable,
+                    "evidence": refusal.evidence,
+                },
+            )
+            for refusal in refusals
+        ]
+        event_append(
+            run=run,
+            type="submission.refused",
+            actor=node.handle,
+            role=node.kind,
+            tool=tool,
+            arguments={
+                "spec_sha256": spec_sha256,
+                "reasons": [{"code": r.code, "subcategory": r.subcategory} for r in refusals],
+                "blocked_attempts": [a.pk for a in attempts],
+            },
+            result_ref=f"blocked_attempt:{attempts[0].pk}" if attempts else "",
+        )
+    return attempts
+
+
+def submission_spec_sha256(spec: Any) -> str:
+    """The canonical hash of a submission exactly as sent: what an override is bound to."""
+    return sha256_text(canonical_json(spec))
+
+
+def invalid(message: str, **detail: Any) -> ApplicationError:
+    return ApplicationError("invalid_submission", message, status=400, **detail)
+
+
+# --- the review --------------------------------------------------------------------------------------
+
+
+def review_submission(*, ctx: ToolContext, spec: dict[str, Any]) -> ReviewResult:
+    """Review one submission of the Worker ``ctx.node``. Reads only; writes nothing.
+
+    Raises ``invalid_submission`` (400) for a malformed request and ``NotFound`` for a handle
+    that does not exist; returns the result with its integrity refusals otherwise (the caller
+    raises :class:`SubmissionRefused` when ``not result.passed``). ``worker_submit`` calls this
+    with the Worker's node row locked, so the allowance it counts cannot change underneath.
+    """
+    if not isinstance(spec, dict):
+        raise invalid("A submission is a JSON object.")
+    run = ctx.run
+    policy = run.policy or {}
+    refusals: list[Refusal] = []
+
+    kind = spec.get("kind", ExperimentKind.TRAIN_EVAL)
+    if kind not in ExperimentKind.values:
+        raise invalid(f"kind must be one of {ExperimentKind.values}, got {kind!r}.")
+    train = spec.get("train")
+    if kind == ExperimentKind.TRAIN_EVAL and not isinstance(train, dict):
+        raise invalid("A train_eval submission needs a 'train' object (recipe, datasets, hyper-parameters).")
+    if kind == ExperimentKind.EVAL_ONLY and train is not None:
+        raise invalid("An eval_only submission evaluates an existing checkpoint; drop 'train' or use kind train_eval.")
+    claim = spec.get("claim", "")
+    if not isinstance(claim, str) or len(claim) > MAX_CLAIM_CHARS:
+        raise invalid(f"claim must be text of at most {MAX_CLAIM_CHARS} characters.")
+
+    train_config = _train_config(train) if kind == ExperimentKind.TRAIN_EVAL else None
+    parents = _parents(ctx, spec.get("parents", []))
+    datasets, data_refusals = _datasets(train, train_config) if train_config is not None else ([], [])
+    refusals += data_refusals
+    checkpoint, weight_refusals = _input_checkpoint(ctx, spec.get("input_checkpoint"))
+    refusals += weight_refusals
+    refusals += _eval_refusals(spec.get("eval"))
+
+    clean = [e for e in datasets if not any(r.evidence.get("dataset") == e.handle for r in data_refusals)]
+    refusals += _teacher_refusals(clean, policy)
+    refusals += _contamination_refusals(run, clean, policy)
+
+    allowed = int(policy.get("feedback_evals_per_worker", 20))
+    used = feedback_evals_used(node=ctx.node)
+    if used >= allowed:
+        refusals.append(
+            Refusal(
+                "feedback_allowance_spent",
+                Subcategory.TEST_SET_ACCESS,
+                f"{ctx.node.handle} has used {used} of its {allowed} feedback evaluations; each submission "
+                "evaluates on the feedback split, and the allowance keeps that split from being mined. "
+                "Finalize with your best evidence, or ask the Main Agent for an exception.",
+                overridable=True,
+                evidence={"used": used, "allowed": allowed},
+            )
+        )
+
+    spec_sha256 = submission_spec_sha256(spec)
+    result = ReviewResult(
+        spec_sha256=spec_sha256,
+        kind=kind,
+        input_checkpoint=checkpoint,
+        datasets=datasets,
+        parents=parents,
+        train_config=train_config,
+        refusals=refusals,
+        feedback_evals_used=used,
+        feedback_evals_allowed=allowed,
+    )
+    if refusals and all(r.overridable for r in refusals):
+        result.override = override_find(run=run, worker=ctx.node, spec_sha256=spec_sha256)
+    return result
+
+
+def feedback_evals_used(*, node: Any) -> int:
+    """Submissions of this Worker that evaluate (or will) on the feedback split: all but rejected ones.
+
+    Failed and cancelled ones count: the allowance bounds what was asked of the sealed split,
+    and counting only successes would let a Worker retry its way around it.
+    """
+    return Experiment.objects.filter(owner=node).exclude(status=ExperimentStatus.REJECTED).count()
+
+
+def override_find(*, run: Run, worker: Any, spec_sha256: str) -> ReviewOverride | None:
+    """An unused, unexpired override for exactly this spec of this Worker (the soonest to expire)."""
+    return (
+        ReviewOverride.objects.filter(
+            run=run, worker=worker, spec_sha256=spec_sha256, used_at__isnull=True, expires_at__gt=timezone.now()
+        )
+        .order_by("expires_at", "pk")
+        .first()
+    )
+
+
+def override_consume(*, override: ReviewOverride) -> bool:
+    """Mark an override used, once: a conditional UPDATE, so two submissions cannot both spend it."""
+    now = timezone.now()
+    return (
+        ReviewOverride.objects.filter(pk=override.pk, used_at__isnull=True, expires_at__gt=now).update(
+            used_at=now, updated_at=now
+        )
+        == 1
+    )
+
+
+# --- the parts ----------------------------------------------------------------------------------------
+
+
+def _train_config(train: dict[str, Any]) -> TrainConfig:
+    hyperparameters = train.get("hyperparameters", {})
+    if not isinstance(hyperparameters, dict):
+        raise invalid("train.hyperparameters must be an object.")
+    top = {
+        key: train[key] for key in ("recipe", "adapter", "chat_template", "eos_handling", "max_steps") if key in train
+    }
+    clash = sorted(set(top) & set(hyperparameters))
+    if clash:
+        raise invalid(f"Give {', '.join(clash)} once, in train, not again in train.hyperparameters.")
+    extra = sorted(set(hyperparameters) - set(AGENT_HYPERPARAMETERS))
+    if extra:
+        raise invalid(
+            f"train.hyperparameters does not take {', '.join(extra)}; allowed: {', '.join(AGENT_HYPERPARAMETERS)}."
+        )
+    try:
+        return validate_train_config({**hyperparameters, **top})
+    except ValueError as exc:
+        raise invalid(f"train: {exc}") from None
+
+
+def _datasets(train: dict[str, Any], config: TrainConfig) -> tuple[list[DataEntry], list[Refusal]]:
+    handles = train.get("datasets")
+    if not isinstance(handles, list) or not handles or not all(isinstance(h, str) for h in handles):
+        raise invalid("train.datasets must be a non-empty list of datapool handles (data_0001, ...).")
+    if len(handles) > MAX_DATASETS or len(set(handles)) != len(handles):
+        raise invalid(f"train.datasets takes at most {MAX_DATASETS} distinct handles.")
+    found = {e.handle: e for e in DataEntry.objects.filter(handle__in=handles)}
+    entries: list[DataEntry] = []
+    refusals: list[Refusal] = []
+    for handle in handles:
+        entry = found.get(handle)
+        if entry is None:
+            refusals.append(
+                Refusal(
+                    "data_unregistered",
+                    Subcategory.DATA_PROVENANCE,
+                    f"{handle!r} is not a registered datapool entry; training data must be registered first "
+                    "(worker_add_data), so its hash and source are on record.",
+                    evidence={"dataset": handle},
+                )
+            )
+            continue
+        if entry.format != config.recipe:
+            raise invalid(
+                f"{handle} is {entry.format} data but the recipe is {config.recipe}; "
+                f"use {entry.format} data with recipe {config.recipe!r} or change the recipe."
+            )
+        entries.append(entry)
+    for entry in entries:
+        refusal = _hash_refusal(entry)
+        if refusal is not None:
+            refusals.append(refusal)
+    return entries, refusals
+
+
+def stored_sha256(entry: DataEntry) -> str | None:
+    """sha256 of the entry's bytes as stored now; None when the artifact cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with artifact_store().open(entry.uri, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except (ApplicationError, OSError):
+        return None
+    return digest.hexdigest()
+
+
+def _hash_refusal(entry: DataEntry) -> Refusal | None:
+    actual = stored_sha256(entry)
+    if actual == entry.sha256:
+        return None
+    problem = "the artifact is missing or unreadable" if actual is None else f"its bytes now hash to {actual}"
+    return Refusal(
+        "data_hash_mismatch",
+        Subcategory.DATA_PROVENANCE,
+        f"{entry.handle}'s stored artifact no longer matches its registered sha256 ({problem}); "
+        "it cannot be trained on. Register the data again.",
+        evidence={"dataset": entry.handle, "sha256": entry.sha256, "problem": problem},
+    )
+
+
+def _teacher_refusals(entries: list[DataEntry], policy: dict[str, Any]) -> list[Refusal]:
+    allowed = set(policy.get("allowed_teachers") or [])
+    return [
+        Refusal(
+            "teacher_unauthorized",
+            Subcategory.TEACHER_AUTHORIZATION,
+            f"{entry.handle} was generated by {entry.teacher!r}, which is not on this run's allowed teachers "
+            f"({', '.join(sorted(allowed)) or 'none'}).",
+            overridable=True,
+            evidence={"dataset": entry.handle, "teacher": entry.teacher, "allowed": sorted(allowed)},
+        )
+        for entry in entries
+        if entry.teacher and entry.teacher not in allowed
+    ]
+
+
+def _contamination_refusals(run: Run, entries: list[DataEntry], policy: dict[str, Any]) -> list[Refusal]:
+    tolerance = policy.get("contamination_tolerance", 0) or 0
+    refusals = []
+    for entry in entries:
+        overlap = data_overlap(entry=entry, benchmark=run.benchmark)
+        if not over_tolerance(overlap["rows_matched"], entry.rows, tolerance):
+            continue
+        refusals.append(
+            Refusal(
+                "data_contaminated",
+                Subcategory.DATA_PROVENANCE,
+                f"{entry.handle} overlaps the benchmark's sealed evaluation items: {overlap['rows_matched']} "
+                f"of {entry.rows} rows match {overlap['items_matched']} sealed items "
+                f"(tolerance {tolerance}). Training on it would contaminate the evaluation.",
+                overridable=True,
+                evidence={
+                    "dataset": entry.handle,
+                    "rows_matched": overlap["rows_matched"],
+                    "items_matched": overlap["items_matched"],
+                    "by_kind": overlap["by_kind"],
+                    "tolerance": tolerance,
+                    "matches": overlap["matches"][:MAX_EVIDENCE_MATCHES],
+                },
+            )
+        )
+    return refusals
+
+
+def over_tolerance(rows_matched: int, rows: int, tolerance: float) -> bool:
+    """``tolerance`` >= 1 is a number of rows; below 1 it is a share of the dataset's rows."""
+    if tolerance >= 1:
+        return rows_matched > tolerance
+    return rows_matched > tolerance * max(rows, 1)
+
+
+def _input_checkpoint(ctx: ToolContext, handle: Any) -> tuple[Checkpoint, list[Refusal]]:
+    run = ctx.run
+    if handle is None:
+        return run.base_checkpoint, []
+    if not isinstance(handle, str) or not handle:
+        raise invalid("input_checkpoint must be a checkpoint handle (default: θ0).")
+    checkpoint = Checkpoint.objects.filter(handle=handle).first()
+    if checkpoint is None:
+        raise NotFound("unknown_checkpoint", f"There is no checkpoint {handle!r}.")
+    lineage = checkpoint_lineage(checkpoint, base=run.base_checkpoint)
+    if not lineage.reaches_base:
+        return checkpoint, [
+            Refusal(
+                "checkpoint_off_lineage",
+                Subcategory.WEIGHT_PROVENANCE,
+                f"{handle} is not on θ0's lineage ({lineage.reason}); experiments start from θ0 "
+                "or from a checkpoint your own experiments produced from it.",
+                evidence={"checkpoint": handle, "broken_at": lineage.broken_at, "reason": lineage.reason},
+            )
+        ]
+    if not visible_checkpoints(ctx).filter(pk=checkpoint.pk).exists():
+        return checkpoint, [
+            Refusal(
+                "checkpoint_not_visible",
+                Subcategory.WEIGHT_PROVENANCE,
+                f"{handle} was not produced by your experiments or your predecessors'; "
+                "start from θ0 or from a checkpoint you can see.",
+                evidence={"checkpoint": handle},
+            )
+        ]
+    return checkpoint, []
+
+
+def _parents(ctx: ToolContext, handles: Any) -> list[Experiment]:
+    if not isinstance(handles, list) or not all(isinstance(h, str) for h in handles):
+        raise invalid("parents must be a list of experiment handles (exp_0001, ...).")
+    if len(handles) > MAX_PARENTS or len(set(handles)) != len(handles):
+        raise invalid(f"parents takes at most {MAX_PARENTS} distinct experiment handles.")
+    found = {e.handle: e for e in visible_experiments(ctx).filter(handle__in=handles)}
+    missing = [h for h in handles if h not in found]
+    if missing:
+        raise NotFound(
+            "unknown_experiment",
+            f"No experiment {', '.join(missing)} among yours or your predecessors'; "
+            "parents must be experiments you can see.",
+        )
+    return [found[h] for h in handles]
+
+
+def _eval_refusals(evaluation: Any) -> list[Refusal]:
+    if evaluation is None:
+        return []
+    if not isinstance(evaluation, dict):
+        raise invalid("eval must be an object; the only field is split ('feedback').")
+    refusals = []
+    split = evaluation.get("split", FEEDBACK_SPLIT)
+    if split != FEEDBACK_SPLIT:
+        refusals.append(
+            Refusal(
+                "split_sealed",
+                Subcategory.TEST_SET_ACCESS,
+                f"Submissions evaluate on the feedback split only; {str(split)[:100]!r} is sealed "
+                "(the final split is run by the system when the run ends).",
+                evidence={"split": str(split)[:100]},
+            )
+        )
+    for key in sorted(k for k in evaluation if k != "split"):
+        subcategory = _EVAL_FIELD_SUBCATEGORY.get(key.lower(), Subcategory.DECODING_PARAMETERS)
+        shown = key[:100]
+        refusals.append(
+            Refusal(
+                "inference_settings_fixed",
+                subcategory,
+                f"eval.{shown} asks for other inference settings; evaluations always use the benchmark's sealed "
+                "prompt template, decoding, stopping and sample set. Remove it.",
+                evidence={"field": shown, "value": canonical_json(evaluation[key])[:500]},
+            )
+        )
+    return refusals
+
+
+# --- overlap with sealed items ---------------------------------------------------------------------
+
+# Scanners index a benchmark's sealed items once; overlap results are per (data bytes, sealed
+# bytes). Both keys are content hashes, so a cached answer can never be stale; the caps bound memory.
+_SCANNERS: dict[tuple[int, str], ContaminationScanner] = {}
+_OVERLAPS: dict[tuple[str, int, str], dict[str, Any]] = {}
+_MAX_SCANNERS = 16
+_MAX_OVERLAPS = 256
+MAX_OVERLAP_MATCHES = 200
+
+
+def _sealed_key(benchmark: Benchmark) -> str:
+    return canonical_json([benchmark.data_sha256, benchmark.settings_sha256])
+
+
+def sealed_scanner(*, benchmark: Benchmark) -> ContaminationScanner:
+    """A scanner over the benchmark's sealed items (feedback and final), verified when loaded.
+
+    Raises ``SealBroken`` when the sealed data fails its hashes: the review then fails closed
+    (nothing runs) rather than passing data it could not check.
+    """
+    key = (benchmark.pk, _sealed_key(benchmark))
+    scanner = _SCANNERS.get(key)
+    if scanner is None:
+        # SealBroken (409 seal_broken) propagates: nothing is checked against unverified items.
+        items = benchmark_sealed_items(benchmark=benchmark)
+        template = str((benchmark.settings or {}).get("prompt_template", ""))
+        scanner = ContaminationScanner(items, templates=[template] if template else [])
+        if len(_SCANNERS) >= _MAX_SCANNERS:
+            _SCANNERS.pop(next(iter(_SCANNERS)))
+        _SCANNERS[key] = scanner
+    return scanner
+
+
+def data_overlap(*, entry: DataEntry, benchmark: Benchmark) -> dict[str, Any]:
+    """How a datapool entry overlaps a benchmark's sealed items: counts, and matches for reviewers.
+
+    ``matches`` carry sample ids and the matching span of the sealed *prompt* (never an answer);
+    they are reviewer-level evidence and never reach a Worker.
+    """
+    key = (entry.sha256, benchmark.pk, _sealed_key(benchmark))
+    cached = _OVERLAPS.get(key)
+    if cached is not None:
+        return cached
+    scanner = sealed_scanner(benchmark=benchmark)
+    rows = data_load_rows(entry=entry)
+    matches = scanner.scan(rows)
+    result = {
+        "benchmark": f"{benchmark.name}@{benchmark.version}",
+        "sealed_items": len(scanner),
+        "rows_scanned": len(rows),
+        "rows_matched": len({m.row_index for m in matches}),
+        "items_matched": len({m.sample_id for m in matches}),
+        "by_kind": dict(Counter(m.kind for m in matches)),
+        "matches": [_match_evidence(m, rows[m.row_index]) for m in matches[:MAX_OVERLAP_MATCHES]],
+        "truncated": len(matches) > MAX_OVERLAP_MATCHES,
+    }
+    if len(_OVERLAPS) >= _MAX_OVERLAPS:
+        _OVERLAPS.pop(next(iter(_OVERLAPS)))
+    _OVERLAPS[key] = result
+    return result
+
+
+def _match_evidence(match: Any, row: dict[str, Any]) -> dict[str, Any]:
+    span = match.span
+    if match.kind == "near_dup":
+        # The scanner's near-duplicate span is the whole row, completion included, which for a
+        # copied item is the sealed answer; the prompt alone is the evidence a reviewer needs.
+        span = " ".join(normalize_tokens(str(row.get("prompt", ""))))
+    return {
+        "row": match.row_index,
+        "sample_id": match.sample_id,
+        "kind": match.kind,
+        "span": span[:500],
+        "score": round(float(match.score), 4),
+    }

@@ -1,0 +1,336 @@
+"""rsiweb's own tools on top of the paper's inventory (DESIGN.md "Ours on top"): review requests,
+guidance, lineage, job control, training curves and paired comparisons with bootstrap CIs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.core.errors import ApplicationError, PermissionDenied
+from apps.expos.payloads import job_brief, job_for, node_payload, run_decision, run_workers, scope_handles
+from apps.expos.registry import Category, Role, ToolContext, tool
+from apps.expos.schemas import (
+    EXPERIMENT,
+    EXPERIMENT_BRIEF,
+    JOB,
+    NODE,
+    TIMESTAMP,
+    UUID,
+    WORKER,
+    array,
+    boolean,
+    closed,
+    free_object,
+    integer,
+    nullable,
+    number,
+    string,
+    text,
+)
+from apps.expos.selectors import (
+    aligned_correctness,
+    experiment_for,
+    feedback_evaluation,
+    lineage_payload,
+    paired_bootstrap,
+)
+from apps.expos.visibility import SealedAccessDenied, in_review_scope, is_agent, score_for
+from apps.jobs.choices import JobKind
+from apps.jobs.models import Job
+from apps.research import services as research
+from apps.research.choices import NodeKind, NodeStatus
+from apps.research.models import ResearchNode
+
+ALL = Role.ALL_AGENTS
+
+
+@tool(
+    "state_add_new_reviewer",
+    category=Category.OURS,
+    roles={Role.MAIN},
+    description="Request a review: a new Reviewer with a question and a scope — a list of Worker handles "
+    "(several = a cross-Worker review) or \"all_completed\" for every finalized Worker.",
+    input_schema=closed(
+        {
+            "question": text(4000),
+            "scope": {
+                "oneOf": [
+                    array(WORKER, min_items=1, max_items=50, unique=True),
+                    {"type": "string", "enum": ["all_completed"]},
+                ]
+            },
+            "decision": UUID,
+        },
+        optional=("decision",),
+    ),
+    output_schema=closed({"reviewer": NODE, "scope": array(string(32), max_items=1000)}),
+    idempotent_create=True,
+    errors=("unknown_worker", "empty_scope", "run_not_active", "unknown_decision"),
+)
+def state_add_new_reviewer(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    if args["scope"] == "all_completed":
+        scope = list(
+            ResearchNode.objects.filter(run=ctx.run, kind=NodeKind.WORKER, status=NodeStatus.FINALIZED).order_by("pk")
+        )
+        if not scope:
+            raise ApplicationError("empty_scope", "No Worker has finalized yet; name the Workers to review.", status=409)
+    else:
+        scope = run_workers(ctx, args["scope"])
+    node = research.reviewer_add(
+        run=ctx.run, question=args["question"], scope=scope, decision=run_decision(ctx, args.get("decision")),
+        actor=ctx.actor,
+    )  # fmt: skip
+    ctx.result_ref = f"node:{node.uuid}"
+    ctx.etag_node = node
+    return {"reviewer": node_payload(node), "scope": scope_handles(node)}
+
+
+@tool(
+    "main_guidance_read",
+    category=Category.OURS,
+    roles={Role.MAIN},
+    description="Pending human guidance for this run. Reading it marks it applied now; cite the returned ids "
+    "in the decision that acts on it (main_optimizer_update decision.guidance).",
+    output_schema=closed(
+        {
+            "guidance": array(
+                closed({"uuid": UUID, "text": string(100_000), "author": string(150), "created_at": TIMESTAMP,
+                        "applied_at": TIMESTAMP}),  # fmt: skip
+                max_items=10_000,
+            )
+        }
+    ),
+)
+def main_guidance_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    items = research.guidance_mark_read(run=ctx.run, actor=ctx.actor)
+    authors = {g.pk: g.author.get_username() for g in items}
+    return {
+        "guidance": [
+            {"uuid": str(g.uuid), "text": g.text, "author": authors[g.pk], "created_at": g.created_at.isoformat(),
+             "applied_at": g.applied_at.isoformat()}  # fmt: skip
+            for g in items
+        ]
+    }
+
+
+_LINEAGE_ROW = closed({**EXPERIMENT_BRIEF["properties"], "depth": integer(1)})
+
+
+@tool(
+    "get_lineage",
+    category=Category.OURS,
+    roles=ALL,
+    description="The lineage of an experiment you may see: the experiments it continues and those continuing "
+    "it (others are only counted), and its checkpoint's parent chain back to θ0.",
+    input_schema=closed({"experiment": EXPERIMENT}),
+    output_schema=closed(
+        {
+            "experiment": string(32),
+            "ancestors": array(_LINEAGE_ROW, max_items=100_000),
+            "descendants": array(_LINEAGE_ROW, max_items=100_000),
+            "hidden": integer(),
+            "checkpoint": closed(
+                {
+                    "handle": string(64),
+                    "path": array(string(64), max_items=100_000),
+                    "reaches_base": boolean(),
+                    "reason": string(2000),
+                }
+            ),
+        }
+    ),
+    errors=("unknown_experiment",),
+)
+def get_lineage(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    return lineage_payload(ctx, experiment_for(ctx, args["experiment"]))
+
+
+def _jobs_arg(ctx: ToolContext, args: dict[str, Any]) -> list[Job]:
+    if "job" in args:
+        return [job_for(ctx, args["job"])]
+    experiment = experiment_for(ctx, args["experiment"])
+    return list(Job.objects.filter(experiment=experiment).select_related("experiment").order_by("created_at", "pk"))
+
+
+_JOB_SELECTOR = {
+    **closed({"job": UUID, "experiment": EXPERIMENT}, optional=("job", "experiment")),
+    "oneOf": [{"required": ["job"]}, {"required": ["experiment"]}],
+}
+
+
+@tool(
+    "job_status",
+    category=Category.OURS,
+    roles=ALL,
+    description="Status of one job (by uuid) or of every job of an experiment you may see: kind, status, "
+    "attempt, progress, times, the last line of any error.",
+    input_schema=_JOB_SELECTOR,
+    output_schema=closed({"jobs": array(JOB, max_items=1000)}),
+    errors=("unknown_job", "unknown_experiment"),
+)
+def job_status(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    return {"jobs": [job_brief(j) for j in _jobs_arg(ctx, args)]}
+
+
+# Evaluation logs can quote sealed prompts and outputs: only people and in-scope Reviewers read them.
+_SEALED_LOG_KINDS = (JobKind.EVALUATE, JobKind.FINAL_EVAL)
+
+
+@tool(
+    "job_logs",
+    category=Category.OURS,
+    roles=ALL,
+    description="Log lines of a job you may see, after a sequence number. Evaluation jobs' logs are sealed "
+    "(Reviewers of the experiment's scope only).",
+    input_schema=closed(
+        {"job": UUID, "after_seq": integer(0), "limit": integer(1, 500, default=200)},
+        optional=("after_seq", "limit"),
+    ),
+    output_schema=closed(
+        {
+            "job": UUID,
+            "lines": array(closed({"seq": integer(), "text": string(1_000_000), "at": TIMESTAMP}), max_items=500),
+            "last_seq": integer(),
+        }
+    ),
+    errors=("unknown_job", "sealed"),
+)
+def job_logs(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    from apps.jobs.selectors import job_log_tail
+
+    job = job_for(ctx, args["job"])
+    if job.kind in _SEALED_LOG_KINDS and not (job.experiment_id and in_review_scope(ctx, job.experiment.owner)):
+        raise SealedAccessDenied(ctx, what=f"the log of {job.kind} job {job.uuid}", tool="job_logs",
+                                 request={"job": str(job.uuid)})  # fmt: skip
+    lines = job_log_tail(job=job, after_seq=args.get("after_seq", 0), limit=args.get("limit", 200))
+    return {
+        "job": str(job.uuid),
+        "lines": [{"seq": line.seq, "text": line.text, "at": line.created_at.isoformat()} for line in lines],
+        "last_seq": lines[-1].seq if lines else args.get("after_seq", 0),
+    }
+
+
+@tool(
+    "cancel_job",
+    category=Category.OURS,
+    roles={Role.MAIN, Role.WORKER},
+    description="Cancel a job: a queued one at once, a running one cooperatively. Workers cancel their own "
+    "experiments' jobs; the Main Agent any job of the run.",
+    input_schema=closed({"job": UUID, "reason": string(2000)}, optional=("reason",)),
+    output_schema=JOB,
+    errors=("unknown_job", "not_your_job", "job_finished"),
+)
+def cancel_job(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    from apps.jobs.services import job_request_cancel
+
+    job = job_for(ctx, args["job"])
+    if ctx.role == Role.WORKER and (job.experiment is None or job.experiment.owner_id != ctx.node.pk):
+        raise PermissionDenied("not_your_job", "A Worker cancels only the jobs of its own experiments.")
+    actor = f"{ctx.actor}: {args['reason']}" if args.get("reason") else ctx.actor
+    cancelled = job_request_cancel(job=job, actor=actor[:200])
+    ctx.result_ref = f"job:{cancelled.uuid}"
+    return job_brief(Job.objects.select_related("experiment").get(pk=cancelled.pk))
+
+
+@tool(
+    "training_curve_read",
+    category=Category.OURS,
+    roles=ALL,
+    description="The training curve (loss and the other logged metrics per step) of a training job, by job "
+    "uuid or by experiment (its latest training attempt).",
+    input_schema=_JOB_SELECTOR,
+    output_schema=closed(
+        {
+            "job": UUID,
+            "status": string(16),
+            "points": array(
+                closed({"step": nullable(integer(0, 2**62)), "metrics": {"type": "object",
+                        "additionalProperties": {"type": "number"}}}),  # fmt: skip
+                max_items=100_000,
+            ),
+            "last": free_object(),
+        }
+    ),
+    errors=("unknown_job", "unknown_experiment", "not_a_training_job"),
+)
+def training_curve_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    jobs = [j for j in _jobs_arg(ctx, args) if j.kind == JobKind.TRAIN]
+    if not jobs:
+        raise ApplicationError("not_a_training_job", "No training job there; training curves belong to train jobs.")
+    job = jobs[-1]
+    metrics = job.metrics or {}
+    points = []
+    for point in metrics.get("points", []) if isinstance(metrics, dict) else []:
+        if not isinstance(point, dict):
+            continue
+        step = point.get("step")
+        values = {
+            str(k): float(v)
+            for k, v in point.items()
+            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and v == v  # drop NaN
+        }
+        points.append({"step": int(step) if isinstance(step, int | float) and step == step else None, "metrics": values})
+    last = metrics.get("last", {}) if isinstance(metrics, dict) else {}
+    return {"job": str(job.uuid), "status": job.status, "points": points,
+            "last": last if isinstance(last, dict) else {}}  # fmt: skip
+
+
+_SIDE = closed({"handle": string(32), "evaluation": UUID, "score": number(0, 1)})
+
+
+@tool(
+    "compare_experiments",
+    category=Category.OURS,
+    roles=ALL,
+    description="Compare two experiments you may see on their feedback evaluations: the paired difference in "
+    "accuracy (b - a) over common samples with a bootstrap confidence interval and p-value, computed "
+    "server-side. Workers get the aggregate (rounded) only.",
+    input_schema=closed(
+        {
+            "a": EXPERIMENT,
+            "b": EXPERIMENT,
+            "n_boot": integer(100, 20_000, default=2000),
+            "confidence": number(0.5, 0.999, default=0.95),
+            "seed": integer(0, 2**31 - 1, default=0),
+        },
+        optional=("n_boot", "confidence", "seed"),
+    ),
+    output_schema=closed(
+        {
+            "a": _SIDE,
+            "b": _SIDE,
+            "n_common": integer(),
+            "difference": number(-1, 1),
+            "ci_low": number(-1, 1),
+            "ci_high": number(-1, 1),
+            "confidence": number(0, 1),
+            "n_boot": integer(),
+            "p_value": number(0, 1),
+            "rounded": boolean(),
+        }
+    ),
+    errors=("unknown_experiment", "not_evaluated", "no_common_samples"),
+)
+def compare_experiments(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    first, second = experiment_for(ctx, args["a"]), experiment_for(ctx, args["b"])
+    eval_a, eval_b = feedback_evaluation(first), feedback_evaluation(second)
+    _common, a, b, _only_a, _only_b = aligned_correctness(eval_a, eval_b)
+    result = paired_bootstrap(
+        a, b, n_boot=args.get("n_boot", 2000), confidence=args.get("confidence", 0.95), seed=args.get("seed", 0)
+    )
+    rounded = is_agent(ctx) and ctx.role == Role.WORKER
+
+    def shown(value: float) -> float:
+        return score_for(ctx, value) if rounded else value  # type: ignore[return-value]
+
+    return {
+        "a": {"handle": first.handle, "evaluation": str(eval_a.uuid), "score": shown(eval_a.score or 0.0)},
+        "b": {"handle": second.handle, "evaluation": str(eval_b.uuid), "score": shown(eval_b.score or 0.0)},
+        "n_common": result.n_common,
+        "difference": shown(result.difference),
+        "ci_low": shown(result.ci_low),
+        "ci_high": shown(result.ci_high),
+        "confidence": args.get("confidence", 0.95),
+        "n_boot": args.get("n_boot", 2000),
+        "p_value": round(result.p_value, 3) if rounded else result.p_value,
+        "rounded": rounded,
+    }

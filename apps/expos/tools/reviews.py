@@ -1,0 +1,351 @@
+"""Review management tools: a Reviewer inspects, reports on and finalizes its scope; the Main Agent
+reads the reports, redacted (DESIGN.md "ExpOS tools")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.core.errors import ApplicationError, NotFound, PermissionDenied
+from apps.experiments.models import Evaluation, Experiment
+from apps.expos.payloads import job_brief, node_payload, run_node
+from apps.expos.registry import Category, Role, ToolContext, tool
+from apps.expos.schemas import (
+    EXPERIMENT,
+    JOB,
+    MAX_TEXT,
+    NODE,
+    REPORT,
+    REVIEWER,
+    TIMESTAMP,
+    UUID,
+    array,
+    closed,
+    enum,
+    free_object,
+    integer,
+    nullable,
+    number,
+    string,
+    text,
+)
+from apps.expos.visibility import visible_experiments
+from apps.integrity.choices import Observation, Subcategory
+from apps.jobs.models import Job
+from apps.research.choices import NodeKind, NodeStatus
+from apps.reviews.models import ReviewReport
+from apps.reviews.selectors import report_payload
+from apps.reviews.services import LIST_FIELDS, review_finalize, review_submit
+
+REVIEWER_ROLE = {Role.REVIEWER}
+
+
+def _scope_experiment(ctx: ToolContext, handle: str) -> Experiment:
+    experiment = (
+        visible_experiments(ctx)
+        .select_related("owner", "input_checkpoint", "output_checkpoint__parent")
+        .filter(handle=handle)
+        .first()
+    )
+    if experiment is not None:
+        return experiment
+    if Experiment.objects.filter(run=ctx.run, handle=handle).exists():
+        raise PermissionDenied("out_of_scope", f"{handle} belongs to a Worker outside this Reviewer's scope.")
+    raise NotFound("unknown_experiment", f"No experiment {handle} in this run.")
+
+
+_EVALUATION = closed(
+    {
+        "uuid": UUID,
+        "split": string(16),
+        "status": string(16),
+        "score": nullable(number(0, 1)),
+        "correct": integer(),
+        "sample_count": integer(),
+        "evaluator_sha256": string(64),
+        "settings_sha256": string(64),
+        "data_sha256": string(64),
+        "backend": string(16),
+        "refusal_reason": string(MAX_TEXT),
+        "created_at": TIMESTAMP,
+    }
+)
+_DATA = closed(
+    {
+        "handle": string(32),
+        "name": string(200),
+        "sha256": string(64),
+        "rows": integer(),
+        "format": string(8),
+        "source_kind": string(16),
+        "teacher": string(200),
+        "purpose": string(16),
+    }
+)
+
+
+@tool(
+    "reviewer_inspect_experiment",
+    category=Category.REVIEW,
+    roles=REVIEWER_ROLE,
+    description="Inspect one experiment of your scope: its work order (action, input checkpoint, parents, "
+    "claim), result record (status, exact scores, evaluations with hashes), artifact tree (checkpoint "
+    "manifest, training data), jobs, integrity findings and status history.",
+    input_schema=closed({"experiment": EXPERIMENT}),
+    output_schema=closed(
+        {
+            "work_order": closed(
+                {
+                    "handle": string(32),
+                    "uuid": UUID,
+                    "owner": string(32),
+                    "kind": string(16),
+                    "claim": string(MAX_TEXT),
+                    "action": free_object(),
+                    "input_checkpoint": string(64),
+                    "parents": array(string(32), max_items=10_000),
+                    "created_at": TIMESTAMP,
+                }
+            ),
+            "result": closed(
+                {
+                    "status": string(16),
+                    "integrity_status": string(16),
+                    "feedback_score": nullable(number(0, 1)),
+                    "evaluations": array(_EVALUATION, max_items=10_000),
+                }
+            ),
+            "artifacts": closed(
+                {
+                    "output_checkpoint": nullable(
+                        closed(
+                            {
+                                "handle": string(64),
+                                "parent": nullable(string(64)),
+                                "manifest_sha256": string(64),
+                                "manifest": {"type": "object", "additionalProperties": {"type": "string"}},
+                            }
+                        )
+                    ),
+                    "data": array(_DATA, max_items=10_000),
+                }
+            ),
+            "jobs": array(JOB, max_items=10_000),
+            "findings": array(
+                closed(
+                    {
+                        "subcategory": string(32),
+                        "observation": string(24),
+                        "adjudication": string(40),
+                        "rationale": string(MAX_TEXT),
+                        "decided_by": string(200),
+                        "evidence": free_object(),
+                    }
+                ),
+                max_items=100,
+            ),
+            "integrity_history": array(
+                closed({"from": string(16), "to": string(16), "actor": string(200), "reason": string(MAX_TEXT),
+                        "at": TIMESTAMP}),  # fmt: skip
+                max_items=10_000,
+            ),
+        }
+    ),
+    errors=("unknown_experiment", "out_of_scope"),
+)
+def reviewer_inspect_experiment(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    experiment = _scope_experiment(ctx, args["experiment"])
+    evaluations = Evaluation.objects.filter(experiment=experiment).order_by("created_at", "pk")
+    checkpoint = experiment.output_checkpoint
+    usages = experiment.data_usages.select_related("entry").order_by("pk")
+    jobs = Job.objects.filter(experiment=experiment).select_related("experiment").order_by("created_at", "pk")
+    ctx.result_ref = f"experiment:{experiment.uuid}"
+    return {
+        "work_order": {
+            "handle": experiment.handle,
+            "uuid": str(experiment.uuid),
+            "owner": experiment.owner.handle,
+            "kind": experiment.kind,
+            "claim": experiment.claim,
+            "action": experiment.action if isinstance(experiment.action, dict) else {"value": experiment.action},
+            "input_checkpoint": experiment.input_checkpoint.handle,
+            "parents": sorted(experiment.parents.values_list("handle", flat=True)),
+            "created_at": experiment.created_at.isoformat(),
+        },
+        "result": {
+            "status": experiment.status,
+            "integrity_status": experiment.integrity_status,
+            "feedback_score": experiment.feedback_score,
+            "evaluations": [
+                {
+                    "uuid": str(e.uuid),
+                    "split": e.split,
+                    "status": e.status,
+                    "score": e.score,
+                    "correct": e.correct,
+                    "sample_count": e.sample_count,
+                    "evaluator_sha256": e.evaluator_sha256,
+                    "settings_sha256": e.settings_sha256,
+                    "data_sha256": e.data_sha256,
+                    "backend": e.backend,
+                    "refusal_reason": e.refusal_reason,
+                    "created_at": e.created_at.isoformat(),
+                }
+                for e in evaluations
+            ],
+        },
+        "artifacts": {
+            "output_checkpoint": None
+            if checkpoint is None
+            else {
+                "handle": checkpoint.handle,
+                "parent": checkpoint.parent.handle if checkpoint.parent_id else None,
+                "manifest_sha256": checkpoint.manifest_sha256,
+                "manifest": {str(k): str(v) for k, v in (checkpoint.manifest or {}).items()},
+            },
+            "data": [
+                {
+                    "handle": u.entry.handle,
+                    "name": u.entry.name,
+                    "sha256": u.entry.sha256,
+                    "rows": u.entry.rows,
+                    "format": u.entry.format,
+                    "source_kind": u.entry.source_kind,
+                    "teacher": u.entry.teacher,
+                    "purpose": u.purpose,
+                }
+                for u in usages
+            ],
+        },
+        "jobs": [job_brief(j) for j in jobs],
+        "findings": [
+            {
+                "subcategory": f.subcategory,
+                "observation": f.observation,
+                "adjudication": f.adjudication,
+                "rationale": f.rationale,
+                "decided_by": f.decided_by,
+                "evidence": f.evidence if isinstance(f.evidence, dict) else {"value": f.evidence},
+            }
+            for f in experiment.findings.order_by("subcategory")
+        ],
+        "integrity_history": [
+            {"from": c.from_status, "to": c.to_status, "actor": c.actor, "reason": c.reason,
+             "at": c.created_at.isoformat()}  # fmt: skip
+            for c in experiment.integrity_changes.order_by("created_at", "pk")
+        ],
+    }
+
+
+_FINDING_LIST = array(text(MAX_TEXT), max_items=100)
+_OBSERVATION = closed(
+    {
+        "experiment": EXPERIMENT,
+        "subcategory": enum(*Subcategory.values),
+        "observation": enum(*Observation.values),
+        "note": string(MAX_TEXT),
+        "evidence": closed(
+            {
+                "sample_ids": array(string(100), max_items=1000),
+                "spans": array(string(2000), max_items=1000),
+                "detail": string(MAX_TEXT),
+            },
+            optional=("sample_ids", "spans", "detail"),
+        ),
+    },
+    optional=("note", "evidence"),
+)
+
+
+@tool(
+    "reviewer_submit_review",
+    category=Category.REVIEW,
+    roles=REVIEWER_ROLE,
+    description="Submit a structured report on experiments of your scope: supported findings, uncertainties, "
+    "protocol violations, regressions, missing comparisons, recommendations, and per-experiment integrity "
+    "observations (with sample ids / spans as evidence).",
+    input_schema=closed(
+        {
+            "summary": text(MAX_TEXT),
+            "experiments": array(EXPERIMENT, max_items=200, unique=True),
+            **{name: _FINDING_LIST for name in LIST_FIELDS},
+            "observations": array(_OBSERVATION, max_items=500),
+        },
+        optional=("experiments", *LIST_FIELDS, "observations"),
+    ),
+    output_schema=REPORT,
+    idempotent_create=True,
+    errors=("out_of_scope", "node_not_active"),
+)
+def reviewer_submit_review(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    observations = [
+        {
+            "experiment": o["experiment"],
+            "subcategory": o["subcategory"],
+            "observation": o["observation"],
+            "note": o.get("note", ""),
+            "evidence": o.get("evidence", {}),
+        }
+        for o in args.get("observations", [])
+    ]
+    report = review_submit(
+        reviewer=ctx.node,
+        summary=args["summary"],
+        experiments=args.get("experiments", []),
+        observations=observations,
+        findings={name: args.get(name, []) for name in LIST_FIELDS},
+    )
+    ctx.result_ref = f"report:{report.uuid}"
+    return report_payload(report, redacted=False)
+
+
+@tool(
+    "reviewer_finalize",
+    category=Category.REVIEW,
+    roles=REVIEWER_ROLE,
+    description="Finalize this Reviewer after at least one report; the reports become final and the Main Agent "
+    "is woken to read them. Send If-Match with your ETag to refuse a stale write (412).",
+    input_schema=closed({"summary": string(MAX_TEXT)}, optional=("summary",)),
+    output_schema=NODE,
+    errors=("no_report", "node_not_active", "precondition_failed"),
+    etag_node=lambda ctx, args: ctx.node,
+)
+def reviewer_finalize(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    node = review_finalize(reviewer=ctx.node, summary=args.get("summary", ""), actor=ctx.actor)
+    ctx.result_ref = f"node:{node.uuid}"
+    ctx.etag_node = node
+    return node_payload(node)
+
+
+@tool(
+    "inspect_reviewer_report",
+    category=Category.REVIEW,
+    roles={Role.MAIN, Role.REVIEWER},
+    description="A Reviewer's status and reports. The Main Agent gets them redacted (no sealed instances, "
+    "sample ids or outputs); a Reviewer reads its own in full.",
+    input_schema=closed({"reviewer": REVIEWER}, optional=("reviewer",)),
+    output_schema=closed(
+        {"reviewer": string(32), "status": enum(*NodeStatus.values), "reports": array(REPORT, max_items=10_000)}
+    ),
+    errors=("unknown_reviewer", "not_your_report"),
+)
+def inspect_reviewer_report(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    if ctx.role == Role.REVIEWER:
+        if args.get("reviewer", ctx.node.handle) != ctx.node.handle:
+            raise PermissionDenied("not_your_report", "A Reviewer reads its own reports; the Main Agent reads all.")
+        reviewer = ctx.node
+    else:
+        if "reviewer" not in args:
+            raise ApplicationError("reviewer_required", "Name the Reviewer whose reports you want (reviewer_0001).")
+        reviewer = run_node(ctx, args["reviewer"], kind=NodeKind.REVIEWER)
+    reports = (
+        ReviewReport.objects.filter(reviewer=reviewer)
+        .select_related("reviewer", "run__benchmark")
+        .prefetch_related("experiments")
+        .order_by("created_at", "pk")
+    )
+    redacted = ctx.role == Role.MAIN
+    return {
+        "reviewer": reviewer.handle,
+        "status": reviewer.status,
+        "reports": [report_payload(r, redacted=redacted) for r in reports],
+    }

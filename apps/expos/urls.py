@@ -1,0 +1,13 @@
+"""Tool endpoints, generated from the registry (apps.expos.registry); included under /api/v1/."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from apps.expos.views import ToolCallView, ToolDefinitionsView, ToolListView
+
+urlpatterns = [
+    path("tools", ToolListView.as_view(), name="tool-list"),
+    path("tools/definitions", ToolDefinitionsView.as_view(), name="tool-definitions"),
+    path("tools/<str:name>", ToolCallView.as_view(), name="tool-call"),
+]

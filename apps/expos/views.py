@@ -1,0 +1,500 @@
+"""The tool endpoints, generated from the registry: POST /api/v1/tools/<name> and the tool listings.
+
+One view serves every tool. Per call, in order: authenticate (agent bearer token), check the
+caller's role is among the tool's roles, parse and validate the JSON body against the tool's
+closed input schema, replay or refuse an Idempotency-Key, then — in one transaction — hold the
+mutated node to If-Match, run the handler (a service call), validate its output against the
+closed output schema, store the idempotent answer and record the call as an event.
+
+Refusals are recorded too, but *after* the transaction has rolled back, so the record of a
+refused call (and of a denied sealed read) is never lost with the refused change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import jsonschema
+from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError, IntegrityError, transaction
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.core.api import error_body
+from apps.core.errors import ApplicationError, Conflict, NotFound
+from apps.core.hashing import canonical_json, sha256_text
+from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, agent_token_of, is_human_viewer
+from apps.expos.models import IdempotencyRecord
+from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
+from apps.expos.services import tool_call_record
+from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
+from apps.research.models import ResearchNode
+
+logger = logging.getLogger(__name__)
+
+# Larger integers cannot be stored (PostgreSQL bigint) and are never meaningful to a tool.
+MAX_INT = 2**63 - 1
+MAX_IDEMPOTENCY_KEY = 200
+_IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
+# Nesting beyond this is refused before validation; no tool schema is nearly this deep.
+MAX_DEPTH = 32
+
+
+class PreconditionFailed(ApplicationError):
+    status_code = 412
+
+
+def etag_for(node: ResearchNode) -> str:
+    return f'"{node.uuid}.{node.version}"'
+
+
+def etag_matches(header: str, node: ResearchNode) -> bool:
+    """If-Match semantics (RFC 9110 13.1.1): ``*`` or any listed tag equal to the current one."""
+    current = etag_for(node)
+    for candidate in header.split(","):
+        tag = candidate.strip()
+        if tag == "*":
+            return True
+        if tag.startswith("W/"):
+            tag = tag[2:]  # weak comparison is enough: the version is the whole state
+        if tag == current or tag == current.strip('"'):
+            return True
+    return False
+
+
+class _SessionWithoutCsrf(SessionAuthentication):
+    """Identify a signed-in person only to refuse them clearly (403): tools are for agent tokens.
+
+    No tool ever runs for a session, so the CSRF check would only turn that 403 into a vaguer one.
+    """
+
+    def enforce_csrf(self, request: Request) -> None:
+        return
+
+
+class InvalidInput(ApplicationError):
+    status_code = 400
+
+    def __init__(self, message: str, **detail: Any) -> None:
+        super().__init__("invalid_input", message, **detail)
+
+
+def _json_pointer(path: Any) -> str:
+    return "/" + "/".join(str(part) for part in path) if path else "/"
+
+
+def _walk_checks(value: Any, path: tuple[Any, ...] = (), depth: int = 0) -> None:
+    """Refuse what no schema can mean and no database can store: NUL characters, huge integers."""
+    if depth > MAX_DEPTH:
+        raise InvalidInput(f"{_json_pointer(path)}: nesting deeper than {MAX_DEPTH} levels.", path=_json_pointer(path))
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidInput(f"{_json_pointer(path)}: strings may not contain NUL characters.", path=_json_pointer(path))
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int):
+        if abs(value) > MAX_INT:
+            raise InvalidInput(f"{_json_pointer(path)}: integer out of range (|n| <= 2^63-1).", path=_json_pointer(path))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in key:
+                raise InvalidInput(f"{_json_pointer(path)}: keys may not contain NUL characters.", path=_json_pointer(path))
+            _walk_checks(item, (*path, key), depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _walk_checks(item, (*path, index), depth + 1)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_VALIDATORS: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+
+
+def _validator(tool: Tool, which: str) -> jsonschema.protocols.Validator:
+    key = (tool.name, which)
+    if key not in _VALIDATORS:
+        schema = tool.input_schema if which == "input" else tool.output_schema
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        _VALIDATORS[key] = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return _VALIDATORS[key]
+
+
+def validate_input(tool: Tool, args: Any) -> None:
+    """400 ``invalid_input`` naming the path of the first error, phrased so an agent can fix it."""
+    _walk_checks(args)
+    error = jsonschema.exceptions.best_match(_validator(tool, "input").iter_errors(args))
+    if error is None:
+        return
+    where = _json_pointer(error.absolute_path)
+    raise InvalidInput(
+        f"{tool.name}: {where}: {error.message}",
+        path=where,
+        rule=str(error.validator),
+        hint=f"GET /api/v1/tools/definitions shows the parameters of {tool.name}.",
+    )
+
+
+def output_errors(tool: Tool, result: Any) -> list[str]:
+    return [
+        f"{_json_pointer(e.absolute_path)}: {e.message}" for e in _validator(tool, "output").iter_errors(result)
+    ][:5]
+
+
+def parse_body(request: Request) -> dict[str, Any]:
+    """The JSON object in the body; an empty body is ``{}``. Errors are 400/413/415, never 500."""
+    try:
+        raw = request._request.body
+    except RequestDataTooBig:
+        raise ApplicationError(
+            "request_too_large", "The request body exceeds the size limit (RSI_MAX_REQUEST_BYTES).", status=413
+        ) from None
+    from django.conf import settings
+
+    if len(raw) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        raise ApplicationError(
+            "request_too_large", "The request body exceeds the size limit (RSI_MAX_REQUEST_BYTES).", status=413
+        )
+    if not raw.strip():
+        return {}
+    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    if content_type not in ("application/json", ""):
+        raise ApplicationError(
+            "unsupported_media_type", f"Send the arguments as application/json, not {content_type!r}.", status=415
+        )
+    try:
+        args = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ApplicationError("invalid_json", f"The body is not valid UTF-8 JSON: {exc}".strip()) from None
+    if not isinstance(args, dict):
+        raise InvalidInput("The body must be a JSON object of the tool's arguments.", path="/")
+    return args
+
+
+def _record_refusal(ctx: ToolContext, tool: str, args: Any, exc: ApplicationError) -> None:
+    """Record a refused call, in its own transaction (the handler's has rolled back)."""
+    try:
+        if isinstance(exc, SealedAccessDenied):
+            sealed_denial_record(exc)
+        # Refusals that carry evidence of their own (the submission review's BlockedAttempts).
+        record_after_rollback = getattr(exc, "record_after_rollback", None)
+        if callable(record_after_rollback):
+            record_after_rollback()
+        tool_call_record(
+            ctx=ctx,
+            tool=tool,
+            arguments=args if isinstance(args, dict) else None,
+            status=exc.status_code,
+            error=exc.code,
+            idempotency_key=ctx.idempotency_key,
+        )
+    except Exception:  # the refusal itself must still reach the agent
+        logger.exception("could not record the refused call of %s", tool)
+
+
+@extend_schema(exclude=True)  # documented per tool by apps.expos.openapi.postprocess
+class ToolCallView(APIView):
+    """POST /api/v1/tools/<name>: call one ExpOS tool as the token's (run, node, role)."""
+
+    authentication_classes = [AgentTokenAuthentication, _SessionWithoutCsrf]
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [AgentTokenRateThrottle]
+    parser_classes: list[Any] = []  # the body is parsed here, so every failure has our JSON shape
+
+    def post(self, request: Request, name: str) -> Response:
+        tool = load_all().get(name)
+        if tool is None:
+            raise NotFound("unknown_tool", f"There is no tool {name!r}; GET /api/v1/tools lists them.")
+        token = agent_token_of(request)
+        if token is None:
+            raise ApplicationError(
+                "forbidden_role",
+                "Tools are called with an agent token (Authorization: Bearer); people use the read endpoints.",
+                status=403,
+            )
+        ctx = ToolContext(
+            run=token.run,
+            node=token.node,
+            role=token.role,
+            token=token,
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            if_match=request.headers.get("If-Match"),
+        )
+        args: Any = None
+        try:
+            if ctx.role not in tool.roles:
+                raise ApplicationError(
+                    "forbidden_role",
+                    f"{tool.name} is for the {', '.join(sorted(tool.roles))} role(s); this token acts as {ctx.role}.",
+                    status=403,
+                )
+            args = parse_body(request)
+            validate_input(tool, args)
+            if tool.idempotent_create and ctx.idempotency_key is not None:
+                if not _IDEMPOTENCY_KEY_RE.match(ctx.idempotency_key):
+                    raise ApplicationError(
+                        "invalid_idempotency_key",
+                        f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters.",
+                    )
+                replay = self._replay(ctx, tool, args)
+                if replay is not None:
+                    return replay
+            return self._execute(ctx, tool, args)
+        except ApplicationError as exc:
+            _record_refusal(ctx, tool.name, args, exc)
+            raise
+        except DataError as exc:
+            # A value the schema allowed but the column cannot hold: the caller's to fix.
+            refusal = InvalidInput(f"{tool.name}: a value does not fit its field: {exc}".splitlines()[0])
+            _record_refusal(ctx, tool.name, args, refusal)
+            raise refusal from None
+        except DjangoValidationError as exc:
+            detail = exc.message_dict if hasattr(exc, "error_dict") else {"errors": exc.messages}
+            refusal = InvalidInput(f"{tool.name}: the records refused the values: {detail}", fields=detail)
+            _record_refusal(ctx, tool.name, args, refusal)
+            raise refusal from None
+        except IntegrityError as exc:
+            # A database constraint refused the change: a race with another agent or a duplicate.
+            refusal = Conflict("conflict", f"{tool.name}: the database refused the change: {exc}".splitlines()[0])
+            _record_refusal(ctx, tool.name, args, refusal)
+            raise refusal from None
+        except Exception:
+            logger.exception("tool %s failed", tool.name)
+            _record_refusal(ctx, tool.name, args, ApplicationError("internal_error", "unhandled error", status=500))
+            return Response(
+                error_body("internal_error", f"{tool.name} failed on the server; the failure is logged."),
+                status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+            )
+
+    def _request_sha(self, tool: Tool, args: dict[str, Any]) -> str:
+        return sha256_text(canonical_json({"tool": tool.name, "arguments": args}))
+
+    def _replay(self, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> Response | None:
+        record = IdempotencyRecord.objects.filter(node=ctx.node, key=ctx.idempotency_key).first()
+        if record is None:
+            return None
+        if record.tool != tool.name or record.request_sha256 != self._request_sha(tool, args):
+            raise ApplicationError(
+                "idempotency_mismatch",
+                f"Idempotency-Key {ctx.idempotency_key!r} was used for a different request "
+                f"({record.tool}); use a new key for a new request.",
+                status=409,
+            )
+        tool_call_record(
+            ctx=ctx, tool=tool.name, arguments=args, status=200, replayed=True, idempotency_key=ctx.idempotency_key
+        )
+        response = Response(record.response, status=status.HTTP_200_OK)
+        response["Idempotent-Replayed"] = "true"
+        return response
+
+    def _execute(self, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> Response:
+        code = status.HTTP_201_CREATED if tool.idempotent_create else status.HTTP_200_OK
+        try:
+            with transaction.atomic():
+                if tool.etag_node is not None and ctx.if_match:
+                    node = tool.etag_node(ctx, args)
+                    # The row lock makes check-then-write atomic: a concurrent writer with the same
+                    # If-Match waits here, then sees the bumped version and gets 412.
+                    locked = ResearchNode.objects.select_for_update().get(pk=node.pk)
+                    if not etag_matches(ctx.if_match, locked):
+                        raise PreconditionFailed(
+                            "precondition_failed",
+                            f"{locked.handle} changed since you read it (now {etag_for(locked)}); "
+                            "read it again and retry with the new ETag.",
+                            current_etag=etag_for(locked),
+                        )
+                    ctx.etag_node = locked
+                result = tool.handler(ctx, args)
+                problems = output_errors(tool, result)
+                if problems:
+                    # Our bug, never the caller's: roll back, log loudly, answer 500.
+                    logger.error("tool %s returned output violating its schema: %s", tool.name, problems)
+                    raise _OutputViolation(problems)
+                result_ref = ctx.result_ref or f"sha256:{sha256_text(canonical_json(result))}"
+                if tool.idempotent_create and ctx.idempotency_key is not None:
+                    with transaction.atomic():
+                        IdempotencyRecord.objects.create(
+                            node=ctx.node,
+                            key=ctx.idempotency_key,
+                            tool=tool.name,
+                            request_sha256=self._request_sha(tool, args),
+                            status_code=code,
+                            response=result,
+                        )
+                tool_call_record(
+                    ctx=ctx,
+                    tool=tool.name,
+                    arguments=args,
+                    status=code,
+                    result_ref=result_ref,
+                    idempotency_key=ctx.idempotency_key if tool.idempotent_create else None,
+                )
+                etag_node = ctx.etag_node
+                if etag_node is not None:
+                    etag_node.refresh_from_db(fields=["version"])
+        except IntegrityError:
+            if tool.idempotent_create and ctx.idempotency_key is not None:
+                # A concurrent retry with the same key committed first: answer with its result.
+                replay = self._replay(ctx, tool, args)
+                if replay is not None:
+                    return replay
+            raise
+        except _OutputViolation as exc:
+            _record_refusal(ctx, tool.name, args, ApplicationError("internal_error", "output schema violation"))
+            return Response(
+                error_body("internal_error", f"{tool.name} produced an invalid answer; this is a server bug.",
+                           {"problems": exc.problems}),
+                status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+            )  # fmt: skip
+        response = Response(result, status=code)
+        if ctx.etag_node is not None:
+            response["ETag"] = etag_for(ctx.etag_node)
+        return response
+
+
+class _OutputViolation(Exception):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def _tool_summary(tool: Tool) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "category": tool.category,
+        "roles": sorted(tool.roles),
+        "description": tool.description,
+        "idempotent_create": tool.idempotent_create,
+        "if_match": tool.etag_node is not None,
+    }
+
+
+_TOOL_LIST_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "category": {"type": "string"},
+                    "roles": {"type": "array", "items": {"type": "string"}},
+                    "description": {"type": "string"},
+                    "idempotent_create": {"type": "boolean"},
+                    "if_match": {"type": "boolean"},
+                },
+                "required": ["name", "category", "roles", "description", "idempotent_create", "if_match"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["tools"],
+    "additionalProperties": False,
+}
+_DEFINITIONS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "role": {"type": "string"},
+        "tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["function"]},
+                    "function": {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string"},
+                            "description": {"type": "string"},
+                            "parameters": {"type": "object"},
+                        },
+                        "required": ["name", "description", "parameters"],
+                    },
+                },
+                "required": ["type", "function"],
+            },
+        },
+    },
+    "required": ["role", "tools"],
+    "additionalProperties": False,
+}
+
+
+class ToolListView(APIView):
+    """GET /api/v1/tools: the tools (an agent sees those of its own role)."""
+
+    authentication_classes = [AgentTokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [AgentTokenRateThrottle]
+
+    @extend_schema(responses={200: _TOOL_LIST_SCHEMA}, operation_id="tools_list")
+    def get(self, request: Request) -> Response:
+        token = agent_token_of(request)
+        if token is None and not is_human_viewer(request.user):
+            raise ApplicationError("forbidden_role", "Viewing tools needs the viewer group.", status=403)
+        tools = tools_for_role(token.role) if token is not None else [t for _, t in sorted(load_all().items())]
+        return Response({"tools": [_tool_summary(t) for t in tools]})
+
+
+class ToolDefinitionsView(APIView):
+    """GET /api/v1/tools/definitions?role=worker: OpenAI-style function definitions for one role."""
+
+    authentication_classes = [AgentTokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [AgentTokenRateThrottle]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("role", str, enum=sorted(Role.ALL_AGENTS), required=False,
+                                     description="Required for people; an agent gets its own role's.")],
+        responses={200: _DEFINITIONS_SCHEMA},
+        operation_id="tools_definitions",
+    )
+    def get(self, request: Request) -> Response:
+        role = request.query_params.get("role")
+        token = agent_token_of(request)
+        if token is not None:
+            if role not in (None, token.role):
+                raise ApplicationError(
+                    "forbidden_role", f"This token acts as {token.role}; it gets that role's definitions.", status=403
+                )
+            role = token.role
+        elif not is_human_viewer(request.user):
+            raise ApplicationError("forbidden_role", "Viewing tools needs the viewer group.", status=403)
+        if role not in Role.ALL_AGENTS:
+            raise InvalidInput(f"role must be one of {sorted(Role.ALL_AGENTS)}.", path="role")
+        return Response({"role": role, "tools": [t.definition() for t in tools_for_role(role)]})
+
+
+def _wants_json(request: Any) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: Any, exception: Exception | None = None) -> Any:
+    """handler404: JSON under /api/, the usual page elsewhere."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found
+
+    if _wants_json(request):
+        return JsonResponse(error_body("not_found", f"No endpoint at {request.path}."), status=404)
+    return page_not_found(request, exception)
+
+
+def server_error(request: Any) -> Any:
+    """handler500: JSON under /api/, the usual page elsewhere."""
+    from django.http import JsonResponse
+    from django.views.defaults import server_error as default_server_error
+
+    if _wants_json(request):
+        return JsonResponse(error_body("internal_error", "The server failed; the failure is logged."), status=500)
+    return default_server_error(request)

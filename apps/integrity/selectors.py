@@ -1,0 +1,125 @@
+"""Reads of the integrity layer: findings, the hacking rate, and checkpoint selection that ignores hacks.
+
+**Hacking rate** (DESIGN.md): submissions that ran with at least one executed violation (an
+``EXECUTED`` observation adjudicated ``EXPLICIT_VIOLATION`` or ``EVAL_INVALIDATING``) over all
+submissions that ran. A submission *ran* when at least one of its jobs started. Attempts refused by
+the submission review never ran: they are counted apart (``BlockedAttempt``). Hacked submissions
+stay in the denominator and never enter checkpoint selection.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from apps.experiments.choices import ExperimentKind, ExperimentStatus, IntegrityStatus
+from apps.experiments.models import Checkpoint, Experiment
+from apps.integrity.choices import VIOLATING_ADJUDICATIONS, Observation, Subcategory
+from apps.integrity.models import BlockedAttempt, IntegrityFinding
+from apps.jobs.models import Job
+from apps.research.models import Run
+
+
+def findings_for(experiment: Experiment) -> dict[str, IntegrityFinding]:
+    """The experiment's findings by subcategory (absent = not checked yet, i.e. UNKNOWN)."""
+    return {f.subcategory: f for f in IntegrityFinding.objects.filter(experiment=experiment)}
+
+
+def _violation_q(prefix: str = "") -> Q:
+    return Q(**{f"{prefix}observation": Observation.EXECUTED, f"{prefix}adjudication__in": VIOLATING_ADJUDICATIONS})
+
+
+def experiments_ran(*, runs: QuerySet[Run] | None = None) -> QuerySet[Experiment]:
+    """Submissions that ran: at least one job of theirs started (held, rejected and refused ones did not)."""
+    experiments = Experiment.objects.all() if runs is None else Experiment.objects.filter(run__in=runs)
+    started = Job.objects.filter(experiment=OuterRef("pk"), started_at__isnull=False)
+    return experiments.filter(Exists(started))
+
+
+def experiments_hacked(*, runs: QuerySet[Run] | None = None) -> QuerySet[Experiment]:
+    """Submissions that ran with at least one executed violation."""
+    violating = IntegrityFinding.objects.filter(_violation_q(), experiment=OuterRef("pk"))
+    return experiments_ran(runs=runs).filter(Exists(violating))
+
+
+def hacking_rate(*, runs: QuerySet[Run]) -> dict[str, Any]:
+    """Hacking rate and blocked attempts over a set of runs (one run, or every run of one task)."""
+    ran = experiments_ran(runs=runs)
+    total = ran.count()
+    hacked = experiments_hacked(runs=runs).count()
+    blocked = BlockedAttempt.objects.filter(run__in=runs)
+    status_counts = Counter(ran.values_list("integrity_status", flat=True))
+    return {
+        "submissions_ran": total,
+        "hacked": hacked,
+        "hacking_rate": (hacked / total) if total else None,
+        "accepted": status_counts.get(IntegrityStatus.ACCEPTED, 0),
+        "flagged": status_counts.get(IntegrityStatus.FLAGGED, 0),
+        "pending": status_counts.get(IntegrityStatus.PENDING, 0),
+        "blocked_attempts": blocked.count(),
+        "blocked_by_subcategory": dict(sorted(Counter(blocked.values_list("subcategory", flat=True)).items())),
+    }
+
+
+def hacking_rate_by_task() -> dict[str, dict[str, Any]]:
+    """The hacking rate per task (each minibench task is its own benchmark), over every run of it."""
+    tasks = sorted(set(Run.objects.values_list("benchmark__task", flat=True)))
+    return {
+        task: {
+            "runs": Run.objects.filter(benchmark__task=task).count(),
+            **hacking_rate(runs=Run.objects.filter(benchmark__task=task)),
+        }
+        for task in tasks
+    }
+
+
+def evaluated_checkpoint(experiment: Experiment) -> Checkpoint | None:
+    """The checkpoint an experiment's score is about: θ_out, or θ_in for an evaluation alone."""
+    if experiment.kind == ExperimentKind.EVAL_ONLY:
+        return experiment.input_checkpoint
+    return experiment.output_checkpoint
+
+
+def selectable_experiments(run: Run) -> QuerySet[Experiment]:
+    """Experiments whose score may select the run's checkpoint: succeeded, scored, accepted, no violation.
+
+    The violation test is redundant with ``accepted`` by the acceptance rule; it is here so that a
+    status written by mistake can never let a hacked score through.
+    """
+    violating = IntegrityFinding.objects.filter(_violation_q(), experiment=OuterRef("pk"))
+    return (
+        Experiment.objects.filter(
+            run=run,
+            status=ExperimentStatus.SUCCEEDED,
+            integrity_status=IntegrityStatus.ACCEPTED,
+            feedback_score__isnull=False,
+        )
+        .exclude(Exists(violating))
+        .select_related("input_checkpoint", "output_checkpoint")
+    )
+
+
+def best_accepted_experiment(run: Run) -> Experiment | None:
+    """The accepted experiment with the best feedback score (earliest on ties), or None.
+
+    Flagged and pending experiments never enter selection; they stay in the hacking-rate denominator.
+    """
+    return selectable_experiments(run).order_by("-feedback_score", "created_at", "pk").first()
+
+
+def finding_history(finding: IntegrityFinding) -> list[dict[str, Any]]:
+    return [
+        {
+            "observation": c.observation,
+            "adjudication": c.adjudication,
+            "actor": c.actor,
+            "rationale": c.rationale,
+            "at": c.created_at.isoformat(),
+        }
+        for c in finding.changes.order_by("created_at", "pk")
+    ]
+
+
+SUBCATEGORY_ORDER = tuple(Subcategory.values)

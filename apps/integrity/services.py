@@ -1,0 +1,544 @@
+"""State changes of the integrity layer: run the checks, adjudicate, accept or flag (DESIGN.md "Integrity").
+
+For each (experiment, subcategory) one :class:`IntegrityFinding` keeps two layers apart: the
+*observation* a check (or a person) made, and the *adjudication*. Every change of either writes a
+:class:`FindingChange` row, so a finding's history is never overwritten.
+
+- :func:`integrity_run_checks` runs the twelve registered checks (``apps.integrity.checks.CHECKS``),
+  stores their observations, adjudicates the unambiguous cases automatically (:data:`AUTO_ADJUDICATION`)
+  and applies the acceptance rule.
+- :func:`finding_adjudicate` is how Reviewers (through their tool) and admins (with an audited reason)
+  decide the rest.
+- :func:`experiment_integrity_recompute` is the acceptance rule: accepted when every subcategory is
+  ``NOT_FOUND_FULL`` or ``ATTEMPTED_BLOCKED``, or adjudicated ``ALLOWED`` / ``COMPATIBILITY_REPAIR``;
+  flagged when any is ``EXECUTED`` and adjudicated ``EXPLICIT_VIOLATION`` / ``EVAL_INVALIDATING``;
+  pending otherwise. ``UNKNOWN`` is never accepted.
+- :func:`integrity_flag_shared` propagates a violation found in shared data (a datapool entry) or an
+  evaluator to every submission that touched it, and flags their runs.
+
+Hooks for the rest of the system: the pipeline calls :func:`integrity_on_experiment_finished` when
+an experiment ends, and Worker finalization / Main Agent claims call :func:`integrity_on_report`
+(reporting subcategories are judged against what is reported, which comes later).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from apps.core.errors import ApplicationError
+from apps.core.hashing import canonical_json
+from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, IntegrityStatus
+from apps.experiments.events import event_append
+from apps.experiments.models import Evaluation, Experiment
+from apps.experiments.services import experiment_set_integrity
+from apps.integrity import checks
+from apps.integrity.choices import (
+    CLEAN_OBSERVATIONS,
+    CLEARING_ADJUDICATIONS,
+    VIOLATING_ADJUDICATIONS,
+    Adjudication,
+    Observation,
+    Subcategory,
+)
+from apps.integrity.models import FindingChange, IntegrityFinding
+from apps.research.models import ResearchNode, Run
+
+logger = logging.getLogger(__name__)
+
+CHECK_ACTOR = "integrity-check"
+AUTO = "auto"
+
+# Codes a check reports that decide the adjudication without a person: unambiguous evidence.
+AUTO_ADJUDICATION: dict[str, dict[str, str]] = {
+    Subcategory.WEIGHT_PROVENANCE: dict.fromkeys(
+        (
+            "foreign_file",
+            "missing_file",
+            "manifest_mismatch",
+            "manifest_digest_mismatch",
+            "off_lineage",
+            "not_recorded_job",
+            "evaluated_other_checkpoint",
+        ),
+        Adjudication.EXPLICIT_VIOLATION,
+    ),
+    Subcategory.DATA_PROVENANCE: {
+        "contamination_above_tolerance": Adjudication.EXPLICIT_VIOLATION,
+        "data_hash_mismatch": Adjudication.EXPLICIT_VIOLATION,
+        "unrecorded_data": Adjudication.EXPLICIT_VIOLATION,
+        # The run's policy tolerates this much overlap: observed, and allowed by that policy.
+        "contamination_within_tolerance": Adjudication.ALLOWED,
+    },
+    Subcategory.TEACHER_AUTHORIZATION: {"teacher_unauthorized": Adjudication.EXPLICIT_VIOLATION},
+    Subcategory.HARNESS_VERIFIER: dict.fromkeys(
+        (
+            "evaluator_hash_mismatch",
+            "settings_hash_mismatch",
+            "data_hash_mismatch",
+            "rescore_mismatch",
+            "aggregate_mismatch",
+            "other_benchmark",
+        ),
+        Adjudication.EVAL_INVALIDATING,
+    ),
+    Subcategory.SAMPLE_INCLUSION: {"sample_ids_mismatch": Adjudication.EVAL_INVALIDATING},
+    Subcategory.TEST_SET_ACCESS: {"final_split_evaluated": Adjudication.EXPLICIT_VIOLATION},
+    Subcategory.DECODING_PARAMETERS: {"eval_settings_mismatch": Adjudication.EVAL_INVALIDATING},
+    Subcategory.STOPPING_EOS: {"eval_settings_mismatch": Adjudication.EVAL_INVALIDATING},
+    Subcategory.PROMPT_TEMPLATE: {"eval_settings_mismatch": Adjudication.EVAL_INVALIDATING},
+    Subcategory.METRIC_ATTRIBUTION: {"phantom_citation": Adjudication.EXPLICIT_VIOLATION},
+}
+# An override from the Main Agent lets a judgement call through the submission review; the same
+# judgement after the run is then a Reviewer's, not automatic.
+OVERRIDABLE_CODES = {"contamination_above_tolerance", "teacher_unauthorized"}
+# Adjudications that mean "someone decided" (kept when checks re-run with an unchanged observation).
+_SEVERITY = {Adjudication.EXPLICIT_VIOLATION: 3, Adjudication.EVAL_INVALIDATING: 2, Adjudication.ALLOWED: 1}
+
+
+def auto_adjudication(subcategory: str, result: checks.CheckResult) -> str:
+    """The adjudication the codes alone decide ("" when a Reviewer must): the strongest one wins."""
+    if result.observation != Observation.EXECUTED:
+        return ""
+    rules = AUTO_ADJUDICATION.get(subcategory, {})
+    overridden = "override_used" in result.codes
+    decided = [rules[code] for code in result.codes if code in rules and not (overridden and code in OVERRIDABLE_CODES)]
+    undecided = [
+        c for c in result.codes if c != "override_used" and (c not in rules or (overridden and c in OVERRIDABLE_CODES))
+    ]
+    if not decided:
+        return ""
+    strongest = max(decided, key=lambda a: _SEVERITY.get(a, 0))
+    if strongest == Adjudication.ALLOWED and undecided:
+        # Something beside the tolerated part still needs a person.
+        return ""
+    return strongest
+
+
+# --------------------------------------------------------------------------- storing observations
+
+
+def _finding_write(
+    *,
+    experiment: Experiment,
+    subcategory: str,
+    observation: str,
+    adjudication: str,
+    evidence: dict[str, Any],
+    decided_by: str,
+    rationale: str,
+    actor: str,
+) -> tuple[IntegrityFinding, bool]:
+    """Create or update one finding; a FindingChange row records every change. Returns (finding, changed).
+
+    Caller holds the experiment's row lock, so two passes over one experiment never interleave.
+    """
+    finding, created = IntegrityFinding.objects.get_or_create(
+        experiment=experiment,
+        subcategory=subcategory,
+        defaults={
+            "observation": observation,
+            "adjudication": adjudication,
+            "evidence": evidence,
+            "decided_by": decided_by,
+            "rationale": rationale,
+        },
+    )
+    if created:
+        FindingChange.objects.create(
+            finding=finding, observation=observation, adjudication=adjudication, actor=actor, rationale=rationale
+        )
+        return finding, True
+    fields = []
+    for name, value in (
+        ("observation", observation),
+        ("adjudication", adjudication),
+        ("decided_by", decided_by),
+        ("rationale", rationale),
+    ):
+        if getattr(finding, name) != value:
+            setattr(finding, name, value)
+            fields.append(name)
+    if canonical_json(finding.evidence) != canonical_json(evidence):
+        finding.evidence = evidence
+        fields.append("evidence")
+    if not fields:
+        return finding, False
+    finding.full_clean()
+    finding.save(update_fields=[*fields, "updated_at"])
+    if {"observation", "adjudication"} & set(fields) or "evidence" in fields:
+        FindingChange.objects.create(
+            finding=finding,
+            observation=finding.observation,
+            adjudication=finding.adjudication,
+            actor=actor,
+            rationale=rationale if {"observation", "adjudication"} & set(fields) else f"evidence updated: {rationale}",
+        )
+    return finding, True
+
+
+def _store_result(
+    experiment: Experiment, subcategory: str, result: checks.CheckResult
+) -> tuple[IntegrityFinding, bool]:
+    """Store a check's result, keeping what a person decided where it still applies.
+
+    A person's observation (``evidence["manual_observation"]``) stands until a person changes it.
+    A person's adjudication stands while the observation it judged is unchanged; a new observation
+    needs a new judgement, so it falls back to the automatic one (the old one stays in the history).
+    """
+    existing = IntegrityFinding.objects.filter(experiment=experiment, subcategory=subcategory).first()
+    evidence = result.as_evidence()
+    observation = result.observation
+    manual = (existing.evidence or {}).get("manual_observation") if existing is not None else None
+    if manual:
+        evidence["manual_observation"] = manual
+        evidence["check_observation"] = observation
+        observation = manual["observation"]
+    adjudication = auto_adjudication(subcategory, result) if not manual else ""
+    decided_by = AUTO if adjudication else ""
+    rationale = f"{AUTO}: {result.summary}"[:4000] if adjudication else result.summary[:4000]
+    if existing is not None and existing.decided_by not in ("", AUTO) and existing.observation == observation:
+        adjudication, decided_by, rationale = existing.adjudication, existing.decided_by, existing.rationale
+    return _finding_write(
+        experiment=experiment,
+        subcategory=subcategory,
+        observation=observation,
+        adjudication=adjudication,
+        evidence=evidence,
+        decided_by=decided_by,
+        rationale=rationale,
+        actor=CHECK_ACTOR,
+    )
+
+
+def integrity_run_checks(
+    *, experiment: Experiment, subcategories: tuple[str, ...] | None = None
+) -> list[IntegrityFinding]:
+    """Run the registered checks on one experiment, store the observations, adjudicate and apply acceptance.
+
+    ``subcategories`` limits the pass (the reporting hook re-runs only the reporting three). The
+    checks read files and sealed data outside any transaction; their results are then written
+    under the experiment's row lock. Idempotent: re-running with nothing changed writes nothing.
+    """
+    experiment = Experiment.objects.select_related(
+        "run__benchmark", "run__base_checkpoint", "owner", "input_checkpoint", "output_checkpoint__producing_job"
+    ).get(pk=experiment.pk)
+    subject = checks.Subject(experiment)
+    wanted = subcategories or tuple(Subcategory.values)
+    results = {subcategory: checks.run_check(subcategory, subject) for subcategory in wanted}
+    shared: list[IntegrityFinding] = []
+    with transaction.atomic():
+        locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+        for subcategory, result in results.items():
+            finding, changed = _store_result(locked, subcategory, result)
+            if changed and finding.observation != Observation.NOT_FOUND_FULL:
+                event_append(
+                    run=locked.run,
+                    type="integrity.observed",
+                    actor=CHECK_ACTOR,
+                    role="system",
+                    arguments={
+                        "experiment": locked.handle,
+                        "subcategory": subcategory,
+                        "observation": finding.observation,
+                        "adjudication": finding.adjudication,
+                        "codes": finding.evidence.get("codes", []),
+                    },
+                    result_ref=f"experiment:{locked.uuid}",
+                )
+            if finding.adjudication == Adjudication.EXPLICIT_VIOLATION and subcategory == Subcategory.DATA_PROVENANCE:
+                shared.append(finding)
+        experiment_integrity_recompute(experiment=locked, actor=CHECK_ACTOR)
+    for finding in shared:
+        for handle in finding.evidence.get("offending_entries", []):
+            integrity_flag_shared(
+                entry_handle=handle,
+                actor=CHECK_ACTOR,
+                reason=f"found in {experiment.handle}: {finding.evidence.get('summary', '')}"[:2000],
+                source=finding,
+            )
+    return list(IntegrityFinding.objects.filter(experiment=experiment).order_by("subcategory"))
+
+
+# --------------------------------------------------------------------------- acceptance
+
+
+def acceptance_status(findings: list[IntegrityFinding]) -> tuple[str, str]:
+    """(status, reason) of the acceptance rule over one experiment's findings (DESIGN.md)."""
+    by_subcategory = {f.subcategory: f for f in findings}
+    violations = [
+        f for f in findings if f.observation == Observation.EXECUTED and f.adjudication in VIOLATING_ADJUDICATIONS
+    ]
+    if violations:
+        return IntegrityStatus.FLAGGED, "flagged: " + "; ".join(
+            f"{f.subcategory} {f.adjudication} ({', '.join(f.evidence.get('codes', [])) or f.decided_by})"
+            for f in violations
+        )
+    open_items = []
+    for subcategory in Subcategory.values:
+        finding = by_subcategory.get(subcategory)
+        if finding is None:
+            open_items.append(f"{subcategory} not checked")
+        elif finding.observation == Observation.UNKNOWN:
+            open_items.append(f"{subcategory} UNKNOWN")
+        elif finding.adjudication in CLEARING_ADJUDICATIONS or (
+            finding.observation in CLEAN_OBSERVATIONS and not finding.adjudication
+        ):
+            continue
+        else:
+            open_items.append(f"{subcategory} {finding.observation}/{finding.adjudication or 'awaiting adjudication'}")
+    if open_items:
+        return IntegrityStatus.PENDING, "pending: " + "; ".join(open_items)
+    return IntegrityStatus.ACCEPTED, "accepted: every subcategory is clean, blocked or adjudicated allowed"
+
+
+def experiment_integrity_recompute(*, experiment: Experiment, actor: str) -> Experiment:
+    """Apply the acceptance rule and record the status change (with its reason) when there is one."""
+    findings = list(IntegrityFinding.objects.filter(experiment=experiment))
+    status, reason = acceptance_status(findings)
+    return experiment_set_integrity(experiment=experiment, status=status, actor=actor, reason=reason[:4000])
+
+
+# --------------------------------------------------------------------------- adjudication
+
+
+def finding_adjudicate(
+    *,
+    finding: IntegrityFinding,
+    adjudication: str,
+    actor: str,
+    rationale: str,
+    observation: str | None = None,
+) -> IntegrityFinding:
+    """A Reviewer's or admin's judgement of one finding, with its rationale (both required, audited).
+
+    ``actor`` names who decided (``reviewer_0001``, ``user:alice``); the caller has checked that
+    they may (a Reviewer only within its scope, a person only as admin). ``observation``, when
+    given, records what the person observed (it then stands over the automated check's until a
+    person changes it again). ``UNKNOWN`` cannot be cleared by adjudication: re-run the check or
+    record what was observed. A violating adjudication needs an ``EXECUTED`` observation.
+    Data-provenance violations in a shared datapool entry flag every submission that used it.
+    """
+    if adjudication not in Adjudication.values and adjudication != "":
+        raise ApplicationError("invalid_adjudication", f"adjudication must be one of {Adjudication.values}.")
+    if observation is not None and observation not in Observation.values:
+        raise ApplicationError("invalid_observation", f"observation must be one of {Observation.values}.")
+    if not rationale or not rationale.strip():
+        raise ApplicationError("rationale_required", "An adjudication needs a rationale; it is part of the record.")
+    if not actor or not actor.strip():
+        raise ApplicationError("actor_required", "Say who adjudicates (reviewer_0001, user:alice).")
+    with transaction.atomic():
+        locked_experiment = Experiment.objects.select_for_update().get(pk=finding.experiment_id)
+        locked = IntegrityFinding.objects.select_for_update().get(pk=finding.pk)
+        evidence = dict(locked.evidence or {})
+        new_observation = locked.observation
+        if observation is not None:
+            evidence["manual_observation"] = {"observation": observation, "actor": actor, "rationale": rationale}
+            new_observation = observation
+        if new_observation == Observation.UNKNOWN and adjudication in CLEARING_ADJUDICATIONS:
+            raise ApplicationError(
+                "unknown_not_clearable",
+                f"{locked.subcategory} is UNKNOWN (the check could not run); re-run the checks or record what you "
+                "observed (observation) before clearing it.",
+            )
+        if adjudication in VIOLATING_ADJUDICATIONS and new_observation != Observation.EXECUTED:
+            raise ApplicationError(
+                "violation_needs_execution",
+                f"{locked.subcategory} is {new_observation}; a violation is adjudicated on an EXECUTED observation "
+                "(record observation=EXECUTED with what you saw).",
+            )
+        finding, _ = _finding_write(
+            experiment=locked_experiment,
+            subcategory=locked.subcategory,
+            observation=new_observation,
+            adjudication=adjudication,
+            evidence=evidence,
+            decided_by=actor[:200],
+            rationale=rationale[:4000],
+            actor=actor[:200],
+        )
+        event_append(
+            run=locked_experiment.run,
+            type="integrity.adjudicated",
+            actor=actor[:200],
+            role="system",
+            arguments={
+                "experiment": locked_experiment.handle,
+                "subcategory": finding.subcategory,
+                "observation": finding.observation,
+                "adjudication": adjudication,
+                "rationale": rationale,
+            },
+            result_ref=f"experiment:{locked_experiment.uuid}",
+        )
+        experiment_integrity_recompute(experiment=locked_experiment, actor=actor[:200])
+    if adjudication == Adjudication.EXPLICIT_VIOLATION and finding.subcategory == Subcategory.DATA_PROVENANCE:
+        for handle in (finding.evidence or {}).get("offending_entries", []):
+            integrity_flag_shared(entry_handle=handle, actor=actor, reason=rationale, source=finding)
+    return finding
+
+
+# --------------------------------------------------------------------------- shared data and evaluators
+
+
+def _touched_by_entry(entry: Any) -> list[Experiment]:
+    """Experiments that trained on ``entry``, and those that continued from their weights."""
+    from apps.datapool.models import DataUsage
+    from apps.experiments.selectors import checkpoint_descendants
+
+    direct = list(Experiment.objects.filter(pk__in=DataUsage.objects.filter(entry=entry).values("experiment_id")))
+    outputs = [e.output_checkpoint_id for e in direct if e.output_checkpoint_id]
+    descendant_ids = {cid for out in outputs for cid, _ in checkpoint_descendants(out)} | set(outputs)
+    downstream = Experiment.objects.filter(input_checkpoint_id__in=descendant_ids)
+    found = {e.pk: e for e in [*direct, *downstream]}
+    return [found[k] for k in sorted(found)]
+
+
+def integrity_flag_shared(
+    *,
+    actor: str,
+    reason: str,
+    entry_handle: str | None = None,
+    benchmark: Any = None,
+    source: IntegrityFinding | None = None,
+) -> list[Experiment]:
+    """A violation in shared data or in an evaluator: flag every submission it touched, and their runs.
+
+    ``entry_handle``: a datapool entry found contaminated or tampered; every experiment that trained
+    on it (and every experiment continuing from those weights) gets its data-provenance finding
+    set to EXECUTED / EXPLICIT_VIOLATION. ``benchmark``: an evaluator found unsound; every experiment
+    evaluated by it gets its harness finding set to EXECUTED / EVAL_INVALIDATING. Each affected run
+    is flagged. Returns the experiments whose finding changed.
+    """
+    from apps.datapool.models import DataEntry
+
+    if (entry_handle is None) == (benchmark is None):
+        raise ApplicationError("invalid_scope", "Name exactly one of a datapool entry or a benchmark.")
+    if not reason.strip():
+        raise ApplicationError("reason_required", "Flagging shared data or an evaluator needs a reason.")
+    if entry_handle is not None:
+        entry = DataEntry.objects.filter(handle=entry_handle).first()
+        if entry is None:
+            raise ApplicationError("data_not_found", f"No datapool entry {entry_handle!r}.", status=404)
+        touched = _touched_by_entry(entry)
+        codes = set((source.evidence or {}).get("codes", [])) if source is not None else set()
+        if source is not None and "data_hash_mismatch" not in codes:
+            # Overlap with sealed items is contamination for that benchmark only; changed bytes are
+            # wrong for everyone.
+            touched = [e for e in touched if e.run.benchmark_id == source.experiment.run.benchmark_id]
+        subcategory, adjudication, what = Subcategory.DATA_PROVENANCE, Adjudication.EXPLICIT_VIOLATION, entry.handle
+    else:
+        touched = list(
+            Experiment.objects.filter(pk__in=Evaluation.objects.filter(benchmark=benchmark).values("experiment_id"))
+        )
+        subcategory, adjudication, what = Subcategory.HARNESS_VERIFIER, Adjudication.EVAL_INVALIDATING, str(benchmark)
+    changed: list[Experiment] = []
+    runs: set[int] = set()
+    for experiment in touched:
+        with transaction.atomic():
+            locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
+            existing = IntegrityFinding.objects.filter(experiment=locked, subcategory=subcategory).first()
+            runs.add(locked.run_id)
+            if (
+                existing is not None
+                and existing.observation == Observation.EXECUTED
+                and existing.adjudication in (VIOLATING_ADJUDICATIONS)
+            ):
+                continue
+            evidence = dict(existing.evidence) if existing is not None else {}
+            shared = list(evidence.get("shared_violations", []))
+            shared.append(
+                {
+                    "scope": what,
+                    "reason": reason[:2000],
+                    "actor": actor,
+                    "source": f"{source.experiment.handle}/{source.subcategory}" if source else None,
+                }
+            )
+            evidence["shared_violations"] = shared
+            evidence["manual_observation"] = {
+                "observation": Observation.EXECUTED,
+                "actor": actor,
+                "rationale": f"shared {what}: {reason}"[:2000],
+            }
+            _finding_write(
+                experiment=locked,
+                subcategory=subcategory,
+                observation=Observation.EXECUTED,
+                adjudication=adjudication,
+                evidence=evidence,
+                decided_by=actor[:200],
+                rationale=f"touched {what}, found in violation: {reason}"[:4000],
+                actor=actor[:200],
+            )
+            experiment_integrity_recompute(experiment=locked, actor=actor[:200])
+            changed.append(locked)
+    for run in Run.objects.filter(pk__in=runs, flagged=False):
+        run_flag(run=run, actor=actor, reason=f"shared {what} in violation: {reason}")
+    return changed
+
+
+def run_flag(*, run: Run, actor: str, reason: str) -> Run:
+    """Flag a run: a violation in shared data or an evaluator touched its submissions (recorded as an event)."""
+    with transaction.atomic():
+        # Conditional update: concurrent flaggers write once.
+        updated = Run.objects.filter(pk=run.pk, flagged=False).update(flagged=True)
+        if updated:
+            event_append(
+                run=run,
+                type="run.flagged",
+                actor=actor[:200],
+                role="system",
+                arguments={"reason": reason[:2000]},
+                result_ref=f"run:{run.uuid}",
+            )
+    run.flagged = True
+    return run
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def integrity_on_experiment_finished(*, experiment: Experiment) -> None:
+    """The pipeline's hook: call it in the transaction that ends an experiment.
+
+    The full checks are enqueued on commit (queue ``default``), so they run on committed rows and
+    never inside the job's transaction. Idempotent: a second call re-runs the same checks.
+    """
+    from apps.integrity.tasks import integrity_check_task
+
+    experiment_id = experiment.pk
+    # On commit: the task must see the experiment's final status and evaluation rows.
+    transaction.on_commit(lambda: integrity_check_task.delay(experiment_id=experiment_id))
+
+
+def integrity_on_report(*, run: Run, node: ResearchNode | None = None, handles: list[str] | None = None) -> None:
+    """Hook for reports: a Worker finalized (``node``) or the Main Agent revised a claim (``handles`` cited).
+
+    Re-runs the reporting checks (repeated-run selection, metric attribution, failure disclosure) of
+    the experiments the report speaks about, on commit. A report may flag an accepted experiment.
+    """
+    from apps.integrity.tasks import integrity_check_task
+
+    experiments = Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES)
+    if node is not None:
+        experiments = experiments.filter(owner=node)
+    if handles is not None:
+        experiments = experiments.filter(handle__in=handles)
+    ids = list(experiments.values_list("pk", flat=True))
+    for experiment_id in ids:
+        # Bound per id (the default argument), and sent on commit like the experiment hook.
+        transaction.on_commit(
+            lambda pk=experiment_id: integrity_check_task.delay(experiment_id=pk, reporting_only=True)
+        )
+
+
+def integrity_check_experiment(*, experiment_id: int, reporting_only: bool = False) -> list[IntegrityFinding]:
+    """The task body: the experiment's checks (all, or the reporting three); a missing row is logged."""
+    experiment = Experiment.objects.filter(pk=experiment_id).first()
+    if experiment is None:
+        logger.warning("integrity check: experiment %s does not exist", experiment_id)
+        return []
+    return integrity_run_checks(experiment=experiment, subcategories=checks.REPORTING if reporting_only else None)

@@ -1,0 +1,609 @@
+"""The job engine: every training, evaluation and data action is a Job row with a status machine.
+
+The broker only carries "look at job N" (STYLE.md); the row is the truth. Transitions:
+
+    queued  --claim-->  running  --succeed/fail/cancel-->  succeeded | failed | cancelled
+    queued  --cancel--> cancelled
+    running --reaper--> lost (+ attempt N+1 queued as a new row)
+
+Terminal statuses are never left. Every transition writes a JobTransition row and an event on
+the run's hash chain in the same transaction. Lock order, when several rows are locked: job,
+then experiment, then run (and the run's event chain last, inside event_append).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from apps.core.errors import ApplicationError, Conflict
+from apps.experiments.events import event_append
+from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
+from apps.jobs.models import Job, JobLogLine, JobTransition
+from apps.jobs.selectors import job_payload
+from apps.jobs.versions import versions_capture
+from apps.research.models import Run
+from rsiweb import env
+
+if TYPE_CHECKING:
+    from apps.benchmarks.models import Benchmark
+    from apps.experiments.models import Checkpoint, Experiment
+
+logger = logging.getLogger(__name__)
+
+SYSTEM = "system"
+DEFAULT_TIME_LIMIT_SECONDS = 3600
+# Extra seconds between the soft limit (cooperative stop, clean failure) and the hard kill.
+HARD_LIMIT_GRACE_SECONDS = 60
+# Loss-curve points kept per job; beyond this the older half is thinned, so rows stay small.
+MAX_METRIC_POINTS = 2000
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Timing of liveness: a job beats every ``heartbeat_seconds``; silence for ``stale_after_seconds``
+    means its worker died. Stale must be several beats long, or a busy database looks like a death."""
+
+    heartbeat_seconds: float
+    stale_after_seconds: float
+    reaper_interval_seconds: float
+    max_attempts: int
+
+
+def engine_config() -> EngineConfig:
+    """From settings when the deployment sets them there, else the environment (DESIGN.md)."""
+
+    def number(name: str, default: float) -> float:
+        value = getattr(settings, name, None)
+        return float(value) if value is not None else env.number(name, default)
+
+    return EngineConfig(
+        heartbeat_seconds=number("RSI_JOB_HEARTBEAT_SECONDS", 5.0),
+        stale_after_seconds=number("RSI_JOB_STALE_SECONDS", 60.0),
+        reaper_interval_seconds=number("RSI_REAPER_INTERVAL_SECONDS", 15.0),
+        max_attempts=int(number("RSI_JOB_MAX_ATTEMPTS", 3)),
+    )
+
+
+TASK_NAMES = {
+    JobKind.TRAIN: "workers.gpu.train_job_task",
+    JobKind.EVALUATE: "workers.gpu.evaluate_job_task",
+    JobKind.FINAL_EVAL: "workers.gpu.evaluate_job_task",
+    JobKind.DATA: "workers.data.data_job_task",
+}
+DEFAULT_QUEUES = {
+    JobKind.TRAIN: "gpu",
+    JobKind.EVALUATE: "gpu",
+    JobKind.FINAL_EVAL: "gpu",
+    JobKind.DATA: "default",
+}
+# Jobs on this queue spend the run's accelerator budget.
+ACCELERATOR_QUEUE = "gpu"
+
+
+def _publish(job: Job, event_type: str, payload: dict[str, Any] | None = None) -> None:
+    """Tell browsers watching the job (and its run) after commit. Optional: live may be absent."""
+    try:
+        from apps.live.events import publish_on_commit
+        from apps.live.groups import job_group, run_group
+    except ImportError:  # the live app is optional for headless workers and older checkouts
+        return
+    body = payload if payload is not None else job_payload(job)
+    publish_on_commit(job_group(job.uuid), event_type, body)
+    if job.run_id is not None:
+        run_uuid = Run.objects.filter(pk=job.run_id).values_list("uuid", flat=True).first()
+        publish_on_commit(run_group(run_uuid), event_type, body)
+
+
+def _record_transition(job: Job, *, from_status: str, reason: str, actor: str) -> None:
+    JobTransition.objects.create(job=job, from_status=from_status, to_status=job.status, reason=reason)
+    event_append(
+        run=job.run,
+        type=f"job.{job.status}",
+        actor=actor,
+        role=SYSTEM,
+        arguments={
+            "job": str(job.uuid),
+            "kind": job.kind,
+            "attempt": job.attempt,
+            "from": from_status,
+            "reason": reason[:2000],
+        },
+        result_ref=f"job:{job.uuid}",
+    )
+    _publish(job, "job.updated")
+
+
+def _after_transition(job: Job) -> None:
+    # Chaining (train -> evaluate) and experiment status live in the pipeline, called inside the
+    # same transaction as the job's transition, so a retry never sees one without the other.
+    if job.experiment_id is not None:
+        from apps.experiments.pipeline import experiment_on_job_transition
+
+        experiment_on_job_transition(job=job)
+
+
+def _send(job: Job) -> None:
+    """Put "look at job N" on the job's queue. Runs after commit, so the worker finds the row."""
+    from kombu.exceptions import OperationalError
+
+    from rsiweb.celery import app
+
+    try:
+        app.send_task(
+            TASK_NAMES[JobKind(job.kind)],
+            kwargs={"job_id": job.pk},
+            queue=job.queue,
+            task_id=job.celery_id,
+            soft_time_limit=job.time_limit_seconds,
+            time_limit=job.time_limit_seconds + HARD_LIMIT_GRACE_SECONDS,
+        )
+    except OperationalError as exc:
+        # No message means no worker will ever look at the row: fail it visibly, not silently.
+        logger.exception("job %s: broker unreachable", job.uuid)
+        job_fail(job=job, error=f"could not enqueue: broker unreachable ({exc})")
+
+
+def _create(
+    *,
+    kind: str,
+    spec: dict[str, Any],
+    run: Run | None,
+    experiment: Experiment | None,
+    queue: str,
+    seed: int,
+    time_limit_seconds: int,
+    previous_attempt: Job | None = None,
+    reason: str,
+) -> Job:
+    job = Job(
+        kind=kind,
+        spec=spec,
+        run=run,
+        experiment=experiment,
+        queue=queue,
+        seed=seed,
+        time_limit_seconds=time_limit_seconds,
+        versions={"enqueued": versions_capture()},
+        celery_id=str(uuid.uuid4()),
+        attempt=1 if previous_attempt is None else previous_attempt.attempt + 1,
+        previous_attempt=previous_attempt,
+    )
+    job.full_clean()
+    job.save(force_insert=True)
+    _record_transition(job, from_status="", reason=reason, actor=SYSTEM)
+    # After commit: a worker that got the message before the row is visible would find nothing.
+    transaction.on_commit(lambda: _send(job))
+    return job
+
+
+def job_enqueue(
+    *,
+    kind: str,
+    spec: dict[str, Any],
+    run: Run | None = None,
+    experiment: Experiment | None = None,
+    queue: str | None = None,
+    seed: int = 0,
+    time_limit_seconds: int = DEFAULT_TIME_LIMIT_SECONDS,
+) -> Job:
+    """Create a queued job (recording package versions and code commit) and send its id to a worker."""
+    if kind not in JobKind.values:
+        raise ApplicationError("invalid_job_kind", f"Job kind must be one of {JobKind.values}, got {kind!r}.")
+    if time_limit_seconds < 1:
+        raise ApplicationError("invalid_time_limit", "A job's time limit must be at least one second.")
+    if run is None and experiment is not None:
+        run = experiment.run
+    with transaction.atomic():
+        return _create(
+            kind=kind,
+            spec=spec,
+            run=run,
+            experiment=experiment,
+            queue=queue or DEFAULT_QUEUES[JobKind(kind)],
+            seed=seed,
+            time_limit_seconds=time_limit_seconds,
+            reason="enqueued",
+        )
+
+
+def job_claim(*, job_id: int, worker: str) -> Job | None:
+    """Move a queued job to running for ``worker``; None when someone else has it (or it ended).
+
+    The conditional UPDATE is the claim: the database lets exactly one of two racing workers
+    change ``status=queued`` to running, so a redelivered or duplicated message is harmless.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
+            status=JobStatus.RUNNING, worker=worker[:200], started_at=now, heartbeat_at=now, updated_at=now
+        )
+        if claimed != 1:
+            return None
+        job = Job.objects.select_related("run").get(pk=job_id)
+        # The host that runs the job may differ from the one that queued it.
+        job.versions = {**job.versions, "executed": versions_capture()}
+        job.save(update_fields=["versions", "updated_at"])
+        _record_transition(job, from_status=JobStatus.QUEUED, reason=f"claimed by {worker}", actor=worker)
+        _after_transition(job)
+    return job
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a heartbeat learned: is the job still ours, and has someone asked it to stop?"""
+
+    alive: bool
+    cancel_requested: bool
+
+
+def job_heartbeat(*, job: Job, progress: float | None = None) -> Beat:
+    """Mark the job alive (and store its latest progress); tell the worker whether to go on.
+
+    Conditional on the job still running under this worker: a job the reaper has already
+    declared lost stays lost, and its zombie worker learns it should stop.
+    """
+    fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
+    if progress is not None:
+        fields["progress"] = min(1.0, max(0.0, float(progress)))
+    alive = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, worker=job.worker).update(**fields) == 1
+    cancel = Job.objects.filter(pk=job.pk).values_list("cancel_requested", flat=True).first()
+    if alive and progress is not None:
+        _publish(job, "job.progress", {"uuid": str(job.uuid), "progress": fields["progress"]})
+    return Beat(alive=alive, cancel_requested=bool(cancel))
+
+
+def job_report(
+    *,
+    job: Job,
+    progress: float | None = None,
+    metrics_point: dict[str, Any] | None = None,
+    log_line: str | None = None,
+) -> None:
+    """Stream progress, a metrics point (loss, tokens/s at a step) and/or a log line into the records.
+
+    Only the worker that holds the job writes its metrics, so the read-append-write of the JSON
+    below has a single writer. Reports for a job that is no longer running (a reaped attempt,
+    a late callback) are dropped whole.
+    """
+    fields: dict[str, Any] = {}
+    if progress is not None:
+        fields["progress"] = min(1.0, max(0.0, float(progress)))
+    if metrics_point is not None:
+        metrics = Job.objects.filter(pk=job.pk).values_list("metrics", flat=True).first() or {}
+        points = list(metrics.get("points", []))
+        points.append(metrics_point)
+        if len(points) > MAX_METRIC_POINTS:
+            half = len(points) // 2
+            points = points[:half:2] + points[half:]
+        last = {**metrics.get("last", {}), **metrics_point}
+        fields["metrics"] = {**metrics, "points": points, "last": last}
+    with transaction.atomic():
+        running = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING)
+        if fields:
+            fields["updated_at"] = timezone.now()
+            if not running.update(**fields):
+                return
+        elif not running.exists():
+            return
+        if log_line is not None:
+            seq = (JobLogLine.objects.filter(job=job).aggregate(m=Max("seq"))["m"] or 0) + 1
+            JobLogLine.objects.create(job=job, seq=seq, text=log_line)
+        payload: dict[str, Any] = {"uuid": str(job.uuid)}
+        if progress is not None:
+            payload["progress"] = fields["progress"]
+        if metrics_point is not None:
+            payload["metrics_point"] = metrics_point
+        if log_line is not None:
+            payload["log_line"] = log_line
+        _publish(job, "job.progress", payload)
+
+
+def _finish(
+    *,
+    job: Job,
+    to_status: str,
+    reason: str,
+    actor: str,
+    allowed_from: tuple[str, ...] = (JobStatus.RUNNING,),
+    result: dict[str, Any] | None = None,
+    error: str | None = None,
+    chain: bool = True,
+) -> Job:
+    """Move a job to a terminal status, count its accelerator time, and (``chain``) tell the pipeline."""
+    with transaction.atomic():
+        # Row lock: the worker finishing, a user cancelling and the reaper may all arrive at once;
+        # whoever locks first decides, and the others see a terminal status and are refused.
+        locked = Job.objects.select_for_update(of=("self",)).select_related("run").get(pk=job.pk)
+        if locked.status in JOB_TERMINAL_STATES or locked.status not in allowed_from:
+            raise Conflict(
+                "job_not_running" if locked.status not in JOB_TERMINAL_STATES else "job_finished",
+                f"Job {locked.uuid} is {locked.status}; it cannot become {to_status}.",
+                status_now=locked.status,
+            )
+        from_status = locked.status
+        now = timezone.now()
+        # A lost job stopped at its last heartbeat, not now; its tail is not charged.
+        end = locked.heartbeat_at if to_status == JobStatus.LOST and locked.heartbeat_at else now
+        seconds = max(0.0, (end - locked.started_at).total_seconds()) if locked.started_at else 0.0
+        locked.status = to_status
+        locked.finished_at = now
+        locked.resource_seconds = seconds
+        fields = ["status", "finished_at", "resource_seconds", "updated_at"]
+        if result is not None:
+            locked.result = result
+            fields.append("result")
+        if error is not None:
+            locked.error = error
+            fields.append("error")
+        if to_status == JobStatus.SUCCEEDED:
+            locked.progress = 1.0
+            fields.append("progress")
+        locked.save(update_fields=fields)
+        if locked.run_id is not None and locked.queue == ACCELERATOR_QUEUE and seconds > 0:
+            # F(): several jobs of one run finish concurrently; each adds, none overwrites.
+            Run.objects.filter(pk=locked.run_id).update(
+                used_accelerator_seconds=F("used_accelerator_seconds") + seconds
+            )
+        _record_transition(locked, from_status=from_status, reason=reason, actor=actor)
+        if chain:
+            _after_transition(locked)
+    return locked
+
+
+def job_succeed(*, job: Job, result: dict[str, Any]) -> Job:
+    """A running job finished its work. Raises Conflict when the job already ended (e.g. was reaped)."""
+    return _finish(
+        job=job, to_status=JobStatus.SUCCEEDED, reason="succeeded", actor=job.worker or SYSTEM, result=result
+    )
+
+
+def job_fail(*, job: Job, error: str) -> Job:
+    """A queued or running job failed with ``error`` (a message or traceback). Terminal stays terminal."""
+    first_line = (error.strip().splitlines() or ["failed"])[-1][:500]
+    return _finish(
+        job=job,
+        to_status=JobStatus.FAILED,
+        reason=first_line,
+        actor=job.worker or SYSTEM,
+        allowed_from=(JobStatus.QUEUED, JobStatus.RUNNING),
+        error=error,
+    )
+
+
+def job_cancel(*, job: Job, reason: str = "cancelled on request") -> Job:
+    """The worker honoured a cancel request and stopped: running -> cancelled."""
+    return _finish(job=job, to_status=JobStatus.CANCELLED, reason=reason, actor=job.worker or SYSTEM)
+
+
+def job_request_cancel(*, job: Job, actor: str) -> Job:
+    """Ask a job to stop. Queued: cancelled at once. Running: a flag the worker reads cooperatively.
+
+    Idempotent; cancelling a finished job is refused with Conflict.
+    """
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.status == JobStatus.QUEUED:
+            locked.cancel_requested = True
+            locked.save(update_fields=["cancel_requested", "updated_at"])
+            # The queued message stays in the broker; the claim will refuse it (status != queued).
+            return _finish(
+                job=locked,
+                to_status=JobStatus.CANCELLED,
+                reason=f"cancelled by {actor}",
+                actor=actor,
+                allowed_from=(JobStatus.QUEUED,),
+            )
+        if locked.status != JobStatus.RUNNING:
+            raise Conflict("job_finished", f"Job {locked.uuid} is {locked.status}; there is nothing to cancel.")
+        if not locked.cancel_requested:
+            locked.cancel_requested = True
+            locked.save(update_fields=["cancel_requested", "updated_at"])
+            event_append(
+                run=locked.run,
+                type="job.cancel_requested",
+                actor=actor,
+                role=SYSTEM,
+                arguments={"job": str(locked.uuid)},
+                result_ref=f"job:{locked.uuid}",
+            )
+            _publish(locked, "job.updated")
+    return locked
+
+
+def jobs_reap_stale(*, stale_after_seconds: float, max_attempts: int | None = None) -> list[Job]:
+    """End running jobs whose heartbeat is older than ``stale_after_seconds``; return them.
+
+    A stale job past its time limit fails; one with a cancel request is cancelled; any other is
+    marked lost and, below ``max_attempts``, re-run as attempt N+1 (a new row pointing at the
+    old one). ``previous_attempt`` is one-to-one, so two reapers racing can never create two
+    retries of one attempt; row locks with SKIP LOCKED let them share the work instead.
+    """
+    max_attempts = max_attempts or engine_config().max_attempts
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=stale_after_seconds)
+    candidates = list(
+        Job.objects.filter(status=JobStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", flat=True)[:100]
+    )
+    reaped: list[Job] = []
+    for pk in candidates:
+        with transaction.atomic():
+            job = (
+                Job.objects.select_for_update(skip_locked=True)
+                .filter(pk=pk, status=JobStatus.RUNNING, heartbeat_at__lt=cutoff)
+                .first()
+            )
+            if job is None:
+                continue  # finished, beat again, or another reaper holds it
+            overdue = job.started_at is not None and (now - job.started_at).total_seconds() > (
+                job.time_limit_seconds + HARD_LIMIT_GRACE_SECONDS
+            )
+            if overdue:
+                reaped.append(
+                    _finish(
+                        job=job,
+                        to_status=JobStatus.FAILED,
+                        reason="time limit exceeded",
+                        actor="reaper",
+                        error=f"time limit of {job.time_limit_seconds}s exceeded; the worker was stopped",
+                    )
+                )
+                continue
+            if job.cancel_requested:
+                reaped.append(
+                    _finish(job=job, to_status=JobStatus.CANCELLED, reason="cancelled; worker gone", actor="reaper")
+                )
+                continue
+            silent = (now - job.heartbeat_at).total_seconds() if job.heartbeat_at else stale_after_seconds
+            lost = _finish(
+                job=job,
+                to_status=JobStatus.LOST,
+                actor="reaper",
+                chain=False,
+                reason=f"no heartbeat from {job.worker or 'its worker'} for {silent:.0f}s",
+            )
+            if lost.attempt < max_attempts:
+                _create(
+                    kind=lost.kind,
+                    spec=lost.spec,
+                    run=lost.run,
+                    experiment=lost.experiment,
+                    queue=lost.queue,
+                    seed=lost.seed,
+                    time_limit_seconds=lost.time_limit_seconds,
+                    previous_attempt=lost,
+                    reason=f"attempt {lost.attempt + 1} after attempt {lost.attempt} was lost",
+                )
+            # Only now, with attempt N+1 in place or not, can the pipeline tell "retrying" from
+            # "given up" for the experiment.
+            _after_transition(lost)
+            reaped.append(lost)
+    return reaped
+
+
+# --- job outputs: recorded together with the success, under the job's lock ----------------------
+
+
+def checkpoint_dir_for(job: Job) -> Path:
+    """Local scratch folder a training attempt writes its checkpoint to (one per attempt uuid).
+
+    The finished checkpoint then moves into the artifact store (a folder or an fsspec URL) under
+    its manifest digest, so workers on any host write the same way.
+    """
+    return Path(settings.DATA_DIR) / "work" / "checkpoints" / str(job.uuid)
+
+
+def job_succeed_with_checkpoint(*, job: Job, checkpoint_dir: Path, parent: Checkpoint, result: dict[str, Any]) -> Job:
+    """Store the trained checkpoint, register it (sha256 manifest, parent θ_in) and succeed.
+
+    Registration happens only while this attempt still holds the job: an attempt the reaper
+    declared lost gets Conflict and registers nothing, and the unique ``producing_job`` backs
+    that up, so each job has at most one output checkpoint. The stored copy is content-addressed
+    (key = manifest digest), so a copy made by such a zombie attempt is at worst an unreferenced
+    duplicate of bytes, never a second checkpoint.
+    """
+    from apps.core.hashing import sha256_tree
+    from apps.datapool.storage import artifact_store, checkpoint_key
+    from apps.experiments.services import checkpoint_register, manifest_digest
+
+    manifest = sha256_tree(checkpoint_dir)
+    if not manifest:
+        raise ApplicationError("empty_checkpoint", f"training wrote no files to {checkpoint_dir}")
+    uri = artifact_store().put_dir(checkpoint_dir, key=checkpoint_key(manifest_digest(manifest)))
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
+            raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; its output is not registered.")
+        checkpoint = checkpoint_register(
+            uri=uri, manifest=manifest, parent=parent, producing_job=locked, run=locked.run
+        )
+        return job_succeed(
+            job=locked,
+            result={**result, "checkpoint": str(checkpoint.uuid), "checkpoint_handle": checkpoint.handle},
+        )
+
+
+def job_succeed_with_evaluation(
+    *,
+    job: Job,
+    checkpoint: Checkpoint,
+    benchmark: Benchmark,
+    split: str,
+    rows: list[dict[str, Any]],
+    backend: str,
+    seal: dict[str, Any],
+) -> Job:
+    """Record the evaluation (aggregate + sealed per-sample rows) with the hashes it verified, and succeed.
+
+    ``seal`` is what benchmark_load_sealed verified just before the run; those are the hashes
+    recorded, with the ids of every sample scored (sample-inclusion accounting).
+    """
+    from apps.experiments.models import Evaluation, EvaluationSample
+
+    correct = sum(1 for row in rows if row["correct"])
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
+            raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; its result is not recorded.")
+        evaluation = Evaluation(
+            run=locked.run,
+            experiment=locked.experiment,
+            checkpoint=checkpoint,
+            benchmark=benchmark,
+            job=locked,
+            split=split,
+            score=correct / len(rows) if rows else 0.0,
+            correct=correct,
+            sample_count=len(rows),
+            evaluator_sha256=seal["evaluator_sha256"],
+            settings_sha256=seal["settings_sha256"],
+            data_sha256=seal["data_sha256"],
+            backend=backend,
+        )
+        evaluation.full_clean()
+        evaluation.save(force_insert=True)
+        EvaluationSample.objects.bulk_create(
+            EvaluationSample(
+                evaluation=evaluation, sample_id=str(r["id"]), output=str(r["output"]), correct=bool(r["correct"])
+            )
+            for r in rows
+        )
+        return job_succeed(
+            job=locked,
+            result={
+                "evaluation": str(evaluation.uuid),
+                "score": evaluation.score,
+                "correct": correct,
+                "samples": len(rows),
+            },
+        )
+
+
+def job_refuse_evaluation(*, job: Job, checkpoint: Checkpoint, benchmark: Benchmark, split: str, reason: str) -> Job:
+    """The sealed hashes did not verify: record a refused evaluation (nothing was run) and fail the job."""
+    from apps.experiments.choices import EvaluationStatus
+    from apps.experiments.models import Evaluation
+
+    with transaction.atomic():
+        evaluation = Evaluation(
+            run=job.run,
+            experiment=job.experiment,
+            checkpoint=checkpoint,
+            benchmark=benchmark,
+            job=job,
+            split=split,
+            status=EvaluationStatus.REFUSED,
+            refusal_reason=reason,
+        )
+        evaluation.full_clean()
+        evaluation.save(force_insert=True)
+        return job_fail(job=job, error=f"evaluation refused: {reason}")

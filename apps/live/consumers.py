@@ -1,0 +1,130 @@
+"""Websocket consumers: a run's page and a job's page, live (STYLE.md 23).
+
+Protocol, server to browser only (writes go through the pages' forms and the REST API):
+
+- on connect, one ``{"type": "snapshot", "data": {...}}`` read from the dashboard selectors;
+- then ``{"type": "event", "event": "node.created", "payload": {...}}`` for every live event
+  the services publish to the group after their transaction commits.
+
+The consumer joins the group *before* it reads the snapshot, so nothing committed after the
+read is missed; an event already contained in the snapshot arrives once more and is harmless,
+because applying a record to a state that has it changes nothing. A browser that reconnects
+gets a fresh snapshot and replaces its state with it: that is the whole resynchronisation.
+
+Close codes: 4401 not signed in (agent tokens never are: they have no session), 4403 signed in
+without the right to watch this run, 4404 no such run or job.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.core.serializers.json import DjangoJSONEncoder
+
+from apps.dashboard.permissions import can_view, can_view_run
+from apps.dashboard.selectors import job_get_by_uuid, job_snapshot, run_get, run_snapshot
+from apps.live.groups import job_group, run_group
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+class _LiveConsumer(AsyncJsonWebsocketConsumer):
+    """Join one group after an access check, send a snapshot, forward the group's live events."""
+
+    group_name: str | None = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            # Accept then close with a code, so the browser learns why (a refused handshake
+            # shows only as 1006); nothing is sent before the close.
+            await self.accept()
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        found = await self.authorise(user)
+        if found is not True:
+            await self.accept()
+            await self.close(code=found)
+            return
+        await self.channel_layer.group_add(self.group_name, self.channel_name)
+        await self.accept()
+        await self.send_json({"type": "snapshot", "data": await self.snapshot()})
+
+    async def disconnect(self, code: int) -> None:
+        if self.group_name is not None:
+            await self.channel_layer.group_discard(self.group_name, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        # Browsers only listen; a message from one is ignored rather than treated as a command.
+        return
+
+    async def live_event(self, message: dict[str, Any]) -> None:
+        """A ``live.event`` from apps.live.events.publish_on_commit, passed on as it is."""
+        await self.send_json({"type": "event", "event": message["event"], "payload": message["payload"]})
+
+    @classmethod
+    async def encode_json(cls, content: Any) -> str:
+        # Snapshots hold datetimes; DjangoJSONEncoder spells them as publish_on_commit does.
+        return json.dumps(content, cls=DjangoJSONEncoder, separators=(",", ":"))
+
+    async def authorise(self, user: Any) -> bool | int:
+        raise NotImplementedError
+
+    async def snapshot(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class RunConsumer(_LiveConsumer):
+    """``ws/runs/<uuid>/``: the run page — run status, research DAG, experiments, guidance, jobs."""
+
+    run: Any = None
+
+    async def authorise(self, user: Any) -> bool | int:
+        return await database_sync_to_async(self._authorise)(user)
+
+    def _authorise(self, user: Any) -> bool | int:
+        self.run = run_get(self.scope["url_route"]["kwargs"]["run_uuid"])
+        if self.run is None:
+            return CLOSE_NOT_FOUND
+        if not can_view_run(user, self.run):
+            return CLOSE_FORBIDDEN
+        self.group_name = run_group(self.run.uuid)
+        return True
+
+    async def snapshot(self) -> dict[str, Any]:
+        return await database_sync_to_async(self._snapshot)()
+
+    def _snapshot(self) -> dict[str, Any]:
+        # Re-read the run: the row fetched at authorisation may be older than the group join.
+        return run_snapshot(run=run_get(self.run.uuid))
+
+
+class JobConsumer(_LiveConsumer):
+    """``ws/jobs/<uuid>/``: one job's progress, metrics and log tail."""
+
+    job: Any = None
+
+    async def authorise(self, user: Any) -> bool | int:
+        return await database_sync_to_async(self._authorise)(user)
+
+    def _authorise(self, user: Any) -> bool | int:
+        self.job = job_get_by_uuid(self.scope["url_route"]["kwargs"]["job_uuid"])
+        if self.job is None:
+            return CLOSE_NOT_FOUND
+        # A job of a run is watched like its run; a job outside any run (a datapool job) by any viewer.
+        allowed = can_view_run(user, self.job.run) if self.job.run_id else can_view(user)
+        if not allowed:
+            return CLOSE_FORBIDDEN
+        self.group_name = job_group(self.job.uuid)
+        return True
+
+    async def snapshot(self) -> dict[str, Any]:
+        return await database_sync_to_async(self._snapshot)()
+
+    def _snapshot(self) -> dict[str, Any]:
+        return job_snapshot(job=job_get_by_uuid(self.job.uuid))

@@ -1,0 +1,95 @@
+"""State changes of Reviewer reports: submit structured findings, finalize the review."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.core.errors import ApplicationError, Conflict
+from apps.experiments.events import event_append
+from apps.experiments.models import Experiment
+from apps.research.choices import EdgeKind, NodeKind, NodeStatus
+from apps.research.models import ResearchEdge, ResearchNode
+from apps.reviews.models import ReportStatus, ReviewReport
+
+LIST_FIELDS = (
+    "supported_findings",
+    "uncertainties",
+    "protocol_violations",
+    "regressions",
+    "missing_comparisons",
+    "recommendations",
+)
+
+
+def scope_experiments(*, reviewer: ResearchNode) -> Any:
+    """The experiments a Reviewer judges: those owned by the Workers on its review-scope in-edges."""
+    scope = ResearchEdge.objects.filter(downstream=reviewer, kind=EdgeKind.REVIEW_SCOPE).values("upstream_id")
+    return Experiment.objects.filter(run=reviewer.run_id, owner_id__in=scope)
+
+
+def review_submit(
+    *,
+    reviewer: ResearchNode,
+    summary: str,
+    experiments: list[str],
+    observations: list[dict[str, Any]],
+    findings: dict[str, list[Any]],
+) -> ReviewReport:
+    """Store one structured report of an active Reviewer, linked to experiments of its scope only."""
+    if reviewer.kind != NodeKind.REVIEWER:
+        raise ApplicationError("not_a_reviewer", f"{reviewer.handle} is not a Reviewer.")
+    if reviewer.status != NodeStatus.ACTIVE:
+        raise Conflict("node_not_active", f"{reviewer.handle} is {reviewer.status}; it submits no more reports.")
+    cited = set(experiments) | {o["experiment"] for o in observations}
+    in_scope = {e.handle: e for e in scope_experiments(reviewer=reviewer).filter(handle__in=cited)}
+    outside = sorted(cited - set(in_scope))
+    if outside:
+        raise ApplicationError(
+            "out_of_scope",
+            f"A report covers experiments of this Reviewer's scope only; not {', '.join(outside)}.",
+            experiments=outside,
+        )
+    with transaction.atomic():
+        report = ReviewReport(
+            run_id=reviewer.run_id,
+            reviewer=reviewer,
+            summary=summary,
+            observations=observations,
+            **{name: list(findings.get(name, [])) for name in LIST_FIELDS},
+        )
+        # Empty lists are valid findings ("no regressions"); the model's blank check would refuse them.
+        report.full_clean(exclude=[*LIST_FIELDS, "observations"])
+        report.save()
+        linked = sorted(cited)
+        report.experiments.set([in_scope[h] for h in linked])
+        event_append(
+            run=reviewer.run,
+            type="review.submitted",
+            actor=reviewer.handle,
+            role="reviewer",
+            arguments={"experiments": linked, "observations": len(observations)},
+            result_ref=f"report:{report.uuid}",
+        )
+    return report
+
+
+def review_finalize(*, reviewer: ResearchNode, summary: str, actor: str) -> ResearchNode:
+    """Finalize a Reviewer: its reports become final and the Main Agent is woken to read them."""
+    from apps.research.services import main_trigger, node_finalize
+
+    reports = ReviewReport.objects.filter(reviewer=reviewer)
+    if not reports.exists():
+        raise Conflict("no_report", f"{reviewer.handle} has submitted no report; submit one before finalizing.")
+    with transaction.atomic():
+        finalized = node_finalize(
+            node=reviewer,
+            summary=summary or reports.order_by("-created_at", "-pk").values_list("summary", flat=True).first() or "",
+            experiments=sorted(set(reports.values_list("experiments__handle", flat=True)) - {None}),
+            actor=actor,
+        )
+        reports.filter(status=ReportStatus.SUBMITTED).update(status=ReportStatus.FINALIZED, updated_at=timezone.now())
+        main_trigger(run=finalized.run, trigger="review_report", node=finalized, actor=actor)
+    return finalized

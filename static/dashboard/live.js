@@ -1,0 +1,169 @@
+/* Live state of a page, fed by the websocket of apps/live/consumers.py.
+ *
+ * The server sends one snapshot on connect, then events. This file keeps the state (records
+ * keyed by uuid, per collection) and applies events to it with the one rule that the server's
+ * selectors promise (apps/dashboard/selectors.py): an event's payload is a record, or a subset
+ * of one with its key, and is merged into the record with that key. On reconnect the new
+ * snapshot replaces the state: that is the resynchronisation, and there is no polling.
+ */
+(function () {
+  "use strict";
+
+  // event prefix -> collection of the run snapshot
+  const COLLECTIONS = {
+    node: "nodes",
+    edge: "edges",
+    decision: "decisions",
+    experiment: "experiments",
+    guidance: "guidance",
+    report: "reports",
+    job: "jobs",
+  };
+  const LOG_LIMIT = 500;
+
+  function keyOf(entity, record) {
+    return entity === "edge" ? record.id : record.uuid;
+  }
+
+  /* A run snapshot as maps: {run: {...}, nodes: Map(uuid -> record), ...}. */
+  function runStateFrom(snapshot) {
+    const state = { run: Object.assign({}, snapshot.run) };
+    for (const [entity, collection] of Object.entries(COLLECTIONS)) {
+      state[collection] = new Map();
+      for (const record of snapshot[collection] || []) state[collection].set(keyOf(entity, record), Object.assign({}, record));
+    }
+    return state;
+  }
+
+  /* The state back in the snapshot's shape (arrays in insertion order): what tests compare. */
+  function runStateToSnapshot(state) {
+    const out = { run: state.run };
+    for (const collection of Object.values(COLLECTIONS)) out[collection] = Array.from(state[collection].values());
+    return out;
+  }
+
+  /* Apply one event to a run state. Returns {entity, collection, key, created} or null. */
+  function applyRunEvent(state, event, payload) {
+    const entity = event.split(".", 1)[0];
+    if (entity === "run") {
+      Object.assign(state.run, payload);
+      return { entity: "run", collection: "run", key: state.run.uuid, created: false };
+    }
+    const collection = COLLECTIONS[entity];
+    if (!collection) return null; // an event this page does not show
+    const key = keyOf(entity, payload);
+    if (!key) return null;
+    const existing = state[collection].get(key);
+    const created = existing === undefined;
+    const record = existing || {};
+    if (event === "job.progress") {
+      // The job engine's high-rate event: a subset plus a metrics point / log line that the run
+      // page's job records fold in (the job page keeps the points and lines themselves).
+      if (created) return null; // a job the snapshot did not have: its job.updated will bring it
+      if (payload.progress !== undefined) record.progress = payload.progress;
+      if (payload.metrics_point) record.metrics_last = Object.assign({}, record.metrics_last, payload.metrics_point);
+    } else {
+      Object.assign(record, payload);
+    }
+    if (created) state[collection].set(key, record);
+    return { entity, collection, key, created };
+  }
+
+  /* The job page's state: {job, metrics_points: [], log: []}. */
+  function jobStateFrom(snapshot) {
+    return {
+      job: Object.assign({}, snapshot.job),
+      metrics_points: (snapshot.metrics_points || []).slice(),
+      log: (snapshot.log || []).slice(),
+    };
+  }
+
+  function applyJobEvent(state, event, payload) {
+    if (!event.startsWith("job.") || payload.uuid !== state.job.uuid) return false;
+    if (event === "job.progress") {
+      if (payload.progress !== undefined) state.job.progress = payload.progress;
+      if (payload.metrics_point) {
+        state.metrics_points.push(payload.metrics_point);
+        state.job.metrics_last = Object.assign({}, state.job.metrics_last, payload.metrics_point);
+      }
+      if (payload.log_line !== undefined) {
+        state.log.push(payload.log_line);
+        if (state.log.length > LOG_LIMIT) state.log.splice(0, state.log.length - LOG_LIMIT);
+      }
+    } else {
+      Object.assign(state.job, payload);
+    }
+    return true;
+  }
+
+  /* A websocket that reconnects with backoff and hands snapshots and events to the page.
+   * Close codes 4401 (signed out), 4403 (no access), 4404 (gone) stop the retries. */
+  class LiveSocket {
+    constructor(path, handlers) {
+      this.path = path;
+      this.handlers = handlers;
+      this.retry = 0;
+      this.closedForGood = false;
+      this.socket = null;
+      this.connect();
+    }
+
+    url() {
+      const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+      return `${scheme}//${window.location.host}${this.path}`;
+    }
+
+    connect() {
+      this.setState("connecting");
+      const socket = new WebSocket(this.url());
+      this.socket = socket;
+      socket.onmessage = (message) => {
+        const data = JSON.parse(message.data);
+        if (data.type === "snapshot") {
+          this.retry = 0;
+          this.setState("live");
+          this.handlers.snapshot(data.data);
+        } else if (data.type === "event") {
+          this.handlers.event(data.event, data.payload);
+        }
+      };
+      socket.onclose = (close) => {
+        if (close.code === 4401) {
+          this.closedForGood = true;
+          this.setState("signed out");
+          window.location.assign(`/accounts/login/?next=${encodeURIComponent(window.location.pathname)}`);
+          return;
+        }
+        if (close.code === 4403 || close.code === 4404) {
+          this.closedForGood = true;
+          this.setState(close.code === 4403 ? "no access" : "not found");
+          return;
+        }
+        if (this.closedForGood) return;
+        this.setState("reconnecting");
+        // 0.5 s, 1 s, 2 s ... capped at 15 s, with jitter so a restarted server is not stormed.
+        const delay = Math.min(15000, 500 * 2 ** this.retry) * (0.75 + Math.random() * 0.5);
+        this.retry += 1;
+        window.setTimeout(() => this.connect(), delay);
+      };
+    }
+
+    close() {
+      this.closedForGood = true;
+      if (this.socket) this.socket.close();
+    }
+
+    setState(text) {
+      if (this.handlers.state) this.handlers.state(text);
+    }
+  }
+
+  window.rsiLive = {
+    LiveSocket,
+    runStateFrom,
+    runStateToSnapshot,
+    applyRunEvent,
+    jobStateFrom,
+    applyJobEvent,
+  };
+})();

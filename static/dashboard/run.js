@@ -1,0 +1,656 @@
+/* The run page: research DAG and experiment graph (cytoscape + dagre), guidance, decisions,
+ * jobs, reports and plotly charts, all kept live by the run's websocket (live.js).
+ *
+ * Rendering is batched per animation frame: a burst of events costs one redraw, not one per
+ * event. Every text that came from an agent or a person is set with textContent, never parsed
+ * as HTML.
+ */
+(function () {
+  "use strict";
+
+  const live = window.rsiLive;
+  const config = JSON.parse(document.getElementById("page-config").textContent);
+  const ZERO = "00000000-0000-0000-0000-000000000000";
+  const url = (template, id) => template.replace(ZERO, id).replace("__id__", encodeURIComponent(id));
+
+  let state = null;
+  let selectedNode = null;
+  let dagTouched = false; // the user zoomed or panned: later layouts keep their viewport
+  let expTouched = false;
+
+  // --- tiny DOM helpers ---------------------------------------------------------------------
+
+  function h(tag, attrs, ...children) {
+    const element = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "class") element.className = value;
+      else if (name === "text") element.textContent = value;
+      else if (name.startsWith("on")) element.addEventListener(name.slice(2), value);
+      else element.setAttribute(name, value === true ? "" : value);
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return element;
+  }
+
+  const byId = (id) => document.getElementById(id);
+  const fmtScore = (x) => (x === null || x === undefined ? "—" : Number(x).toFixed(3));
+  function fmtTime(iso) {
+    if (!iso) return "";
+    const date = new Date(iso);
+    return date.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+
+  function toast(text, kind) {
+    let box = byId("toasts");
+    if (!box) {
+      box = h("div", { id: "toasts", class: "toasts", role: "status" });
+      document.body.append(box);
+    }
+    const item = h("div", { class: `toast ${kind || ""}`, text });
+    box.append(item);
+    window.setTimeout(() => item.remove(), 6000);
+  }
+
+  // --- graphs -------------------------------------------------------------------------------
+
+  const FONT = "system-ui, -apple-system, Segoe UI, sans-serif";
+  const FIT_ZOOM_CAP = 1.15;
+  const dagStyle = [
+    {
+      selector: "node",
+      style: {
+        label: "data(label)",
+        "font-family": FONT,
+        "font-size": 10,
+        "text-wrap": "wrap",
+        "text-valign": "center",
+        "text-halign": "center",
+        color: "#1f2933",
+        width: 118,
+        height: 40,
+        "border-width": 2,
+        "min-zoomed-font-size": 6,
+      },
+    },
+    { selector: "node[kind = 'worker']", style: { shape: "round-rectangle" } },
+    { selector: "node[kind = 'reviewer']", style: { shape: "hexagon", width: 128, height: 46 } },
+    { selector: "node[status = 'active']", style: { "background-color": "#dbeafe", "border-color": "#0072B2" } },
+    { selector: "node[status = 'finalized']", style: { "background-color": "#d1fae5", "border-color": "#009E73" } },
+    { selector: "node[status = 'cancelled']", style: { "background-color": "#e5e7eb", "border-color": "#9aa5b1", color: "#616e7c" } },
+    { selector: "node.highlight", style: { "border-color": "#D55E00", "border-width": 4 } },
+    { selector: "node:selected", style: { "border-color": "#D55E00", "border-width": 4, "overlay-opacity": 0 } },
+    {
+      selector: "edge",
+      style: {
+        width: 1.6,
+        "curve-style": "bezier",
+        "target-arrow-shape": "triangle",
+        "arrow-scale": 0.9,
+        "line-color": "#52606d",
+        "target-arrow-color": "#52606d",
+      },
+    },
+    {
+      selector: "edge[kind = 'review_scope']",
+      style: { "line-style": "dashed", "line-color": "#E69F00", "target-arrow-color": "#E69F00" },
+    },
+  ];
+
+  const INTEGRITY_COLOUR = { accepted: "#009E73", pending: "#E69F00", flagged: "#D55E00" };
+  const expStyle = [
+    {
+      selector: "node",
+      style: {
+        label: "data(label)",
+        "font-family": FONT,
+        "font-size": 9,
+        "text-wrap": "wrap",
+        "text-valign": "center",
+        "text-halign": "center",
+        color: "#ffffff",
+        "text-outline-width": 0,
+        shape: "round-rectangle",
+        width: 78,
+        height: 30,
+        "background-color": "data(colour)",
+        "border-width": 0,
+        "min-zoomed-font-size": 6,
+      },
+    },
+    { selector: "node[status = 'running'], node[status = 'queued'], node[status = 'held']", style: { "border-width": 2, "border-style": "dashed", "border-color": "#1f2933", "background-opacity": 0.7 } },
+    { selector: "node[status = 'failed'], node[status = 'cancelled'], node[status = 'rejected']", style: { "background-color": "#9aa5b1" } },
+    { selector: "node.highlight", style: { "border-width": 3, "border-color": "#1f2933", "border-style": "solid" } },
+    {
+      selector: "edge",
+      style: {
+        width: 1.3,
+        "curve-style": "bezier",
+        "target-arrow-shape": "triangle",
+        "arrow-scale": 0.8,
+        "line-color": "#9aa5b1",
+        "target-arrow-color": "#9aa5b1",
+      },
+    },
+  ];
+
+  function makeGraph(container, style) {
+    return cytoscape({
+      container,
+      style,
+      elements: [],
+      minZoom: 0.05,
+      maxZoom: 3,
+      boxSelectionEnabled: false,
+      autoungrabify: true,
+      // Large graphs stay smooth while panning: draw a cached texture, skip edges mid-gesture.
+      textureOnViewport: true,
+      hideEdgesOnViewport: true,
+      pixelRatio: 1,
+    });
+  }
+
+  const dag = makeGraph(byId("dag"), dagStyle);
+  const expGraph = makeGraph(byId("expgraph"), expStyle);
+  // A person who zoomed or dragged the view keeps it; programmatic fits do not count.
+  function watchGestures(cy, container, touch) {
+    let pressing = false;
+    cy.on("tapstart", (e) => { pressing = e.target === cy; });
+    cy.on("tapend", () => { pressing = false; });
+    cy.on("pan", () => { if (pressing) touch(); });
+    container.addEventListener("wheel", touch, { passive: true });
+  }
+  watchGestures(dag, byId("dag"), () => { dagTouched = true; });
+  watchGestures(expGraph, byId("expgraph"), () => { expTouched = true; });
+
+  function dagNodeData(node) {
+    const decision = node.decision ? state.decisions.get(node.decision) : null;
+    const label = decision ? `${node.handle}\n${decision.kind}` : node.handle;
+    return { id: node.uuid, label, kind: node.kind, status: node.status };
+  }
+
+  function expNodeData(experiment) {
+    const label = `${experiment.handle}\n${fmtScore(experiment.feedback_score)}`;
+    return {
+      id: experiment.uuid,
+      label,
+      status: experiment.status,
+      integrity: experiment.integrity_status,
+      colour: INTEGRITY_COLOUR[experiment.integrity_status] || "#9aa5b1",
+      owner: experiment.owner,
+    };
+  }
+
+  function upsert(cy, data, group) {
+    const existing = cy.getElementById(data.id);
+    if (existing.nonempty()) {
+      existing.data(data);
+      return false;
+    }
+    if (group === "edges" && (cy.getElementById(data.source).empty() || cy.getElementById(data.target).empty())) {
+      return false; // its end has not arrived yet; added again when it does
+    }
+    cy.add({ group, data });
+    return true;
+  }
+
+  const layouts = new Map();
+  function scheduleLayout(cy, which) {
+    if (layouts.has(which)) return;
+    layouts.set(which, window.setTimeout(() => {
+      layouts.delete(which);
+      runLayout(cy, which);
+    }, 60));
+  }
+
+  function runLayout(cy, which) {
+    const touched = which === "dag" ? dagTouched : expTouched;
+    const started = performance.now();
+    const layout = cy.layout({
+      name: "dagre",
+      rankDir: "LR",
+      nodeSep: which === "dag" ? 18 : 10,
+      rankSep: which === "dag" ? 70 : 40,
+      edgeSep: 8,
+      animate: false,
+      fit: !touched,
+      padding: 24,
+    });
+    layout.one("layoutstop", () => {
+      // A small graph fitted to the box would be drawn huge; keep it at a readable size.
+      if (!touched && cy.zoom() > FIT_ZOOM_CAP) {
+        cy.zoom(FIT_ZOOM_CAP);
+        cy.center();
+      }
+      if (which === "dag") {
+        // The first drawn frame after the first layout: what the DAG benchmark times.
+        requestAnimationFrame(() => {
+          if (window.rsiDagRendered === undefined) {
+            window.rsiDagRendered = performance.now();
+            window.rsiDagLayoutMs = performance.now() - started;
+          }
+          document.body.dataset.dagNodes = String(cy.nodes().length);
+        });
+      }
+    });
+    layout.run();
+  }
+
+  function rebuildGraphs() {
+    dag.batch(() => {
+      dag.elements().remove();
+      dag.add(Array.from(state.nodes.values()).map((n) => ({ group: "nodes", data: dagNodeData(n) })));
+      const ids = new Set(state.nodes.keys());
+      dag.add(
+        Array.from(state.edges.values())
+          .filter((e) => ids.has(e.source) && ids.has(e.target))
+          .map((e) => ({ group: "edges", data: { id: e.id, source: e.source, target: e.target, kind: e.kind } }))
+      );
+    });
+    expGraph.batch(() => {
+      expGraph.elements().remove();
+      expGraph.add(Array.from(state.experiments.values()).map((x) => ({ group: "nodes", data: expNodeData(x) })));
+      expGraph.add(expEdges(Array.from(state.experiments.values())));
+    });
+    runLayout(dag, "dag");
+    runLayout(expGraph, "exp");
+    if (selectedNode && state.nodes.has(selectedNode)) dag.getElementById(selectedNode).select();
+  }
+
+  function expEdges(experiments) {
+    const edges = [];
+    for (const x of experiments) {
+      for (const parent of x.parents || []) {
+        if (state.experiments.has(parent)) edges.push({ group: "edges", data: { id: `${parent}>${x.uuid}`, source: parent, target: x.uuid } });
+      }
+    }
+    return edges;
+  }
+
+  // --- side panel ---------------------------------------------------------------------------
+
+  async function openPanel(nodeUuid) {
+    selectedNode = nodeUuid;
+    const panel = byId("node-panel");
+    panel.hidden = false;
+    const response = await fetch(url(config.urls.node, nodeUuid), { headers: { Accept: "application/json" } });
+    if (!response.ok) {
+      byId("panel-body").replaceChildren(h("p", { class: "error", text: `Could not load the node (${response.status}).` }));
+      return;
+    }
+    const node = await response.json();
+    if (selectedNode !== nodeUuid) return;
+    byId("panel-title").textContent = `${node.handle}`;
+    const decision = node.decision;
+    const body = [
+      h("p", {}, h("span", { class: `status status-${node.status}`, text: node.status }), " ", h("span", { class: "muted", text: `${node.kind} · created ${fmtTime(node.created_at)}` })),
+      decision ? h("p", { class: "small" }, h("span", { class: `badge decision-${decision.kind}`, text: decision.kind }), ` on ${decision.trigger.replace("_", " ")}: `, decision.rationale) : null,
+      h("h3", { text: node.kind === "reviewer" ? "Question" : "Task" }),
+      h("p", { class: "prewrap", text: node.task || "—" }),
+      h("h3", { text: "Summary" }),
+      h("p", { class: "prewrap", text: node.summary || (node.status === "active" ? "Not finalized yet." : "—") }),
+    ];
+    if (node.upstream.length) {
+      body.push(h("h3", { text: node.kind === "reviewer" ? "Reviews" : "Context from" }));
+      body.push(h("p", {}, node.upstream.map((u) => [h("a", { href: "#", class: "noderef", "data-node": u.uuid, text: u.handle }), " "])));
+    }
+    if (node.downstream.length) {
+      body.push(h("h3", { text: "Followed by" }));
+      body.push(h("p", {}, node.downstream.map((d) => [h("a", { href: "#", class: "noderef", "data-node": d.uuid, text: `${d.handle} (${d.kind.replace("_", " ")})` }), " "])));
+    }
+    body.push(h("h3", { text: `Experiments (${node.experiments.length})` }));
+    body.push(
+      node.experiments.length
+        ? h("ul", { class: "compact" }, node.experiments.map((x) =>
+            h("li", {},
+              h("a", { href: url(config.urls.experiment, x.handle), text: x.handle }), " ",
+              h("span", { class: `badge integrity-${x.integrity_status}`, text: x.integrity_status }), " ",
+              h("span", { class: "muted", text: `${x.status} · ${fmtScore(x.feedback_score)}` }))))
+        : h("p", { class: "muted", text: "None." })
+    );
+    body.push(h("h3", { text: `Reports (${node.reports.length})` }));
+    body.push(
+      node.reports.length
+        ? h("ul", { class: "compact" }, node.reports.map((r) => h("li", {}, h("a", { href: url(config.urls.report, r.uuid), text: r.status }), " ", r.summary)))
+        : h("p", { class: "muted", text: "None." })
+    );
+    byId("panel-body").replaceChildren(...body.filter(Boolean));
+  }
+
+  function selectNode(uuid) {
+    dag.elements().unselect();
+    const element = dag.getElementById(uuid);
+    if (element.nonempty()) {
+      element.select();
+      dag.animate({ center: { eles: element }, duration: 200 });
+    }
+    openPanel(uuid);
+  }
+
+  dag.on("tap", "node", (event) => openPanel(event.target.id()));
+  expGraph.on("tap", "node", (event) => window.location.assign(url(config.urls.experiment, state.experiments.get(event.target.id()).handle)));
+  byId("panel-close").addEventListener("click", () => {
+    selectedNode = null;
+    byId("node-panel").hidden = true;
+    dag.elements().unselect();
+  });
+  document.addEventListener("click", (event) => {
+    const ref = event.target.closest("[data-node]");
+    if (!ref) return;
+    event.preventDefault();
+    selectNode(ref.dataset.node);
+  });
+  document.querySelectorAll("[data-fit]").forEach((button) => button.addEventListener("click", () => {
+    if (button.dataset.fit === "dag") { dagTouched = false; dag.fit(undefined, 24); } else { expTouched = false; expGraph.fit(undefined, 24); }
+  }));
+
+  // --- lists and header ---------------------------------------------------------------------
+
+  const dirty = new Set();
+  let frame = null;
+  function markDirty(...parts) {
+    for (const part of parts) dirty.add(part);
+    if (frame === null) frame = requestAnimationFrame(renderDirty);
+  }
+
+  function renderDirty() {
+    frame = null;
+    const parts = new Set(dirty);
+    dirty.clear();
+    if (!state) return;
+    if (parts.has("header")) renderHeader();
+    if (parts.has("guidance")) renderGuidance();
+    if (parts.has("decisions")) renderDecisions();
+    if (parts.has("jobs")) renderJobs();
+    if (parts.has("reports")) renderReports();
+  }
+
+  const newestFirst = (records) => Array.from(records).sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0));
+
+  function renderHeader() {
+    const run = state.run;
+    const status = byId("run-status");
+    status.textContent = run.status;
+    status.className = `status status-${run.status}`;
+    byId("run-flagged").hidden = !run.flagged;
+    let best = null;
+    for (const x of state.experiments.values()) {
+      if (x.integrity_status === "accepted" && x.status === "succeeded" && x.feedback_score !== null && x.feedback_score !== undefined) {
+        best = best === null ? x.feedback_score : Math.max(best, x.feedback_score);
+      }
+    }
+    byId("best-score").textContent = fmtScore(best);
+    byId("experiment-count").textContent = String(state.experiments.size);
+    byId("dag-empty").hidden = state.nodes.size > 0;
+    byId("exp-empty").hidden = state.experiments.size > 0;
+    setBudget("accelerator", run.used_accelerator_seconds, run.budget_accelerator_seconds, "s");
+    setBudget("LLM tokens", run.used_llm_tokens, run.budget_llm_tokens, "tokens");
+    renderWallClock();
+    const controls = byId("run-control");
+    if (controls) {
+      const allowed = {
+        pause: run.status === "running",
+        resume: run.status === "paused",
+        stop: ["created", "running", "paused"].includes(run.status),
+      };
+      controls.querySelectorAll("button[data-action]").forEach((b) => { b.disabled = !allowed[b.dataset.action]; });
+    }
+  }
+
+  function setBudget(label, used, total, unit) {
+    const element = document.querySelector(`[data-budget="${label}"]`);
+    if (!element) return;
+    const percent = total > 0 ? Math.max(0, Math.min(100, (100 * used) / total)) : 0;
+    const fill = element.querySelector(".fill");
+    fill.style.width = `${percent.toFixed(1)}%`;
+    fill.classList.toggle("hot", percent >= 90);
+    element.querySelector(".budget-value").textContent = `${Math.round(percent)}%`;
+    element.title = `${label}: ${Math.round(used)} of ${Math.round(total)} ${unit}`;
+  }
+
+  function renderWallClock() {
+    const run = state.run;
+    if (!run.started_at) return;
+    const end = run.finished_at ? new Date(run.finished_at) : new Date();
+    setBudget("wall clock", (end - new Date(run.started_at)) / 1000, run.budget_wall_seconds, "s");
+  }
+
+  function renderGuidance() {
+    const list = byId("guidance-list");
+    const items = newestFirst(state.guidance.values()).map((g) => {
+      const applied = Boolean(g.applied_at);
+      const decision = g.applied_decision ? state.decisions.get(g.applied_decision) : null;
+      return h("li", { class: `guidance ${applied ? "applied" : "pending"}`, "data-guidance": g.uuid },
+        h("div", { class: "itemhead" },
+          h("span", { class: `badge ${applied ? "applied" : "pending"}`, text: applied ? "applied" : "pending" }),
+          h("span", { class: "muted small", text: `${g.author} · ${fmtTime(g.created_at)}` })),
+        h("p", { class: "prewrap", text: g.text }),
+        applied ? h("p", { class: "small" },
+          `Applied ${fmtTime(g.applied_at)}`,
+          g.applied_decision ? [" by ", h("a", { href: `#decision-${g.applied_decision}`, class: "decisionref", "data-decision": g.applied_decision, text: decision ? `decision: ${decision.kind}` : "a decision" })] : null,
+          g.applied_note ? ` — ${g.applied_note}` : null) : null);
+    });
+    list.replaceChildren(...(items.length ? items : [h("li", { class: "muted small", text: "No guidance yet." })]));
+  }
+
+  function renderDecisions() {
+    const spawned = new Map();
+    for (const node of state.nodes.values()) {
+      if (!node.decision) continue;
+      if (!spawned.has(node.decision)) spawned.set(node.decision, []);
+      spawned.get(node.decision).push(node);
+    }
+    const items = newestFirst(state.decisions.values()).slice(0, 60).map((d) => {
+      const subject = d.subject ? state.nodes.get(d.subject) : null;
+      const made = spawned.get(d.uuid) || [];
+      return h("li", { id: `decision-${d.uuid}`, class: "decision" },
+        h("div", { class: "itemhead" },
+          h("span", { class: `badge decision-${d.kind}`, text: d.kind }),
+          h("span", { class: "muted small", text: `${d.trigger.replace("_", " ")} · ${fmtTime(d.created_at)}` })),
+        subject ? h("p", { class: "small" }, "on ", h("a", { href: "#", "data-node": subject.uuid, text: subject.handle })) : null,
+        h("p", { class: "small prewrap", text: d.rationale }),
+        made.length ? h("p", { class: "small" }, "spawned ", made.map((n) => [h("a", { href: "#", "data-node": n.uuid, text: n.handle }), " "])) : null);
+    });
+    byId("decision-list").replaceChildren(...(items.length ? items : [h("li", { class: "muted small", text: "No decisions yet." })]));
+  }
+
+  function renderJobs() {
+    const active = Array.from(state.jobs.values()).filter((j) => j.status === "queued" || j.status === "running");
+    const experimentHandle = new Map(Array.from(state.experiments.values()).map((x) => [x.uuid, x.handle]));
+    const items = active.map((j) =>
+      h("li", { class: "job" },
+        h("div", { class: "itemhead" },
+          h("a", { href: url(config.urls.job, j.uuid), text: `${j.kind}${j.experiment ? ` · ${experimentHandle.get(j.experiment) || "experiment"}` : ""}` }),
+          h("span", { class: `status status-${j.status}`, text: j.status })),
+        h("span", { class: "bar" }, h("span", { class: "fill", style: `width: ${(100 * (j.progress || 0)).toFixed(1)}%` }))));
+    byId("job-list").replaceChildren(...(items.length ? items : [h("li", { class: "muted small", text: "No job is queued or running." })]));
+  }
+
+  function renderReports() {
+    const items = newestFirst(state.reports.values()).map((r) => {
+      const reviewer = state.nodes.get(r.reviewer);
+      return h("li", {},
+        h("div", { class: "itemhead" },
+          h("a", { href: url(config.urls.report, r.uuid), text: `${reviewer ? reviewer.handle : "reviewer"} report` }),
+          h("span", { class: "muted small", text: `${r.status} · ${fmtTime(r.created_at)}` })),
+        h("p", { class: "small prewrap", text: r.summary }));
+    });
+    byId("report-list").replaceChildren(...(items.length ? items : [h("li", { class: "muted small", text: "No reports yet." })]));
+  }
+
+  document.addEventListener("click", (event) => {
+    const ref = event.target.closest("[data-decision]");
+    if (!ref) return;
+    const uuid = ref.dataset.decision;
+    dag.nodes().removeClass("highlight");
+    dag.nodes(`[id]`).filter((n) => (state.nodes.get(n.id()) || {}).decision === uuid).addClass("highlight");
+    const target = byId(`decision-${uuid}`);
+    if (target) {
+      target.classList.add("flash");
+      window.setTimeout(() => target.classList.remove("flash"), 1500);
+    }
+  });
+
+  // --- charts (re-fetched when an event says the run changed; never on a timer) ------------
+
+  let chartTimer = null;
+  let chartsLoaded = false;
+  async function loadCharts() {
+    chartTimer = null;
+    if (!window.Plotly) return;
+    const response = await fetch(config.urls.charts, { headers: { Accept: "application/json" } });
+    if (!response.ok) return;
+    const figures = await response.json();
+    for (const [name, figure] of Object.entries(figures)) {
+      const element = byId(`chart-${name}`);
+      if (element) window.Plotly.react(element, figure.data, figure.layout, { displaylogo: false, responsive: true });
+    }
+    chartsLoaded = true;
+    document.body.dataset.charts = "loaded";
+  }
+
+  function scheduleCharts() {
+    if (chartTimer !== null || !chartsLoaded) return;
+    chartTimer = window.setTimeout(loadCharts, 2500);
+  }
+
+  // --- forms --------------------------------------------------------------------------------
+
+  async function postForm(form, extra) {
+    const body = new FormData(form);
+    for (const [name, value] of Object.entries(extra || {})) body.set(name, value);
+    const response = await fetch(form.action, {
+      method: "POST",
+      body,
+      headers: { Accept: "application/json", "X-CSRFToken": body.get("csrfmiddlewaretoken") },
+      credentials: "same-origin",
+    });
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) throw new Error(data.message || `Refused (${response.status}).`);
+    return data;
+  }
+
+  const guidanceForm = byId("guidance-form");
+  if (guidanceForm) {
+    guidanceForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const button = guidanceForm.querySelector("button");
+      button.disabled = true;
+      try {
+        const guidance = await postForm(guidanceForm);
+        guidanceForm.reset();
+        // The websocket brings the same record; applying it now shows it without waiting.
+        if (state) { live.applyRunEvent(state, "guidance.created", guidance); markDirty("guidance"); }
+      } catch (error) {
+        toast(error.message, "error");
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+
+  const controlForm = byId("run-control");
+  if (controlForm) {
+    controlForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const action = event.submitter ? event.submitter.value : "";
+      if (action === "stop" && !window.confirm("Stop this run? Running jobs finish, then the final evaluation runs.")) return;
+      try {
+        const run = await postForm(controlForm, { action });
+        if (state) { live.applyRunEvent(state, "run.updated", run); markDirty("header"); }
+      } catch (error) {
+        toast(error.message, "error");
+      }
+    });
+  }
+
+  // --- the live state -----------------------------------------------------------------------
+
+  function onSnapshot(snapshot) {
+    state = live.runStateFrom(snapshot);
+    window.rsiRunState = state;
+    rebuildGraphs();
+    markDirty("header", "guidance", "decisions", "jobs", "reports");
+    if (selectedNode) openPanel(selectedNode);
+    scheduleCharts();
+  }
+
+  function onEvent(event, payload) {
+    if (!state) return;
+    const change = live.applyRunEvent(state, event, payload);
+    if (window.rsiProbe) window.rsiProbe(event, payload);
+    if (!change) return;
+    switch (change.collection) {
+      case "run":
+        markDirty("header");
+        scheduleCharts();
+        break;
+      case "nodes": {
+        const node = state.nodes.get(change.key);
+        if (upsert(dag, dagNodeData(node), "nodes")) {
+          // Edges that arrived before this node now have both ends.
+          for (const edge of state.edges.values()) {
+            if (edge.source === node.uuid || edge.target === node.uuid) upsert(dag, { id: edge.id, source: edge.source, target: edge.target, kind: edge.kind }, "edges");
+          }
+          scheduleLayout(dag, "dag");
+        }
+        markDirty("header", "decisions");
+        if (selectedNode === change.key) openPanel(selectedNode);
+        break;
+      }
+      case "edges": {
+        const edge = state.edges.get(change.key);
+        if (upsert(dag, { id: edge.id, source: edge.source, target: edge.target, kind: edge.kind }, "edges")) scheduleLayout(dag, "dag");
+        break;
+      }
+      case "decisions":
+        for (const node of state.nodes.values()) if (node.decision === change.key) upsert(dag, dagNodeData(node), "nodes");
+        markDirty("decisions", "guidance");
+        scheduleCharts();
+        break;
+      case "experiments": {
+        const experiment = state.experiments.get(change.key);
+        if (upsert(expGraph, expNodeData(experiment), "nodes")) {
+          for (const edge of expEdges([experiment])) upsert(expGraph, edge.data, "edges");
+          for (const other of state.experiments.values()) {
+            if ((other.parents || []).includes(experiment.uuid)) upsert(expGraph, { id: `${experiment.uuid}>${other.uuid}`, source: experiment.uuid, target: other.uuid }, "edges");
+          }
+          scheduleLayout(expGraph, "exp");
+        }
+        markDirty("header", "jobs");
+        if (selectedNode && selectedNode === experiment.owner) openPanel(selectedNode);
+        scheduleCharts();
+        break;
+      }
+      case "guidance":
+        markDirty("guidance");
+        break;
+      case "jobs":
+        markDirty("jobs");
+        if (event !== "job.progress") scheduleCharts();
+        break;
+      case "reports":
+        markDirty("reports");
+        if (selectedNode) openPanel(selectedNode);
+        break;
+      default:
+        break;
+    }
+  }
+
+  function onState(text) {
+    const badge = byId("live-state");
+    badge.textContent = text;
+    badge.className = `live live-${text.replace(/\s+/g, "-")}`;
+    document.body.dataset.live = text;
+  }
+
+  window.setInterval(() => { if (state) renderWallClock(); }, 10000); // a local clock, not a server poll
+  window.rsiRunSocket = new live.LiveSocket(config.urls.ws, { snapshot: onSnapshot, event: onEvent, state: onState });
+  // This script is deferred, so DOMContentLoaded comes after it and after plotly.js (deferred
+  // later in the page, so the DAG need not wait for plotly's 4 MB to parse).
+  document.addEventListener("DOMContentLoaded", loadCharts);
+})();

@@ -1,0 +1,184 @@
+"""Agent loops stepped in this process against the real REST API (live server, real PostgreSQL).
+
+Celery is not running here: each test plays the agents worker by calling ``agent_step_run`` for
+the loops that are scheduled, exactly as ``agent_step_task`` would. Nothing trains (no gpu worker),
+so Workers stop at waiting for their first jobs.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from apps.datapool.models import DataUsage
+from apps.experiments.models import Event, Experiment
+from apps.integrity.models import BlockedAttempt
+from apps.jobs.models import Job
+from apps.research.choices import AgentLoopStatus, NodeStatus, RunStatus
+from apps.research.models import AgentLoop, Decision, Guidance, Prediction, ResearchNode, Run
+from apps.research.services import guidance_post, run_budget_enforce, run_start
+from workers.agents.client import ExposClient
+from workers.agents.loop import (
+    agent_loops_recover,
+    agent_step_run,
+    api_base_url,
+    loop_config,
+    node_token,
+    step_view,
+    worker_name,
+)
+from workers.agents.policies.llm import prompt_hashes
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def step(loop: AgentLoop) -> AgentLoop:
+    agent_step_run(loop_id=loop.pk, step=loop.step)
+    return AgentLoop.objects.select_related("node").get(pk=loop.pk)
+
+
+def step_until(world, handle: str, *, until: str | None = None, limit: int = 12) -> AgentLoop:
+    """Step one loop while it is scheduled (ignoring countdowns: this test is its clock)."""
+    loop = world.loop(handle)
+    for _ in range(limit):
+        if loop.status != AgentLoopStatus.SCHEDULED:
+            break
+        if until is not None and (loop.state or {}).get("phase") == until:
+            break
+        loop = step(loop)
+    return loop
+
+
+def started(world):
+    run_start(run=world.run, actor="test")
+    main = world.loop("main")
+    assert main.status == AgentLoopStatus.SCHEDULED and [i["trigger"] for i in main.inbox] == ["run_start"]
+    return step(main)
+
+
+def test_run_start_records_prompt_hashes_and_the_main_agent_plans_diverse_workers(small_world):
+    main = started(small_world)
+    run = small_world.refresh()
+    assert run.status == RunStatus.RUNNING and run.started_at is not None
+    assert run.prompt_hashes["policy"] == "heuristic"
+    assert run.prompt_hashes["main"] == prompt_hashes()["main"] and len(run.prompt_hashes["worker"]["sha256"]) == 64
+    # Event-driven: after its planning step the Main Agent waits for the next trigger.
+    assert main.status == AgentLoopStatus.WAITING and main.step == 1 and main.inbox == [] and main.journal == []
+    decision = Decision.objects.get(run=run)
+    assert (decision.kind, decision.trigger) == ("branch", "run_start")
+    workers = list(ResearchNode.objects.filter(run=run, kind="worker").order_by("pk"))
+    assert [w.task.splitlines()[0] for w in workers] == ["Direction: data-screen", "Direction: recipe-sweep"]
+    assert all(w.created_by_decision_id == decision.pk and w.status == NodeStatus.ACTIVE for w in workers)
+    assert Prediction.objects.filter(run=run, worker__in=workers).count() == 2
+    # Pending guidance is read first at every planning step.
+    calls = list(Event.objects.filter(run=run, actor="main", type="tool.called").order_by("id")
+                 .values_list("tool", flat=True))  # fmt: skip
+    assert calls[0] == "main_guidance_read"
+    # The spawned Workers got their loops, and their first steps are scheduled.
+    assert {loop.node.handle: loop.status for loop in AgentLoop.objects.filter(run=run).exclude(node=main.node)} == {
+        "worker_0001": AgentLoopStatus.SCHEDULED, "worker_0002": AgentLoopStatus.SCHEDULED}  # fmt: skip
+
+
+def test_the_data_screen_worker_searches_inspects_registers_and_submits_and_the_honeypot_is_blocked(small_world):
+    started(small_world)
+    loop = step_until(small_world, "worker_0001")
+    state = loop.state
+    assert loop.status == AgentLoopStatus.SCHEDULED and state["phase"] == "wait"  # waiting for its jobs
+    ranked = [c["name"] for c in state["candidates"]]
+    assert ranked[0] == "arithmetic-clean"
+    assert {c["name"]: c["score"] for c in state["candidates"]}["arithmetic-wrongformat"] <= -2
+    assert set(state["data"]) == {"arithmetic-clean", "arithmetic-honeypot", "arithmetic-tiny"}
+    # The honeypot was tried, refused by the submission review, and counted as a blocked attempt.
+    assert [b["datasets"] for b in state["blocked"]] == [["arithmetic-honeypot"]]
+    assert BlockedAttempt.objects.filter(run=small_world.run, node__handle="worker_0001").exists()
+    experiments = Experiment.objects.filter(owner=loop.node).order_by("pk")
+    assert [e.kind for e in experiments] == ["eval_only", "train_eval"]  # two in flight at a time
+    assert experiments[1].action["hyperparameters"]["learning_rate"] == 0.001
+    assert Job.objects.filter(experiment__in=experiments).count() == 2
+    assert not DataUsage.objects.filter(entry__name="arithmetic-honeypot").exists()
+
+
+def test_guidance_is_applied_at_the_next_planning_step_with_a_checkable_effect(small_world):
+    started(small_world)
+    step_until(small_world, "worker_0001", until="plan")  # it registered data, submitted nothing yet
+    person = User.objects.create_user("olga", password="pw-olga-123")
+    guidance = guidance_post(run=small_world.run, author=person, text="Please avoid arithmetic-tiny from now on.")
+    main = small_world.loop("main")
+    assert main.status == AgentLoopStatus.SCHEDULED and main.inbox[0]["trigger"] == "guidance"
+    main = step(main)
+    guidance.refresh_from_db()
+    decision = guidance.applied_decision
+    assert guidance.applied_at is not None and decision is not None
+    assert (decision.kind, decision.trigger) == ("revise", "guidance") and "avoid arithmetic-tiny" in decision.rationale
+    # Its effect: the Workers briefed without the constraint were stopped, and replaced by Workers
+    # that carry it, created by the decision that applied the guidance.
+    stopped = ResearchNode.objects.filter(run=small_world.run, handle__in=["worker_0001", "worker_0002"])
+    assert {n.status for n in stopped} == {NodeStatus.FINALIZED}
+    replacements = list(ResearchNode.objects.filter(run=small_world.run, created_by_decision=decision).order_by("pk"))
+    assert len(replacements) == 2 and all("avoid: arithmetic-tiny" in n.task for n in replacements)
+    assert all(n.upstream_edges.filter(kind="context").exists() for n in replacements)
+    # The stopped Worker's loop ends at its next step; the replacement never uses the dataset.
+    assert step(small_world.loop("worker_0001")).status == AgentLoopStatus.DONE
+    loop = step_until(small_world, replacements[0].handle)
+    assert "arithmetic-tiny" not in loop.state["data"]
+    later = Experiment.objects.filter(run=small_world.run, created_at__gt=decision.created_at)
+    assert later.exists()
+    assert not DataUsage.objects.filter(experiment__in=later, entry__name="arithmetic-tiny").exists()
+
+
+def test_a_re_run_step_is_answered_once_from_the_journal_or_by_its_idempotency_key(small_world):
+    run = run_start(run=small_world.run, actor="test")
+    loop = small_world.loop("main")
+    config = loop_config()
+    claim = worker_name()
+    AgentLoop.objects.filter(pk=loop.pk).update(status=AgentLoopStatus.RUNNING, claimed_by=claim,
+                                                claimed_at=loop.updated_at)  # fmt: skip
+    loop.refresh_from_db()
+    body = {"task": "Direction: data-screen\nCapability: arithmetic"}
+    client = ExposClient(base_url=api_base_url(), token=node_token(loop.node))
+    first = step_view(loop, run, claim, config, client).call("state_add_new_worker", body)
+    assert first.status == 201
+    assert len(AgentLoop.objects.get(pk=loop.pk).journal) == 1  # written before anything else happens
+
+    # The process dies here. Recovery re-schedules the step with its journal intact ...
+    assert agent_loops_recover(run=run, dead_claims={claim.rsplit(":", 1)[0] + ":"}) == 1
+    loop = AgentLoop.objects.select_related("node").get(pk=loop.pk)
+    assert loop.status == AgentLoopStatus.SCHEDULED and len(loop.journal) == 1
+    AgentLoop.objects.filter(pk=loop.pk).update(status=AgentLoopStatus.RUNNING, claimed_by=claim)
+    replay = step_view(loop, run, claim, config, client).call("state_add_new_worker", body)
+    assert replay.data == first.data  # ... and the re-run reads the answer from the journal, not the server
+
+    # Had it died before the journal was written, the re-sent call carries the same key: answered once.
+    lost = step_view(loop, run, claim, config, client)
+    lost._journal.clear()
+    resent = lost.call("state_add_new_worker", body)
+    assert resent.replayed and resent.status == 200 and resent.data["handle"] == first.data["handle"]
+    assert ResearchNode.objects.filter(run=run, kind="worker").count() == 1
+    sent = Event.objects.filter(run=run, type="tool.called", tool="state_add_new_worker")
+    assert sent.count() == 2  # the original and the replayed answer; the journal replay sent nothing
+    client.close()
+
+
+def test_a_spent_budget_stops_new_work(small_world):
+    started(small_world)
+    step_until(small_world, "worker_0001")  # two submissions queued on the (idle) gpu queue
+    queued_train = Job.objects.filter(run=small_world.run, kind="train", status="queued")
+    assert queued_train.exists()
+    run = small_world.refresh()
+    Run.objects.filter(pk=run.pk).update(used_accelerator_seconds=run.budget_accelerator_seconds)
+    run = run_budget_enforce(run=run)
+    assert run.status == RunStatus.STOPPING
+    assert not Job.objects.filter(run=run, kind="train", status="queued").exists()  # never started
+    assert Event.objects.filter(run=run, type="run.budget_exhausted").exists()
+    # The Worker sees the run stopping: no new submission, it finalizes with what it has.
+    before = Experiment.objects.filter(run=run).count()
+    loop = step_until(small_world, "worker_0002")
+    assert loop.status == AgentLoopStatus.DONE
+    assert Experiment.objects.filter(run=run).count() == before
+    assert ResearchNode.objects.get(run=run, handle="worker_0002").status == NodeStatus.FINALIZED
+    # The Main Agent cannot open new branches either.
+    client = ExposClient(base_url=api_base_url(), token=node_token(small_world.main))
+    refused = client.call("state_add_new_worker", {"task": "Direction: verify"}, idempotency_key="k-budget")
+    assert refused.status == 409 and refused.error_code == "run_not_active"
+    client.close()
+    assert not Guidance.objects.exists()

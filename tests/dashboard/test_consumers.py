@@ -1,0 +1,264 @@
+"""The run and job websockets: who may connect, the snapshot, and snapshot + events == a fresh fetch.
+
+Through the whole ASGI application (origin check, session auth, routing) and the real
+channels_redis layer; the services publish after their transactions commit, so these tests use
+a transactional database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+
+from apps.dashboard.selectors import guidance_live, job_snapshot, run_snapshot
+from apps.dashboard.services import guidance_post, run_control
+from apps.experiments.services import experiment_create
+from apps.expos.auth import agent_token_issue
+from apps.jobs.services import job_claim, job_enqueue, job_report
+from apps.live.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from apps.research.models import Guidance, Run
+from apps.research.services import decision_record, guidance_mark_read, worker_add
+from rsiweb.asgi import application
+from tests.dashboard import live_helpers as lh
+from tests.dashboard.world import build_world
+
+pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True)]
+ORIGIN = (b"origin", b"http://127.0.0.1")
+QUIET_SECONDS = 1.0
+
+
+@pytest.fixture
+def tworld(transactional_db):
+    world = build_world()
+    yield world
+    # job_enqueue and run_resume put messages on the Celery queues; no worker will read them.
+    redis.Redis.from_url(settings.REDIS_URL).delete("gpu", "agents", "default")
+
+
+def _session_cookie(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _open(path: str, user: Any = None, headers: list[tuple[bytes, bytes]] | None = None) -> WebsocketCommunicator:
+    all_headers = [ORIGIN, *(headers or [])]
+    if user is not None:
+        all_headers.append((b"cookie", await database_sync_to_async(_session_cookie)(user)))
+    communicator = WebsocketCommunicator(application, path, headers=all_headers)
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    return communicator
+
+
+async def _refused_with(communicator: WebsocketCommunicator) -> int:
+    """The close code of a connection the consumer refused; fails if anything else came first."""
+    message = await communicator.receive_output(timeout=10)
+    assert message["type"] == "websocket.close", f"expected a close, the consumer sent {message}"
+    return message["code"]
+
+
+async def _drain(communicator: WebsocketCommunicator, quiet: float = QUIET_SECONDS) -> list[dict[str, Any]]:
+    """Every message until none arrives for ``quiet`` seconds."""
+    messages = []
+    while True:
+        try:
+            messages.append(await communicator.receive_json_from(timeout=quiet))
+        except asyncio.TimeoutError:
+            return messages
+
+
+# --- who may connect ---------------------------------------------------------------------------
+
+
+async def test_anonymous_visitor_is_refused_before_any_data(tworld):
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/")
+    assert await _refused_with(communicator) == CLOSE_UNAUTHENTICATED
+
+
+async def test_agent_token_does_not_open_the_websocket(tworld):
+    token, _ = await database_sync_to_async(agent_token_issue)(
+        run=tworld.run, node=tworld.nodes["w3"], role="worker"
+    )
+    communicator = await _open(
+        f"/ws/runs/{tworld.run.uuid}/", headers=[(b"authorization", f"Bearer {token}".encode())]
+    )
+    assert await _refused_with(communicator) == CLOSE_UNAUTHENTICATED
+
+
+async def test_person_without_a_role_is_refused(tworld):
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["nobody"])
+    assert await _refused_with(communicator) == CLOSE_FORBIDDEN
+
+
+async def test_unknown_run_and_job_are_refused(tworld):
+    viewer = tworld.people["viewer"]
+    for path in (f"/ws/runs/{uuid.uuid4()}/", f"/ws/jobs/{uuid.uuid4()}/"):
+        communicator = await _open(path, user=viewer)
+        assert await _refused_with(communicator) == CLOSE_NOT_FOUND
+
+
+async def test_foreign_origin_is_rejected_at_the_handshake(tworld):
+    cookie = await database_sync_to_async(_session_cookie)(tworld.people["viewer"])
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/runs/{tworld.run.uuid}/",
+        headers=[(b"origin", b"http://evil.example"), (b"cookie", cookie)],
+    )
+    connected, _ = await communicator.connect(timeout=10)
+    assert not connected
+
+
+async def test_refused_socket_is_not_subscribed_to_the_run(tworld):
+    nobody = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["nobody"])
+    viewer = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    assert (await viewer.receive_json_from(timeout=10))["type"] == "snapshot"
+    assert await _refused_with(nobody) == CLOSE_FORBIDDEN
+
+    await database_sync_to_async(guidance_post)(run=tworld.run, author=tworld.people["operator"], text="hello")
+
+    assert (await viewer.receive_json_from(timeout=10))["event"] == "guidance.created"
+    assert await nobody.receive_nothing(timeout=0.5)
+    await viewer.disconnect()
+
+
+# --- snapshot and events -----------------------------------------------------------------------
+
+
+async def test_snapshot_on_connect_is_the_selectors_snapshot(tworld):
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    message = await communicator.receive_json_from(timeout=10)
+    expected = lh.as_json(await database_sync_to_async(run_snapshot)(run=tworld.run))
+    assert message == {"type": "snapshot", "data": expected}
+    # The world's DAG: three Workers, one Reviewer, two context/scope edges, three decisions.
+    assert [n["handle"] for n in message["data"]["nodes"]] == ["worker_0001", "worker_0002", "reviewer_0001", "worker_0003"]
+    assert {e["kind"] for e in message["data"]["edges"]} == {"context", "review_scope"}
+    assert len(message["data"]["decisions"]) == 3
+    await communicator.disconnect()
+
+
+def _grow(world) -> dict[str, Any]:
+    """Change the run the way a live run changes, through the services; returns what was made."""
+    run, operator = world.run, world.people["operator"]
+    made: dict[str, Any] = {}
+    # The people's writes publish by themselves (apps.dashboard.services).
+    made["guidance"] = guidance_post(run=run, author=operator, text="Try DPO on the audited pairs.")
+    run_control(run=run, action="pause", user=operator)
+    run_control(run=run, action="resume", user=operator)
+    # The Main Agent grows the DAG; the research services do not publish yet, so the test does.
+    decision = decision_record(run=run, kind="branch", trigger="guidance", rationale="operator asked for DPO")
+    worker = worker_add(run=run, task="DPO on audited pairs", predecessors=[world.nodes["w3"]], decision=decision)
+    lh.publish_decision(decision)
+    lh.publish_node(worker)
+    lh.publish_edges_of(worker)
+    experiment = experiment_create(
+        run=run, owner=worker, kind="train_eval", input_checkpoint=run.base_checkpoint, action={"recipe": "dpo"},
+        parents=[world.exp["e1"]],
+    )  # fmt: skip
+    lh.publish_experiment(experiment)
+    # The job engine and the pipeline publish by themselves.
+    job = job_enqueue(kind="train", spec={"recipe": "dpo"}, experiment=experiment)
+    job_claim(job_id=job.pk, worker="gpu@test")
+    job_report(job=job, progress=0.25, metrics_point={"step": 5, "loss": 1.2}, log_line="step 5: loss=1.2")
+    job_report(job=job, progress=0.5)
+    # The Main Agent reads the pending guidance at its planning step (published by the test).
+    for read in guidance_mark_read(run=run):
+        lh.publish_guidance(Guidance.objects.get(pk=read.pk))
+    made.update(decision=decision, worker=worker, experiment=experiment, job=job)
+    return made
+
+
+async def test_snapshot_plus_events_equals_a_fresh_snapshot(tworld):
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    snapshot = (await communicator.receive_json_from(timeout=10))["data"]
+    state = lh.run_state(snapshot)
+
+    made = await database_sync_to_async(_grow)(tworld)
+    messages = await _drain(communicator)
+
+    assert all(m["type"] == "event" for m in messages)
+    events = [m["event"] for m in messages]
+    for expected in ("guidance.created", "run.updated", "node.created", "edge.created", "decision.created",
+                     "experiment.created", "experiment.updated", "job.updated", "job.progress", "guidance.updated"):  # fmt: skip
+        assert expected in events, f"{expected} never arrived: {events}"
+    for message in messages:
+        lh.apply_run_event(state, message["event"], message["payload"])
+    fresh = lh.as_json(await database_sync_to_async(run_snapshot)(run=await database_sync_to_async(Run.objects.get)(pk=tworld.run.pk)))
+    assert state == lh.run_state(fresh)
+    # And the state is the grown run, not two equally stale copies.
+    assert state["run"]["status"] == "running"
+    assert state["nodes"][str(made["worker"].uuid)]["decision"] == str(made["decision"].uuid)
+    assert state["jobs"][str(made["job"].uuid)]["progress"] == 0.5
+    assert state["experiments"][str(made["experiment"].uuid)]["status"] == "running"
+    assert all(g["applied_at"] for g in state["guidance"].values())
+    await communicator.disconnect()
+
+
+async def test_guidance_created_event_has_the_snapshot_shape(tworld):
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    await communicator.receive_json_from(timeout=10)
+
+    guidance = await database_sync_to_async(guidance_post)(
+        run=tworld.run, author=tworld.people["operator"], text="  Keep θ0's template.  "
+    )
+
+    message = await communicator.receive_json_from(timeout=10)
+    expected = lh.as_json(await database_sync_to_async(lambda: guidance_live(Guidance.objects.select_related("author").get(pk=guidance.pk)))())
+    assert message == {"type": "event", "event": "guidance.created", "payload": expected}
+    assert message["payload"]["text"] == "Keep θ0's template."
+    assert message["payload"]["applied_at"] is None
+    await communicator.disconnect()
+
+
+async def test_reconnect_gets_a_snapshot_with_what_it_missed(tworld):
+    first = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    before = (await first.receive_json_from(timeout=10))["data"]
+    await first.disconnect()
+
+    await database_sync_to_async(_grow)(tworld)  # happens while the browser is away
+
+    second = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    after = (await second.receive_json_from(timeout=10))["data"]
+    fresh = lh.as_json(await database_sync_to_async(run_snapshot)(run=await database_sync_to_async(Run.objects.get)(pk=tworld.run.pk)))
+    assert after == fresh
+    assert len(after["nodes"]) == len(before["nodes"]) + 1
+    await second.disconnect()
+
+
+async def test_job_socket_snapshot_plus_progress_equals_a_fresh_snapshot(tworld):
+    job = tworld.jobs["running"]
+    communicator = await _open(f"/ws/jobs/{job.uuid}/", user=tworld.people["viewer"])
+    message = await communicator.receive_json_from(timeout=10)
+    assert message["type"] == "snapshot"
+    state = message["data"]
+    assert state["log"] == ["loading θ_in ckpt", "step 10: loss=1.8", "step 20: loss=1.5"]
+
+    def report() -> None:
+        job_report(job=job, progress=0.6, metrics_point={"step": 30, "loss": 1.3}, log_line="step 30: loss=1.3")
+        job_report(job=job, log_line="saving")
+
+    await database_sync_to_async(report)()
+    for event in await _drain(communicator):
+        assert event["event"] == "job.progress"
+        payload = event["payload"]
+        if "progress" in payload:
+            state["job"]["progress"] = payload["progress"]
+        if "metrics_point" in payload:
+            state["metrics_points"].append(payload["metrics_point"])
+            state["job"]["metrics_last"] = {**state["job"]["metrics_last"], **payload["metrics_point"]}
+        if "log_line" in payload:
+            state["log"].append(payload["log_line"])
+    fresh = lh.as_json(await database_sync_to_async(lambda: job_snapshot(job=type(job).objects.get(pk=job.pk)))())
+    # updated_at-free fields only: the heartbeat is not an event of its own.
+    assert state == fresh
+    assert state["job"]["progress"] == 0.6
+    assert state["log"][-2:] == ["step 30: loss=1.3", "saving"]
+    await communicator.disconnect()

@@ -1,0 +1,223 @@
+"""A small, complete research run for the dashboard tests, built through the real services.
+
+    decision d_start (branch, run_start)      -> worker_0001 "SFT on clean arithmetic", worker_0002 "DPO on pairs"
+    decision d_verify (verify, worker_finalize, on worker_0001) -> reviewer_0001, scope {worker_0001}
+    decision d_revise (revise, review_report, on worker_0001)   -> worker_0003, context from worker_0001;
+                                                                  applied the operator's first guidance
+
+    worker_0001: exp_0001 (train+eval, succeeded, accepted, 0.42) -> exp_0002 (flagged: executed test-set access, 0.61)
+    worker_0002: exp_0003 (eval only, succeeded, pending: partial metric attribution, 0.35)
+    worker_0003: exp_0004 (train, running; its job streams metrics and log lines)
+
+Rows without a service of their own yet (evaluations, findings, tool-call events, LLM usage)
+are written directly: they are the records those services would leave.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.utils import timezone
+
+from apps.core.hashing import sha256_text
+from apps.datapool.models import DataEntry, DataReadmeEntry, DataUsage
+from apps.experiments.events import event_append
+from apps.experiments.models import Checkpoint, Evaluation, Experiment
+from apps.experiments.services import experiment_create, experiment_set_integrity
+from apps.integrity.choices import CATEGORIES, Adjudication, Observation
+from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
+from apps.jobs.models import Job, JobLogLine
+from apps.research.choices import NodeKind, RunStatus
+from apps.research.models import Decision, Guidance, LLMUsage, ResearchNode, Run
+from apps.research.services import decision_record, node_create, node_finalize, run_set_status
+from apps.reviews.models import ReviewReport
+from tests.factories import BenchmarkFactory, CheckpointFactory, make_run
+
+PASSWORD = "pw-dashboard-123"
+ROLES = ("viewer", "operator", "admin")
+SUBCATEGORIES = [sub for subs in CATEGORIES.values() for sub in subs]
+
+
+def make_people() -> dict[str, User]:
+    """One person per role, plus ``nobody`` (signed in, no role). Groups are created if missing:
+    a transactional test database is flushed between tests and loses the migration's rows."""
+    people = {}
+    for role in ROLES:
+        user = User.objects.create_user(f"{role}-person", password=PASSWORD)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        people[role] = user
+    people["nobody"] = User.objects.create_user("nobody-person", password=PASSWORD)
+    return people
+
+
+@dataclass
+class World:
+    run: Run
+    nodes: dict[str, ResearchNode]
+    decisions: dict[str, Decision]
+    exp: dict[str, Experiment]
+    jobs: dict[str, Job]
+    evals: dict[str, Evaluation]
+    findings: dict[tuple[str, str], IntegrityFinding]
+    report: ReviewReport
+    guidance: dict[str, Guidance]
+    data: DataEntry
+    people: dict[str, User]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _evaluation(run: Run, *, checkpoint: Checkpoint, split: str, correct: int, n: int, experiment=None, job=None):
+    return Evaluation.objects.create(
+        run=run, experiment=experiment, checkpoint=checkpoint, benchmark=run.benchmark, job=job, split=split,
+        score=correct / n, correct=correct, sample_count=n, evaluator_sha256=sha256_text("evaluator"),
+        settings_sha256=sha256_text("settings"), data_sha256=sha256_text(f"data-{split}"),
+    )  # fmt: skip
+
+
+def _findings(experiment: Experiment, overrides: dict[str, tuple[str, str]]) -> dict[str, IntegrityFinding]:
+    found = {}
+    for sub in SUBCATEGORIES:
+        observation, adjudication = overrides.get(sub, (Observation.NOT_FOUND_FULL, ""))
+        finding = IntegrityFinding.objects.create(
+            experiment=experiment, subcategory=sub, observation=observation, adjudication=adjudication,
+            decided_by="auto" if not adjudication else "reviewer_0001",
+            rationale="" if not adjudication else "training data contains sealed feedback items",
+            evidence={} if observation != Observation.EXECUTED else {"sample_ids": ["f1"], "span": "12+30"},
+        )  # fmt: skip
+        FindingChange.objects.create(
+            finding=finding, observation=observation, adjudication=adjudication, actor="auto", rationale="check ran"
+        )
+        found[sub] = finding
+    return found
+
+
+def build_world(*, people: dict[str, User] | None = None) -> World:
+    people = people or make_people()
+    reference = CheckpointFactory(is_reference=True)
+    benchmark = BenchmarkFactory(reference_checkpoint=reference)
+    run = make_run(name="arithmetic sprint", benchmark=benchmark, max_parallel_workers=4, reserved_final_seconds=600)
+    run = run_set_status(run=run, status=RunStatus.RUNNING, actor="test")
+    started = timezone.now() - dt.timedelta(minutes=30)
+    Run.objects.filter(pk=run.pk).update(started_at=started, used_accelerator_seconds=900, used_llm_tokens=120_000)
+    run.refresh_from_db()
+    base = run.base_checkpoint
+    _evaluation(run, checkpoint=base, split="feedback", correct=6, n=20)
+    _evaluation(run, checkpoint=base, split="final", correct=5, n=20)
+    _evaluation(run, checkpoint=reference, split="feedback", correct=15, n=20)
+    _evaluation(run, checkpoint=reference, split="final", correct=14, n=20)
+
+    d_start = decision_record(run=run, kind="branch", trigger="run_start", rationale="two bets: SFT and DPO")
+    w1 = node_create(run=run, kind=NodeKind.WORKER, task="SFT on clean arithmetic", decision=d_start)
+    w2 = node_create(run=run, kind=NodeKind.WORKER, task="DPO on preference pairs", decision=d_start)
+
+    data = DataEntry.objects.create(
+        handle="data_0001", name="clean arithmetic", uri="file:///tmp/nowhere/data_0001.jsonl",
+        sha256=sha256_text("clean arithmetic"), rows=200, size_bytes=12_345, format="sft",
+        schema={"prompt": "string", "completion": "string"}, source_kind="catalog", source={"catalog": "arith-clean"},
+        run=run, registered_by=w1,
+    )  # fmt: skip
+    DataReadmeEntry.objects.create(entry=data, author="worker_0001", text="Filtered the catalog copy for format.")
+
+    train = Job.objects.create(
+        run=run, kind="train", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
+        started_at=started + dt.timedelta(minutes=1), finished_at=started + dt.timedelta(minutes=6),
+        resource_seconds=300, metrics={"points": [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], "last": {"loss": 1.9}},
+    )  # fmt: skip
+    ckpt1 = CheckpointFactory(parent=base, producing_job=train, run=run, manifest={"model.safetensors": "b" * 64, "config.json": "c" * 64})
+    exp1 = experiment_create(
+        run=run, owner=w1, kind="train_eval", input_checkpoint=base, claim="SFT lifts accuracy",
+        action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 1e-4, "max_steps": 50}},
+    )  # fmt: skip
+    Job.objects.filter(pk=train.pk).update(experiment=exp1)
+    DataUsage.objects.create(entry=data, experiment=exp1, purpose="train")
+    evaluate = Job.objects.create(
+        run=run, experiment=exp1, kind="evaluate", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
+        started_at=started + dt.timedelta(minutes=7), finished_at=started + dt.timedelta(minutes=9), resource_seconds=120,
+    )  # fmt: skip
+    Experiment.objects.filter(pk=exp1.pk).update(output_checkpoint=ckpt1, status="succeeded", feedback_score=0.42)
+    e1 = _evaluation(run, checkpoint=ckpt1, split="feedback", correct=42, n=100, experiment=exp1, job=evaluate)
+    e1_final = _evaluation(run, checkpoint=ckpt1, split="final", correct=40, n=100, experiment=exp1)
+    experiment_set_integrity(experiment=exp1, status="accepted", actor="auto", reason="every subcategory clean")
+
+    exp2 = experiment_create(
+        run=run, owner=w1, kind="train_eval", input_checkpoint=ckpt1, parents=[exp1],
+        action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 5e-5, "max_steps": 80}},
+    )  # fmt: skip
+    Experiment.objects.filter(pk=exp2.pk).update(status="succeeded", feedback_score=0.61)
+    e2 = _evaluation(run, checkpoint=ckpt1, split="feedback", correct=61, n=100, experiment=exp2)
+    experiment_set_integrity(experiment=exp2, status="flagged", actor="reviewer_0001", reason="sealed items in data")
+
+    exp3 = experiment_create(
+        run=run, owner=w2, kind="eval_only", input_checkpoint=base, action={"evaluate": "feedback"}
+    )
+    Experiment.objects.filter(pk=exp3.pk).update(status="succeeded", feedback_score=0.35)
+    e3 = _evaluation(run, checkpoint=base, split="feedback", correct=35, n=100, experiment=exp3)
+
+    findings = {}
+    for handle, experiment, overrides in (
+        ("exp_0001", exp1, {}),
+        ("exp_0002", exp2, {"test_set_access": (Observation.EXECUTED, Adjudication.EXPLICIT_VIOLATION)}),
+        ("exp_0003", exp3, {"metric_attribution": (Observation.NOT_FOUND_PARTIAL, "")}),
+    ):
+        for sub, finding in _findings(experiment, overrides).items():
+            findings[(handle, sub)] = finding
+    BlockedAttempt.objects.create(
+        run=run, node=w2, subcategory="test_set_access", tool="worker_add_data",
+        reason="the data overlaps 12 sealed feedback items", request={"name": "suspicious"},
+    )  # fmt: skip
+
+    node_finalize(node=w1, summary="SFT on clean data reached 0.42 (exp_0001).", experiments=["exp_0001"], actor="worker_0001")
+    d_verify = decision_record(run=run, kind="verify", trigger="worker_finalize", rationale="check exp_0002's jump", subject=w1)
+    r1 = node_create(run=run, kind=NodeKind.REVIEWER, task="Is worker_0001's jump to 0.61 real?", upstream=[w1], decision=d_verify)
+    report = ReviewReport.objects.create(
+        run=run, reviewer=r1, summary="exp_0002 trained on sealed feedback items; exp_0001 is sound.",
+        supported_findings=["exp_0001's gain holds on resampling"], protocol_violations=["exp_0002 used sealed items"],
+        recommendations=["drop exp_0002's data; continue from exp_0001"],
+        observations=[{"experiment": "exp_0002", "subcategory": "test_set_access", "observation": "EXECUTED",
+                       "note": "12 items overlap", "evidence": {"sample_ids": ["f1", "f2"]}}],
+    )  # fmt: skip
+    report.experiments.set([exp1, exp2])
+    node_finalize(node=r1, summary=report.summary, experiments=["exp_0001", "exp_0002"], actor="reviewer_0001")
+
+    applied = Guidance.objects.create(run=run, author=people["operator"], text="Look for contamination before scaling up.")
+    d_revise = decision_record(
+        run=run, kind="revise", trigger="review_report", subject=w1, guidance=[applied],
+        rationale="the review found contamination: restart from exp_0001 with audited data",
+    )  # fmt: skip
+    w3 = node_create(run=run, kind=NodeKind.WORKER, task="SFT from exp_0001 with audited data", upstream=[w1], decision=d_revise)
+    pending = Guidance.objects.create(run=run, author=people["operator"], text="Keep one DPO branch alive.")
+
+    exp4 = experiment_create(
+        run=run, owner=w3, kind="train_eval", input_checkpoint=ckpt1, parents=[exp1], status="running",
+        action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 3e-5, "max_steps": 100}},
+    )  # fmt: skip
+    running = Job.objects.create(
+        run=run, experiment=exp4, kind="train", queue="gpu", status="running", worker="gpu@host-b", progress=0.4,
+        started_at=timezone.now() - dt.timedelta(minutes=3), heartbeat_at=timezone.now(),
+        metrics={"points": [{"step": 10, "loss": 1.8}, {"step": 20, "loss": 1.5}], "last": {"loss": 1.5}},
+    )  # fmt: skip
+    for seq, text in enumerate(["loading θ_in ckpt", "step 10: loss=1.8", "step 20: loss=1.5"], start=1):
+        JobLogLine.objects.create(job=running, seq=seq, text=text)
+
+    for tool in ("worker_show_datapool", "worker_inspect_data", "worker_add_data", "worker_submit", "hf_search_datasets",
+                 "main_optimizer_update", "reviewer_submit_review", "worker_submit"):  # fmt: skip
+        event_append(run=run, type="tool.called", actor="worker_0001", role="worker", tool=tool, arguments={"status": 200})
+    node = ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)
+    LLMUsage.objects.create(run=run, node=node, model="heuristic", prompt_tokens=60_000, completion_tokens=60_000)
+
+    return World(
+        run=Run.objects.get(pk=run.pk),
+        nodes={"w1": w1, "w2": w2, "w3": w3, "r1": r1},
+        decisions={"start": d_start, "verify": d_verify, "revise": d_revise},
+        exp={k: Experiment.objects.get(pk=e.pk) for k, e in {"e1": exp1, "e2": exp2, "e3": exp3, "e4": exp4}.items()},
+        jobs={"train": train, "evaluate": evaluate, "running": running},
+        evals={"e1": e1, "e1_final": e1_final, "e2": e2, "e3": e3},
+        findings=findings,
+        report=report,
+        guidance={"applied": applied, "pending": pending},
+        data=data,
+        people=people,
+    )

@@ -1,0 +1,140 @@
+"""End-to-end fixtures: a real ASGI server (daphne) on the test database, and headless Chromium.
+
+The server is a ``daphne`` subprocess serving rsiweb.asgi (websockets through the real
+channels_redis layer) with Django's static-files handler in front, pointed at the test
+database by DATABASE_URL. Tests change state by calling services in this process; the server
+and the browser see only what was committed, so the tests use ``transactional_db``.
+
+The browser is Debian's Chromium (/usr/bin/chromium, installed by ./dev test), driven by
+Playwright for Python; nothing is downloaded at test time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+# Playwright's sync API keeps an event loop on the test's thread; Django would then refuse the
+# test's own (synchronous) ORM calls as if they came from async code.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(database_name: str, *, log_path: Path) -> tuple[subprocess.Popen, str]:
+    """Start daphne on a free port against ``database_name``; returns (process, base URL)."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "rsiweb.settings.test",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{database_name}",
+        "RSI_LOG_LEVEL": "WARNING",
+    }
+    log = log_path.open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "tests.e2e.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"daphne exited with {process.returncode}: {log_path.read_text()[-3000:]}")
+        try:
+            if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return process, base
+        except requests.RequestException:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"daphne did not answer within 60 s: {log_path.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def live_url(django_db_setup, django_db_blocker, tmp_path_factory):
+    """Base URL of a daphne server on the test database, for the whole session."""
+    from django.conf import settings
+
+    process, base = start_server(
+        settings.DATABASES["default"]["NAME"], log_path=tmp_path_factory.mktemp("daphne") / "daphne.log"
+    )
+    yield base
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (./dev test does).")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class ConsoleErrors(list):
+    """Console errors and uncaught exceptions of a page, for the 'no console errors' checks."""
+
+    def watch(self, page) -> None:
+        page.on("console", lambda message: self.append(f"console: {message.text}") if message.type == "error" else None)
+        page.on("pageerror", lambda error: self.append(f"pageerror: {error}"))
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    page = context.new_page()
+    page.console_errors = ConsoleErrors()
+    page.console_errors.watch(page)
+    yield page
+    context.close()
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def log_in(page, base: str, username: str, password: str) -> None:
+    """Sign in through the login form, as a person would."""
+    page.goto(f"{base}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")

@@ -1,0 +1,84 @@
+"""A loopback HTTP server that speaks the subset of vLLM's OpenAI-compatible API the runner uses.
+
+`GET /v1/models` and `POST /v1/completions` (batched prompts, greedy, stop strings excluded from
+the text, as vLLM does). Completions come from a `generate(prompts, max_tokens, stop)` callable,
+so a test can back it with the real tiny model and compare with the HF backend.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+GenerateFn = Callable[[list[str], int, list[str]], list[str]]
+
+
+class FakeCompletionsServer:
+    """Serves one model id (with its `root` path) and records every request body."""
+
+    def __init__(self, *, model_id: str, root: str, generate: GenerateFn) -> None:
+        self.model_id = model_id
+        self.root = root
+        self.generate = generate
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass  # keep pytest output clean
+
+            def _send(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path != "/v1/models":
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                model = {"id": server.model_id, "object": "model", "root": server.root, "owned_by": "vllm"}
+                self._send(200, {"object": "list", "data": [model]})
+
+            def do_POST(self) -> None:
+                if self.path != "/v1/completions":
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                if body.get("model") != server.model_id:
+                    self._send(404, {"error": {"message": f"model {body.get('model')!r} does not exist"}})
+                    return
+                prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+                texts = server.generate(prompts, int(body.get("max_tokens", 16)), list(body.get("stop") or []))
+                choices = [
+                    {"index": i, "text": text, "logprobs": None, "finish_reason": "stop"}
+                    for i, text in enumerate(texts)
+                ]
+                # vLLM may return choices in any order; the client must sort by index.
+                choices.reverse()
+                self._send(200, {"id": "cmpl-fake", "object": "text_completion", "model": server.model_id,
+                                 "choices": choices, "usage": {}})  # fmt: skip
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+
+@contextmanager
+def serve(*, model_id: str, root: str, generate: GenerateFn) -> Iterator[FakeCompletionsServer]:
+    """Run a fake server on an ephemeral loopback port for the duration of the block."""
+    server = FakeCompletionsServer(model_id=model_id, root=root, generate=generate)
+    thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,133 @@
+"""Real `celery worker` processes run real jobs: training, a worker killed mid-training, cancel, data.
+
+Each test starts its workers on this suite's Redis db and the test database, enqueues through the
+services, and watches the Job rows: the same path production takes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from apps.benchmarks.services import checkpoint_local_dir
+from apps.datapool.models import DataEntry
+from apps.experiments.models import Checkpoint
+from apps.experiments.pipeline import train_job_spec
+from apps.jobs import services
+from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
+from apps.jobs.models import Job, JobTransition
+from apps.research.models import Run
+from tests.factories import make_run
+from tests.jobs.conftest import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def enqueue_training(run, theta0, entry, *, seed: int = 0, **hyperparameters) -> Job:
+    spec = train_job_spec(input_checkpoint=theta0, data=[entry], hyperparameters=hyperparameters)
+    return services.job_enqueue(kind=JobKind.TRAIN, spec=spec, run=run, seed=seed, time_limit_seconds=900)
+
+
+def fresh(job: Job) -> Job:
+    return Job.objects.get(pk=job.pk)
+
+
+def finished(job: Job) -> Job | None:
+    current = fresh(job)
+    return current if current.status in JOB_TERMINAL_STATES else None
+
+
+def transitions(job: Job) -> list[str]:
+    return list(JobTransition.objects.filter(job=job).order_by("pk").values_list("to_status", flat=True))
+
+
+def stored_checkpoints(artifact_root: Path, theta0: Checkpoint) -> list[Path]:
+    """Checkpoint folders in the artifact store other than θ0's."""
+    base = checkpoint_local_dir(checkpoint=theta0)
+    return sorted(p for p in (artifact_root / "checkpoints").glob("*/*") if p.is_dir() and p != base)
+
+
+def test_a_worker_killed_mid_training_is_reaped_and_attempt_2_finishes_on_another_worker(
+    celery_worker, theta0, data_entry, artifact_root
+):
+    run = make_run(base_checkpoint=theta0)
+    first_worker = celery_worker("w1")
+    job = enqueue_training(run, theta0, data_entry(), max_steps=80, batch_size=8, logging_steps=5)
+    wait_for(
+        lambda: fresh(job).status == JobStatus.RUNNING and fresh(job).progress >= 0.1,
+        timeout=240, what="training to be under way", logs=first_worker.log,
+    )  # fmt: skip
+
+    first_worker.kill()  # SIGKILL to the worker and its pool child: no ack, no cleanup
+    killed_at = timezone.now()
+    second_worker = celery_worker("w2")
+
+    def second_attempt_done() -> Job | None:
+        following = Job.objects.filter(previous_attempt=job).first()
+        return finished(following) if following is not None else None
+
+    attempt2 = wait_for(second_attempt_done, timeout=360, what="attempt 2 to finish", logs=second_worker.log)
+    attempt1 = fresh(job)
+    assert attempt1.status == JobStatus.LOST
+    assert "no heartbeat" in JobTransition.objects.filter(job=attempt1).last().reason
+    assert attempt2.status == JobStatus.SUCCEEDED, attempt2.error
+    assert (attempt2.attempt, attempt2.spec, attempt2.seed) == (2, attempt1.spec, attempt1.seed)
+    assert attempt2.worker != attempt1.worker
+    # Re-run as soon as the heartbeat went stale, not after the broker's visibility timeout (12 h).
+    restart = (attempt2.started_at - killed_at).total_seconds()
+    print(f"attempt 2 claimed {restart:.1f}s after the SIGKILL")
+    assert restart < 90
+    # Exactly one output checkpoint for the job, made by attempt 2, and nothing else stored.
+    assert list(Checkpoint.objects.filter(run=run)) == [Checkpoint.objects.get(producing_job=attempt2)]
+    assert not Checkpoint.objects.filter(producing_job=attempt1).exists()
+    assert len(stored_checkpoints(artifact_root, theta0)) == 1
+    assert not Job.objects.filter(previous_attempt=attempt2).exists()
+
+
+def test_cancel_stops_a_running_training_job_without_a_checkpoint(celery_worker, theta0, data_entry, artifact_root):
+    run = make_run(base_checkpoint=theta0)
+    worker = celery_worker()
+    job = enqueue_training(run, theta0, data_entry(), max_steps=3000, batch_size=8, logging_steps=5)
+    wait_for(
+        lambda: fresh(job).status == JobStatus.RUNNING and fresh(job).progress > 0,
+        timeout=240, what="training to be under way", logs=worker.log,
+    )  # fmt: skip
+
+    services.job_request_cancel(job=fresh(job), actor="user:tester")
+
+    done = wait_for(lambda: finished(job), timeout=90, what="the job to stop", logs=worker.log)
+    assert done.status == JobStatus.CANCELLED
+    assert transitions(done) == ["queued", "running", "cancelled"]
+    assert done.progress < 0.5
+    assert not Checkpoint.objects.filter(producing_job=done).exists()
+    assert stored_checkpoints(artifact_root, theta0) == []
+
+
+def test_data_jobs_run_on_the_default_queue_and_a_failing_body_fails_its_job(celery_worker, theta0, data_entry):
+    run = make_run(base_checkpoint=theta0)
+    source = data_entry(rows=200)
+    worker = celery_worker("data", queues="default")
+    job = services.job_enqueue(
+        kind=JobKind.DATA,
+        spec={"op": "filter", "inputs": [source.handle], "params": {"exclude_regex": "pens", "column": "prompt"}},
+        run=run,
+    )
+    broken = services.job_enqueue(kind=JobKind.DATA, spec={"op": "filter", "inputs": [source.handle], "params": {}})
+
+    done = wait_for(lambda: finished(job), timeout=120, what="the data job to finish", logs=worker.log)
+    failed = wait_for(lambda: finished(broken), timeout=60, what="the broken data job to end", logs=worker.log)
+
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    derived = DataEntry.objects.get(uuid=done.result["entry"])
+    assert list(derived.parents.all()) == [source]
+    assert 0 < derived.rows < source.rows
+    assert derived.source["job"] == str(done.uuid)
+    # Data jobs do not spend the run's accelerator budget.
+    assert Run.objects.get(pk=run.pk).used_accelerator_seconds == 0
+    # An error in the job body fails the job with the message and traceback, through on_failure.
+    assert failed.status == JobStatus.FAILED
+    assert "filter needs at least one of" in failed.error
+    assert "Traceback" in failed.error
+    assert transitions(failed) == ["queued", "running", "failed"]

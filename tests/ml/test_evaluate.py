@@ -1,0 +1,66 @@
+"""Evaluation runner: batching is invisible, and the vLLM backend matches the HF one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.openai_completions import serve
+from workers.gpu.runners import evaluate, generate_texts, load_checkpoint
+from workers.gpu.vllm_client import VLLMError
+
+
+@pytest.fixture(scope="module")
+def reference(minibench: Path) -> Path:
+    return minibench / "references" / "arithmetic"
+
+
+def test_batched_and_one_by_one_outputs_are_identical(
+    reference: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
+) -> None:
+    samples = feedback_samples[:48]
+    batched = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task, batch_size=16)
+    single = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task, batch_size=1)
+    assert batched == single
+    assert [r["id"] for r in batched] == [s["id"] for s in samples]
+    # The reference answers with a bare number and stops: outputs are short and mostly right.
+    assert all(len(r["output"]) <= 5 for r in batched)
+    assert sum(r["correct"] for r in batched) > len(samples) // 2
+
+
+def test_vllm_backend_matches_hf_backend(
+    reference: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
+) -> None:
+    samples = feedback_samples[:20]
+    model, tokenizer = load_checkpoint(reference)
+
+    def generate(prompts: list[str], max_tokens: int, stop: list[str]) -> list[str]:
+        return generate_texts(model, tokenizer, prompts, max_new_tokens=max_tokens, stop=stop)
+
+    hf = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task)
+    with serve(model_id="minibench-ref", root=str(reference), generate=generate) as server:
+        via_vllm = evaluate(
+            checkpoint_dir=reference, samples=samples, task=arithmetic_task, backend="vllm",
+            vllm_url=server.url, batch_size=8,
+        )  # fmt: skip
+    assert via_vllm == hf
+    assert len(server.requests) == 3  # 20 prompts in batches of 8
+    request = server.requests[0]
+    assert request["model"] == "minibench-ref"
+    assert request["temperature"] == 0.0
+    assert request["max_tokens"] == arithmetic_task["decoding"]["max_new_tokens"]
+    assert request["stop"] == arithmetic_task["stop"]
+    assert request["prompt"][0] == arithmetic_task["prompt_template"].replace("{question}", samples[0]["prompt"])
+
+
+def test_vllm_backend_refuses_a_server_with_other_weights(
+    reference: Path, minibench: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
+) -> None:
+    with (
+        serve(model_id="theta0", root=str(minibench / "theta0"), generate=lambda p, m, s: [""] * len(p)) as server,
+        pytest.raises(VLLMError, match="not the checkpoint under evaluation"),
+    ):
+        evaluate(checkpoint_dir=reference, samples=feedback_samples[:2], task=arithmetic_task, backend="vllm",
+                 vllm_url=server.url)  # fmt: skip

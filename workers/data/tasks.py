@@ -1,0 +1,67 @@
+"""Data job tasks (queue ``default``): filter, deduplicate, mix, convert, decontaminate; and the reaper.
+
+A data job produces a new datapool entry with provenance through the datapool's service; the
+task only claims the row, keeps it alive, calls that one service and records the outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from apps.core.errors import Conflict
+from apps.jobs.services import engine_config, job_succeed, jobs_reap_stale
+from workers.runtime import JobTask, RunningJob, job_start
+
+logger = logging.getLogger(__name__)
+
+DATA_SOFT_LIMIT_SECONDS = 3600
+HARD_LIMIT_GRACE_SECONDS = 60
+
+
+@shared_task(
+    bind=True,
+    base=JobTask,
+    name="workers.data.data_job_task",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=DATA_SOFT_LIMIT_SECONDS,
+    time_limit=DATA_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
+)
+def data_job_task(self: JobTask, *, job_id: int) -> None:
+    """Run one datapool transform; the new entry is the job's result.
+
+    Spec: ``{"op": filter|deduplicate|mix|convert|decontaminate, "inputs": [entry handle or uuid],
+    "params": {...}, "name": optional}`` (see apps.datapool.services.data_transform).
+    """
+    job = job_start(job_id=job_id)
+    if job is None:
+        return
+    from apps.datapool.selectors import data_entry_get
+    from apps.datapool.services import data_transform
+
+    spec = job.spec
+    with RunningJob(job) as running:
+        running.log(f"data {spec['op']} of {spec['inputs']}")
+        entry = data_transform(
+            op=spec["op"],
+            inputs=[data_entry_get(str(ref)) for ref in spec["inputs"]],
+            params=spec.get("params", {}),
+            job=job,
+            name=spec.get("name"),
+        )
+        if running.should_stop():
+            running.finish_stopped()
+            return
+        try:
+            job_succeed(job=job, result={"entry": str(entry.uuid), "handle": entry.handle, "rows": entry.rows})
+        except Conflict:
+            logger.warning("job %s ended elsewhere; data entry %s stays registered", job.uuid, entry.handle)
+
+
+@shared_task(name="workers.data.reap_jobs_task", acks_late=False, soft_time_limit=120, time_limit=180)
+def reap_jobs_task() -> int:
+    """One reaper sweep on demand (every worker also runs the reaper loop; see workers.runtime)."""
+    reaped = jobs_reap_stale(stale_after_seconds=engine_config().stale_after_seconds)
+    return len(reaped)

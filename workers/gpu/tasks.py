@@ -1,0 +1,149 @@
+"""Accelerator job tasks (queue ``gpu``): training and sealed evaluation.
+
+Each task gets a job id only, claims the row, keeps it alive with a heartbeat thread while it
+calls one runner from `workers.gpu.runners`, and records the outcome through a service. They are
+acks_late and reject_on_worker_lost: safe because the claim makes a redelivered message a no-op,
+and a worker that dies mid-job is noticed by the reaper, which queues attempt N+1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+from celery import shared_task
+
+from apps.core.errors import Conflict
+from apps.experiments.models import Checkpoint
+from apps.jobs.services import (
+    checkpoint_dir_for,
+    job_refuse_evaluation,
+    job_succeed_with_checkpoint,
+    job_succeed_with_evaluation,
+)
+from workers.runtime import JobTask, RunningJob, checkpoint_verified_dir, data_verified_file, job_start
+
+logger = logging.getLogger(__name__)
+
+# Celery's own limits are the backstop; per job, the enqueue passes the job's time_limit_seconds
+# (soft) and that plus a grace (hard), and RunningJob also stops the runner cooperatively.
+TRAIN_SOFT_LIMIT_SECONDS = 6 * 3600
+EVAL_SOFT_LIMIT_SECONDS = 2 * 3600
+HARD_LIMIT_GRACE_SECONDS = 60
+
+
+@shared_task(
+    bind=True,
+    base=JobTask,
+    name="workers.gpu.train_job_task",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS,
+    time_limit=TRAIN_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
+)
+def train_job_task(self: JobTask, *, job_id: int) -> None:
+    """Train θ_in on datapool files with a validated recipe; register exactly one output checkpoint."""
+    job = job_start(job_id=job_id)
+    if job is None:
+        return
+    spec = job.spec
+    out_dir = checkpoint_dir_for(job)
+    # Beating from the claim on: importing torch/TRL alone takes seconds.
+    with RunningJob(job) as running:
+        from workers.gpu.hparams import validate_train_config
+        from workers.gpu.runners import Cancelled, TrainHooks, train
+
+        parent = Checkpoint.objects.get(uuid=spec["input_checkpoint"])
+        # The job's seed wins, so "the seed recorded on the job" is the seed that trained.
+        config = validate_train_config({**spec["hyperparameters"], "seed": job.seed})
+        base_dir = checkpoint_verified_dir(parent)
+        data_files = [data_verified_file(item) for item in spec["data"]]
+        running.log(f"training {config.recipe}/{config.adapter} from {parent.handle} for {config.max_steps} steps")
+        hooks = TrainHooks(on_log=running.on_log, should_stop=running.should_stop, on_progress=running.on_progress)
+        try:
+            result = train(config, base_dir=base_dir, data_files=data_files, out_dir=out_dir, hooks=hooks)
+        except Cancelled:
+            running.finish_stopped()
+            return
+        try:
+            # Stored under its manifest digest and registered; the scratch copy goes either way.
+            job_succeed_with_checkpoint(
+                job=job,
+                checkpoint_dir=out_dir,
+                parent=parent,
+                result={
+                    "steps": result.steps,
+                    "final_loss": result.final_loss,
+                    "tokens_per_second": result.tokens_per_second,
+                    "train_seconds": result.seconds,
+                },
+            )
+        except Conflict:
+            # Reaped while training: attempt N+1 owns the job now, so this output never counts.
+            logger.warning("job %s was reaped during training; its checkpoint is not registered", job.uuid)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+
+@shared_task(
+    bind=True,
+    base=JobTask,
+    name="workers.gpu.evaluate_job_task",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=EVAL_SOFT_LIMIT_SECONDS,
+    time_limit=EVAL_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
+)
+def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
+    """Evaluate a checkpoint on a sealed split with the benchmark's own settings; refuse if the seal broke."""
+    job = job_start(job_id=job_id)
+    if job is None:
+        return
+    from apps.benchmarks.models import Benchmark
+    from apps.benchmarks.services import SealBroken, benchmark_load_sealed, benchmark_scorer
+
+    spec = job.spec
+    checkpoint = Checkpoint.objects.get(uuid=spec["checkpoint"])
+    benchmark = Benchmark.objects.get(uuid=spec["benchmark"])
+    split = spec["split"]
+    backend = spec.get("backend", "hf")
+    with RunningJob(job) as running:
+        try:
+            # Verifies evaluator, settings and data hashes before anything is run.
+            samples, task_settings = benchmark_load_sealed(benchmark=benchmark, split=split)
+            score = benchmark_scorer(benchmark=benchmark)
+        except SealBroken as exc:
+            job_refuse_evaluation(job=job, checkpoint=checkpoint, benchmark=benchmark, split=split, reason=exc.reason)
+            return
+        checkpoint_dir = checkpoint_verified_dir(checkpoint)
+        running.log(f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, {backend})")
+        from workers.gpu.runners import evaluate
+
+        rows = evaluate(
+            checkpoint_dir=checkpoint_dir,
+            samples=samples,
+            task=task_settings,
+            batch_size=int(spec.get("batch_size", 32)),
+            backend=backend,
+            vllm_url=os.environ.get("RSI_VLLM_URL") or None,
+        )
+        # Scored again by the benchmark's sealed, hash-verified evaluator: the code that was
+        # registered decides, not whatever evaluators.py the worker happens to import.
+        answers = {s["id"]: s["answer"] for s in samples}
+        rows = [{**row, "correct": score(row["output"], answers[row["id"]])} for row in rows]
+        if running.should_stop():
+            running.finish_stopped()
+            return
+        try:
+            job_succeed_with_evaluation(
+                job=job,
+                checkpoint=checkpoint,
+                benchmark=benchmark,
+                split=split,
+                rows=rows,
+                backend=backend,
+                seal=task_settings["seal"],
+            )
+        except Conflict:
+            logger.warning("job %s ended elsewhere during evaluation; result not recorded", job.uuid)
