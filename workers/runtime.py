@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from apps.core.errors import Conflict
 from apps.core.hashing import sha256_file, sha256_tree
-from apps.jobs.choices import JobStatus
+from apps.jobs.choices import JOB_ACTIVE_STATES, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_get
 from apps.jobs.services import (
@@ -32,6 +34,7 @@ from apps.jobs.services import (
     job_heartbeat,
     job_report,
     jobs_reap_stale,
+    scratch_root,
 )
 
 logger = logging.getLogger(__name__)
@@ -190,6 +193,36 @@ def data_verified_file(item: dict[str, Any]) -> Path:
     return path
 
 
+def scratch_sweep() -> int:
+    """Remove this host's training scratch of jobs that are over; return how many folders went.
+
+    A SIGKILLed attempt never runs its clean-up, so its half-written checkpoint stays on the
+    local disk; the folders are named by job uuid, and only those of queued or running jobs stay.
+    """
+    root = scratch_root()
+    if not root.is_dir():
+        return 0
+    owners: dict[Path, str] = {}
+    for path in root.iterdir():
+        name = path.name.lstrip(".").split(".partial", 1)[0]
+        try:
+            owners[path] = str(uuid.UUID(name))
+        except ValueError:
+            continue
+    active = {
+        str(u)
+        for u in Job.objects.filter(uuid__in=set(owners.values()), status__in=JOB_ACTIVE_STATES).values_list(
+            "uuid", flat=True
+        )
+    }
+    removed = 0
+    for path, owner in owners.items():
+        if owner not in active:
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 # --- the reaper ---------------------------------------------------------------------------------
 #
 # Every worker process runs the reaper in a thread rather than relying on a Celery beat
@@ -205,6 +238,7 @@ def _reaper_loop(interval: float, stale_after: float) -> None:
         try:
             for job in jobs_reap_stale(stale_after_seconds=stale_after):
                 logger.warning("reaper: job %s attempt %s -> %s", job.uuid, job.attempt, job.status)
+            scratch_sweep()
         except DatabaseError:
             logger.warning("reaper sweep failed; retrying next interval", exc_info=True)
         finally:

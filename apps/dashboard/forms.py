@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from apps.dashboard.services import GUIDANCE_MAX_CHARS, RUN_ACTIONS
-from apps.integrity.choices import Adjudication
+from apps.integrity.choices import Adjudication, Observation
 
 
 class GuidanceForm(forms.Form):
@@ -25,5 +25,7 @@ class RunControlForm(forms.Form):
 
 class AdjudicationForm(forms.Form):
     adjudication = forms.ChoiceField(choices=Adjudication.choices)
+    # Blank keeps the recorded observation; a value records what the admin observed themselves.
+    observation = forms.ChoiceField(choices=[("", "keep observation"), *Observation.choices], required=False)
     # Required: the reason is what the audit trail keeps next to the decision.
     rationale = forms.CharField(min_length=10, max_length=4000, strip=True, widget=forms.Textarea(attrs={"rows": 2}))

@@ -64,39 +64,24 @@ def run_control(*, run: Run, action: str, user: Any, reason: str = "") -> Run:
     return changed
 
 
-def finding_adjudicate_for_person(*, finding: Any, adjudication: str, user: Any, rationale: str) -> Any:
-    """An admin's adjudication of one integrity finding, with the reason that is kept with it.
+def finding_adjudicate_for_person(
+    *, finding: Any, adjudication: str, user: Any, rationale: str, observation: str | None = None
+) -> Any:
+    """An admin's adjudication of one integrity finding, with the reason the audit trail keeps.
 
-    The integrity app owns the rule (apps.integrity ``finding_adjudicate``: history row, event,
-    the experiment's new integrity status); this adds the person as actor and tells the run page.
+    apps.integrity.services.finding_adjudicate owns the rule (history row, event, the
+    experiment's new integrity status under the acceptance rule); this names the person as the
+    actor and tells the run page that the experiment may have changed colour.
     """
-    rationale = rationale.strip()
-    if not rationale:
-        raise ApplicationError("rationale_required", "An adjudication needs its reason; it is kept in the audit trail.")
-    adjudicate = _integrity_adjudicate()
-    if adjudicate is None:
-        raise ApplicationError(
-            "adjudication_unavailable", "This installation has no integrity adjudication service.", status=501
-        )
-    with transaction.atomic():
-        result = adjudicate(finding=finding, adjudication=adjudication, actor=_actor(user), rationale=rationale)
-        from apps.experiments.models import Experiment
+    from apps.experiments.models import Experiment
+    from apps.integrity.services import finding_adjudicate
 
+    with transaction.atomic():
+        result = finding_adjudicate(
+            finding=finding, adjudication=adjudication, actor=_actor(user), rationale=rationale, observation=observation
+        )
         experiment = Experiment.objects.select_related("owner", "output_checkpoint", "run").get(
             pk=finding.experiment_id
         )
         publish_on_commit(run_group(experiment.run.uuid), "experiment.updated", experiment_live(experiment))
     return result
-
-
-def _integrity_adjudicate() -> Any:
-    """The integrity app's finding_adjudicate, wherever that app keeps it."""
-    for module_name in ("apps.integrity.services", "apps.integrity.report"):
-        try:
-            module = __import__(module_name, fromlist=["finding_adjudicate"])
-        except ImportError:
-            continue
-        found = getattr(module, "finding_adjudicate", None)
-        if found is not None:
-            return found
-    return None

@@ -25,6 +25,7 @@ urlpatterns = [
         name="finding-adjudicate",
     ),
     path("jobs/<uuid:job_uuid>/", views.job_detail_view, name="job"),
+    path("jobs/<uuid:job_uuid>/snapshot.json", views.job_snapshot_view, name="job-snapshot"),
     path("datapool/", views.datapool_view, name="datapool"),
     path("datapool/<str:handle>/", views.data_entry_view, name="data-entry"),
 ]

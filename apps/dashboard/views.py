@@ -250,6 +250,7 @@ def finding_adjudicate_view(request: HttpRequest, run_uuid: Any, finding_id: int
             adjudication=form.cleaned_data["adjudication"],
             user=request.user,
             rationale=form.cleaned_data["rationale"],
+            observation=form.cleaned_data["observation"] or None,
         )
     except ApplicationError as error:
         return _refused(request, error, back)
@@ -262,14 +263,26 @@ def finding_adjudicate_view(request: HttpRequest, run_uuid: Any, finding_id: int
 # --- jobs and the datapool ---------------------------------------------------------------------
 
 
-@require_GET
-@role_required(VIEWER)
-def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
+def _job_or_404(request: HttpRequest, job_uuid: Any) -> Any:
     job = selectors.job_get_by_uuid(job_uuid)
     if job is None:
         raise Http404("No such job.")
     if job.run_id is not None and not can_view_run(request.user, job.run):
         raise PermissionDenied("You may not watch this run.")
+    return job
+
+
+@require_GET
+@role_required(VIEWER)
+def job_snapshot_view(request: HttpRequest, job_uuid: Any) -> JsonResponse:
+    """The job websocket's snapshot over HTTP."""
+    return JsonResponse(selectors.job_snapshot(job=_job_or_404(request, job_uuid)))
+
+
+@require_GET
+@role_required(VIEWER)
+def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
+    job = _job_or_404(request, job_uuid)
     from apps.jobs.selectors import job_attempts
 
     return _page(

@@ -51,7 +51,9 @@ def agent_token_issue(
     if node.run_id != run.pk:
         raise ApplicationError("foreign_node", f"{node.handle} does not belong to run {run.uuid}.")
     if _ROLE_FOR_KIND.get(node.kind) != role:
-        raise ApplicationError("role_mismatch", f"A {node.kind} node acts as {_ROLE_FOR_KIND.get(node.kind)}, not {role}.")
+        raise ApplicationError(
+            "role_mismatch", f"A {node.kind} node acts as {_ROLE_FOR_KIND.get(node.kind)}, not {role}."
+        )
     if run.status in RUN_TERMINAL_STATES:
         raise ApplicationError("run_finished", f"Run {run.uuid} is {run.status}; it takes no new agents.", status=409)
     plaintext = secrets.token_urlsafe(32)

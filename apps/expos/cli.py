@@ -83,8 +83,12 @@ def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParse
     parameters = function.get("parameters", {})
     required = set(parameters.get("required", []))
     parser = argparse.ArgumentParser(prog=f"{prog} {function['name']}", description=function["description"])
-    parser.add_argument("--json", dest="_json", metavar="JSON",
-                        help="all arguments as a JSON object ('-' reads stdin, '@file' reads a file); flags override")
+    parser.add_argument(
+        "--json",
+        dest="_json",
+        metavar="JSON",
+        help="all arguments as a JSON object ('-' reads stdin, '@file' reads a file); flags override",
+    )
     parser.add_argument("--idempotency-key", dest="_idempotency_key", help="makes a create safe to retry")
     parser.add_argument("--if-match", dest="_if_match", help="the ETag you read; a stale one gets 412")
     for name, schema in parameters.get("properties", {}).items():
@@ -93,11 +97,19 @@ def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParse
         kind = schema.get("type")
         if kind == "boolean":
             parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        elif kind == "array" and isinstance(schema.get("items"), dict) and schema["items"].get("type") in (
-            "string", "integer", "number"
+        elif (
+            kind == "array"
+            and isinstance(schema.get("items"), dict)
+            and schema["items"].get("type") in ("string", "integer", "number")
         ):
-            parser.add_argument(*flags, dest=name, action="append", type=_flag_type(schema["items"]), default=None,
-                                help=help_text + " (repeat the flag for several)")
+            parser.add_argument(
+                *flags,
+                dest=name,
+                action="append",
+                type=_flag_type(schema["items"]),
+                default=None,
+                help=help_text + " (repeat the flag for several)",
+            )
         else:
             parser.add_argument(*flags, dest=name, type=_flag_type(schema), default=None, help=help_text)
     return parser
@@ -127,7 +139,11 @@ def arguments_from(namespace: argparse.Namespace) -> dict[str, Any]:
 
 
 def _print(value: Any, stream: Any = None) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False), file=stream or sys.stdout)
+    _say(json.dumps(value, indent=2, ensure_ascii=False), stream or sys.stdout)
+
+
+def _say(text: str, stream: Any = None) -> None:
+    (stream or sys.stdout).write(text + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,14 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parser.parse_args(argv)
     rest = parsed.rest
     if not parsed.token:
-        print("expos: set RSI_TOKEN (or --token) to your agent token", file=sys.stderr)
+        _say("expos: set RSI_TOKEN (or --token) to your agent token", sys.stderr)
         return 2
     base = parsed.url.rstrip("/") + "/api/v1"
     try:
         if parsed.tool == "tools":
             listing = request("GET", f"{base}/tools", parsed.token)
             for item in listing["tools"]:
-                print(f"{item['name']:<40} {item['description']}")
+                _say(f"{item['name']:<40} {item['description']}")
             return 0
         definitions = request("GET", f"{base}/tools/definitions", parsed.token)["tools"]
         by_name = {d["function"]["name"]: d for d in definitions}
@@ -171,10 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         if exc.body is not None:
             _print(exc.body, sys.stderr)
-        print(f"expos: {exc}", file=sys.stderr)
+        _say(f"expos: {exc}", sys.stderr)
         return exc.code
     except (ValueError, OSError) as exc:
-        print(f"expos: {exc}", file=sys.stderr)
+        _say(f"expos: {exc}", sys.stderr)
         return 2
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
-from apps.expos.registry import load_all
+from apps.expos.registry import Category, load_all
 
 ERROR_COMPONENT = "Error"
 ERROR_SCHEMA: dict[str, Any] = {
@@ -77,22 +77,26 @@ def _error_responses(errors: dict[str, str]) -> dict[str, Any]:
 def tool_operation(tool: Any) -> dict[str, Any]:
     parameters: list[dict[str, Any]] = []
     if tool.idempotent_create:
-        parameters.append({
-            "name": "Idempotency-Key",
-            "in": "header",
-            "required": False,
-            "description": "Retry-safe key: the same key and body replays the stored answer (200); "
-            "the same key with another body is refused (409 idempotency_mismatch).",
-            "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^[\x21-\x7e]+$"},
-        })  # fmt: skip
+        parameters.append(
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": "Retry-safe key: the same key and body replays the stored answer (200); "
+                "the same key with another body is refused (409 idempotency_mismatch).",
+                "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^[\x21-\x7e]+$"},
+            }
+        )
     if tool.etag_node is not None:
-        parameters.append({
-            "name": "If-Match",
-            "in": "header",
-            "required": False,
-            "description": "The node's ETag as last read; a stale one gets 412 precondition_failed.",
-            "schema": {"type": "string", "maxLength": 200},
-        })  # fmt: skip
+        parameters.append(
+            {
+                "name": "If-Match",
+                "in": "header",
+                "required": False,
+                "description": "The node's ETag as last read; a stale one gets 412 precondition_failed.",
+                "schema": {"type": "string", "maxLength": 200},
+            }
+        )
     ok = {
         "description": tool.description,
         "content": {"application/json": {"schema": tool.output_schema}},
@@ -107,6 +111,8 @@ def tool_operation(tool: Any) -> dict[str, Any]:
     errors = dict(COMMON_TOOL_ERRORS)
     if tool.etag_node is not None:
         errors["412"] = "precondition_failed: If-Match does not match the node's current ETag"
+    if tool.category == Category.DISCOVERY:
+        errors["424"] = "not_configured / unreachable / upstream_error: the external service behind the connector"
     responses.update(_error_responses(errors))
     codes = ", ".join(tool.errors)
     return {

@@ -11,11 +11,10 @@ from typing import Any
 
 import numpy as np
 from django.db.models import Count
-from django.utils import timezone
 
 from apps.benchmarks.models import Split
 from apps.core.errors import ApplicationError, NotFound
-from apps.experiments.choices import EvaluationStatus, ExperimentStatus
+from apps.experiments.choices import EvaluationStatus
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Experiment
 from apps.experiments.selectors import checkpoint_lineage, experiment_ancestors, experiment_descendants
 from apps.expos.registry import Role, ToolContext
@@ -23,20 +22,24 @@ from apps.expos.visibility import Caller, score_for, visible_experiments
 from apps.research.choices import NodeKind, NodeStatus
 from apps.research.models import ResearchNode, Run
 
-# Submissions that never reached an evaluator do not spend the Worker's feedback allowance.
-_NOT_EVALUATED = (ExperimentStatus.REJECTED, ExperimentStatus.CANCELLED, ExperimentStatus.FAILED)
-
 
 def feedback_evals_used(*, node: ResearchNode) -> int:
-    """Feedback evaluations a Worker has spent: every submission that was or will be evaluated."""
-    return Experiment.objects.filter(owner=node).exclude(status__in=_NOT_EVALUATED).count()
+    """The Worker's spent feedback evaluations, counted exactly as the submission review counts them."""
+    from apps.expos.submission_review import feedback_evals_used as counted_by_review
+
+    return counted_by_review(node=node)
 
 
 def run_quota(*, run: Run, node: ResearchNode) -> dict[str, Any]:
-    """Budget left for the run (and the calling Worker's feedback-evaluation allowance)."""
-    run = Run.objects.get(pk=run.pk)  # fresh: usage counters move under concurrent jobs
-    accel_left = run.budget_accelerator_seconds - run.reserved_final_seconds - run.used_accelerator_seconds
-    elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0.0
+    """Budget left for the run (and the calling Worker's feedback-evaluation allowance).
+
+    Accelerator time includes the elapsed time of running jobs (run_budget_state), so the figure
+    an agent plans with is the one the budget enforcer uses.
+    """
+    from apps.research.services import run_budget_state
+
+    budget = run_budget_state(run=run)
+    run = Run.objects.get(pk=run.pk)
     feedback: dict[str, Any] | None = None
     if node.kind == NodeKind.WORKER:
         allowance = int((run.policy or {}).get("feedback_evals_per_worker", 0))
@@ -48,18 +51,18 @@ def run_quota(*, run: Run, node: ResearchNode) -> dict[str, Any]:
         "accelerator_seconds": {
             "budget": run.budget_accelerator_seconds,
             "reserved_final": run.reserved_final_seconds,
-            "used": round(run.used_accelerator_seconds, 3),
-            "left": round(max(0.0, accel_left), 3),
+            "used": round(budget.accelerator_used, 3),
+            "left": round(max(0.0, budget.accelerator_left), 3),
         },
         "llm_tokens": {
             "budget": run.budget_llm_tokens,
-            "used": run.used_llm_tokens,
-            "left": max(0, run.budget_llm_tokens - run.used_llm_tokens),
+            "used": budget.tokens_used,
+            "left": max(0, budget.tokens_left),
         },
         "wall_clock_seconds": {
             "budget": run.budget_wall_seconds,
-            "elapsed": round(elapsed, 3),
-            "left": round(max(0.0, run.budget_wall_seconds - elapsed), 3),
+            "elapsed": round(budget.wall_elapsed, 3),
+            "left": round(max(0.0, budget.wall_left), 3),
         },
         "feedback_evals": feedback,
         "parallel_workers": {"max": run.max_parallel_workers, "active": active_workers},
@@ -134,9 +137,10 @@ def feedback_evaluation(experiment: Experiment) -> Evaluation:
     )
     if evaluation is None:
         raise ApplicationError(
-            "not_evaluated", f"{experiment.handle} has no feedback evaluation yet; compare it once it has one.",
+            "not_evaluated",
+            f"{experiment.handle} has no feedback evaluation yet; compare it once it has one.",
             status=409,
-        )  # fmt: skip
+        )
     return evaluation
 
 
@@ -151,9 +155,7 @@ class PairedComparison:
     p_value: float
 
 
-def paired_bootstrap(
-    a: np.ndarray, b: np.ndarray, *, n_boot: int, confidence: float, seed: int
-) -> PairedComparison:
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n_boot: int, confidence: float, seed: int) -> PairedComparison:
     """Percentile bootstrap CI of mean(b) - mean(a) over aligned samples (resampling sample ids).
 
     Resampling pairs, not each side alone, keeps the correlation between two models on the same

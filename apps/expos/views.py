@@ -34,6 +34,7 @@ from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.hashing import canonical_json, sha256_text
 from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, agent_token_of, is_human_viewer
 from apps.expos.models import IdempotencyRecord
+from apps.expos.payloads import etag_value
 from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
 from apps.expos.services import tool_call_record
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
@@ -53,13 +54,9 @@ class PreconditionFailed(ApplicationError):
     status_code = 412
 
 
-def etag_for(node: ResearchNode) -> str:
-    return f'"{node.uuid}.{node.version}"'
-
-
 def etag_matches(header: str, node: ResearchNode) -> bool:
     """If-Match semantics (RFC 9110 13.1.1): ``*`` or any listed tag equal to the current one."""
-    current = etag_for(node)
+    current = etag_value(node)
     for candidate in header.split(","):
         tag = candidate.strip()
         if tag == "*":
@@ -98,16 +95,22 @@ def _walk_checks(value: Any, path: tuple[Any, ...] = (), depth: int = 0) -> None
         raise InvalidInput(f"{_json_pointer(path)}: nesting deeper than {MAX_DEPTH} levels.", path=_json_pointer(path))
     if isinstance(value, str):
         if "\x00" in value:
-            raise InvalidInput(f"{_json_pointer(path)}: strings may not contain NUL characters.", path=_json_pointer(path))
+            raise InvalidInput(
+                f"{_json_pointer(path)}: strings may not contain NUL characters.", path=_json_pointer(path)
+            )
     elif isinstance(value, bool):
         return
     elif isinstance(value, int):
         if abs(value) > MAX_INT:
-            raise InvalidInput(f"{_json_pointer(path)}: integer out of range (|n| <= 2^63-1).", path=_json_pointer(path))
+            raise InvalidInput(
+                f"{_json_pointer(path)}: integer out of range (|n| <= 2^63-1).", path=_json_pointer(path)
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             if "\x00" in key:
-                raise InvalidInput(f"{_json_pointer(path)}: keys may not contain NUL characters.", path=_json_pointer(path))
+                raise InvalidInput(
+                    f"{_json_pointer(path)}: keys may not contain NUL characters.", path=_json_pointer(path)
+                )
             _walk_checks(item, (*path, key), depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
@@ -146,9 +149,9 @@ def validate_input(tool: Tool, args: Any) -> None:
 
 
 def output_errors(tool: Tool, result: Any) -> list[str]:
-    return [
-        f"{_json_pointer(e.absolute_path)}: {e.message}" for e in _validator(tool, "output").iter_errors(result)
-    ][:5]
+    return [f"{_json_pointer(e.absolute_path)}: {e.message}" for e in _validator(tool, "output").iter_errors(result)][
+        :5
+    ]
 
 
 def parse_body(request: Request) -> dict[str, Any]:
@@ -309,9 +312,9 @@ class ToolCallView(APIView):
                     if not etag_matches(ctx.if_match, locked):
                         raise PreconditionFailed(
                             "precondition_failed",
-                            f"{locked.handle} changed since you read it (now {etag_for(locked)}); "
+                            f"{locked.handle} changed since you read it (now {etag_value(locked)}); "
                             "read it again and retry with the new ETag.",
-                            current_etag=etag_for(locked),
+                            current_etag=etag_value(locked),
                         )
                     ctx.etag_node = locked
                 result = tool.handler(ctx, args)
@@ -352,13 +355,16 @@ class ToolCallView(APIView):
         except _OutputViolation as exc:
             _record_refusal(ctx, tool.name, args, ApplicationError("internal_error", "output schema violation"))
             return Response(
-                error_body("internal_error", f"{tool.name} produced an invalid answer; this is a server bug.",
-                           {"problems": exc.problems}),
+                error_body(
+                    "internal_error",
+                    f"{tool.name} produced an invalid answer; this is a server bug.",
+                    {"problems": exc.problems},
+                ),
                 status=status.HTTP_500_INTERNAL_SERVER_ERROR,
-            )  # fmt: skip
+            )
         response = Response(result, status=code)
         if ctx.etag_node is not None:
-            response["ETag"] = etag_for(ctx.etag_node)
+            response["ETag"] = etag_value(ctx.etag_node)
         return response
 
 
@@ -455,8 +461,15 @@ class ToolDefinitionsView(APIView):
     throttle_classes = [AgentTokenRateThrottle]
 
     @extend_schema(
-        parameters=[OpenApiParameter("role", str, enum=sorted(Role.ALL_AGENTS), required=False,
-                                     description="Required for people; an agent gets its own role's.")],
+        parameters=[
+            OpenApiParameter(
+                "role",
+                str,
+                enum=sorted(Role.ALL_AGENTS),
+                required=False,
+                description="Required for people; an agent gets its own role's.",
+            )
+        ],
         responses={200: _DEFINITIONS_SCHEMA},
         operation_id="tools_definitions",
     )

@@ -119,7 +119,9 @@ def context_node_ids(node: ResearchNode) -> set[int]:
 def review_scope_node_ids(reviewer: ResearchNode) -> set[int]:
     """The Workers a Reviewer judges: its review-scope in-edges."""
     return set(
-        ResearchEdge.objects.filter(downstream=reviewer, kind=EdgeKind.REVIEW_SCOPE).values_list("upstream_id", flat=True)
+        ResearchEdge.objects.filter(downstream=reviewer, kind=EdgeKind.REVIEW_SCOPE).values_list(
+            "upstream_id", flat=True
+        )
     )
 
 

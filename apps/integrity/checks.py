@@ -73,7 +73,6 @@ _TOKENIZER_FLAGS = (
     "split_special_tokens",
 )
 _TOKENIZER_PIPELINE = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
-_DATA_REFUSED = "content changed since registration"  # workers.runtime.data_verified_file's refusal
 
 
 class CheckCannotRun(Exception):  # noqa: N818 - an outcome (UNKNOWN), not a programming error
@@ -504,8 +503,10 @@ def check_data_provenance(subject: Subject) -> CheckResult:
     own_handles = {d["entry"].handle for d in subject.datasets if d["own"]}
     if experiment.kind == ExperimentKind.TRAIN_EVAL and subject.jobs and action_handles != own_handles:
         codes.append("unrecorded_data")
-    train_refused = any(
-        j.kind == JobKind.TRAIN and j.status == JobStatus.FAILED and _DATA_REFUSED in j.error for j in subject.jobs
+    # A training that failed produced no weights: changed bytes were refused, not trained on (the
+    # worker re-hashes every file against the pinned sha256 before it trains).
+    train_refused = experiment.output_checkpoint_id is None and any(
+        j.kind == JobKind.TRAIN and j.status == JobStatus.FAILED for j in subject.jobs
     )
     for item in subject.datasets:
         entry: DataEntry = item["entry"]
@@ -529,7 +530,8 @@ def check_data_provenance(subject: Subject) -> CheckResult:
             else:
                 codes.append("data_hash_mismatch")
                 offending.append(entry.handle)
-        if stored is None:
+        if stored != entry.sha256:
+            # The bytes there now are not the entry's: scanning them would judge other data.
             record["overlap"] = None
         else:
             overlap = data_overlap(entry=entry, benchmark=subject.benchmark)
@@ -963,7 +965,7 @@ def check_sample_inclusion(subject: Subject) -> CheckResult:
 _EXPERIMENT_HANDLE = re.compile(r"\bexp_\d{3,}\b")
 _CHECKPOINT_HANDLE = re.compile(r"\bckpt_\d{3,}\b")
 _CLAUSE_SPLIT = re.compile(r"(?:\n|;|(?<!\d)\.(?!\d)|\.(?=\s))")
-_SCORE_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d+)?)\s*%|(?<![\w.])(0?\.\d+|1\.0+|1|0)(?![\w.%])")
+_SCORE_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d+)?)\s*%|(?<![\w.])(0?\.\d+|1\.0+|1|0)(?![\w%]|\.\d)")
 _SCORE_WORDS = re.compile(r"score|accura|exact|feedback|result|reach|achiev|correct|\bem\b|\bacc\b", re.IGNORECASE)
 _NOT_A_SCORE = re.compile(
     r"(learning[\s_]rate|\blr\b|decay|dropout|beta|alpha|warmup|temperature|top[_\s]?p|penalty|lora|=\s*$)\s*[:=]?\s*$",
@@ -1035,7 +1037,9 @@ def _scores_of(experiment: Experiment) -> list[float]:
 
 def _score_mentions(clause: str) -> list[tuple[float, int]]:
     """(value in [0, 1], decimals written) of every score-like number in a clause about scores."""
-    if not _SCORE_WORDS.search(clause) and "%" not in clause:
+    # A number is read as a score when the clause talks about scores or names an experiment
+    # ("exp_0003: 0.62"); hyper-parameters ("lr 0.001") are skipped below.
+    if not _SCORE_WORDS.search(clause) and "%" not in clause and not _EXPERIMENT_HANDLE.search(clause):
         return []
     found = []
     for match in _SCORE_NUMBER.finditer(clause):

@@ -10,8 +10,9 @@ Three layers, each catching what the one before misses, as decontamination tools
 - ``near_dup`` MinHash-LSH (datasketch) candidates over word shingles, confirmed by the exact
                Jaccard of the shingle sets (>= ``threshold``) and by the sealed item's numbers
                appearing in the row in order. Items with two or more numbers are also looked up
-               by their numbers, and when all of them recur in order a lower Jaccard
-               (``numeric_threshold``) suffices: that is what finds a reworded short word problem.
+               by their numbers, and when all of them, the answer's included, recur in order a
+               lower Jaccard (``numeric_threshold``) suffices: that finds reworded short word
+               problems, which are too short for n-grams and too short for a high Jaccard.
 
 Why the number rule: synthetic and templated benchmarks (GSM8K-style word problems, the minibench)
 have many items that differ only in their numbers. Two such items are *different problems*, and
@@ -141,6 +142,7 @@ class _Sealed:
     ngram_count: int
     shingles: frozenset[str]
     numbers: tuple[str, ...]  # in order, repeats kept: 20 + 20 is not 20 + 70, 58 + 28 not 28 + 58
+    numbers_with_answer: tuple[str, ...]
 
 
 class ContaminationScanner:
@@ -204,6 +206,7 @@ class ContaminationScanner:
                 ngram_count=max(0, len(tokens) - ngram + 1),
                 shingles=shingles,
                 numbers=tuple(t for t in tokens if t.isdigit()),
+                numbers_with_answer=tuple(t for t in near_tokens if t.isdigit()),
             )
             self._items.append(record)
             if len(tokens) < ngram:
@@ -308,20 +311,22 @@ class ContaminationScanner:
         near_tokens = self._near_tokens(row)
         shingles = self._shingles(near_tokens)
         if shingles:
-            candidates = {i: self.threshold for i in self._lsh.query(self._sketch(shingles))}
+            candidates = set(self._lsh.query(self._sketch(shingles)))
             if len(numbers) <= _MAX_ROW_NUMBERS:
-                # An item whose numbers all recur, in order, is held to the lower bar: for word
-                # problems the numbers are what make a problem that problem.
                 for length in self._number_lengths:
                     for key in set(combinations(numbers, length)):
-                        for index in self._by_numbers.get(key, ()):
-                            candidates[index] = self.numeric_threshold
-            for index, bar in candidates.items():
+                        candidates.update(self._by_numbers.get(key, ()))
+            for index in candidates:
                 if index in best:
                     continue
                 item = self._items[index]
+                # An item whose numbers, its answer's included, all recur in order is held to the
+                # lower bar: for word problems the numbers are what make a problem that problem.
+                bar = self.threshold
+                if len(item.numbers) >= _MIN_NUMBERS and _in_order(item.numbers_with_answer, numbers):
+                    bar = min(bar, self.numeric_threshold)
                 jaccard = len(item.shingles & shingles) / len(item.shingles | shingles)
-                if jaccard >= min(bar, self.threshold) and _in_order(item.numbers, numbers):
+                if jaccard >= bar and _in_order(item.numbers, numbers):
                     best[index] = Match(row_index, item.sample_id, "near_dup", " ".join(near_tokens), round(jaccard, 4))
         return sorted(best.values(), key=lambda m: (_RANK[m.kind], m.sample_id))
 

@@ -7,13 +7,15 @@ The broker only carries "look at job N" (STYLE.md); the row is the truth. Transi
     running --reaper--> lost (+ attempt N+1 queued as a new row)
 
 Terminal statuses are never left. Every transition writes a JobTransition row and an event on
-the run's hash chain in the same transaction. Lock order, when several rows are locked: job,
-then experiment, then run (and the run's event chain last, inside event_append).
+the run's hash chain in the same transaction. Lock order, whenever several rows are locked: the
+job, then its experiment, then the run, then the run's event chain (inside event_append); other
+services lock experiment -> chain or run -> chain, so no two can wait on each other in a cycle.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -132,6 +134,32 @@ def _after_transition(job: Job) -> None:
         experiment_on_job_transition(job=job)
 
 
+def json_safe(value: Any) -> Any:
+    """NaN and infinities as None: a diverged loss is data to record, and JSON (PostgreSQL's
+    included) has no spelling for them, so storing one would fail the whole report."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def _lock(job_pk: int) -> Job:
+    """Lock a job row and then its experiment's row (see the lock order above)."""
+    job = Job.objects.select_for_update(of=("self",)).select_related("run").get(pk=job_pk)
+    _lock_experiment(job)
+    return job
+
+
+def _lock_experiment(job: Job) -> None:
+    if job.experiment_id is not None:
+        from apps.experiments.models import Experiment
+
+        list(Experiment.objects.select_for_update().filter(pk=job.experiment_id).values_list("pk", flat=True))
+
+
 def _send(job: Job) -> None:
     """Put "look at job N" on the job's queue. Runs after commit, so the worker finds the row."""
     from kombu.exceptions import OperationalError
@@ -201,7 +229,9 @@ def job_enqueue(
         raise ApplicationError("invalid_job_kind", f"Job kind must be one of {JobKind.values}, got {kind!r}.")
     if time_limit_seconds < 1:
         raise ApplicationError("invalid_time_limit", "A job's time limit must be at least one second.")
-    if run is None and experiment is not None:
+    if experiment is not None:
+        if run is not None and run.pk != experiment.run_id:
+            raise ApplicationError("foreign_experiment", "A job's experiment must belong to the job's run.")
         run = experiment.run
     with transaction.atomic():
         return _create(
@@ -229,7 +259,8 @@ def job_claim(*, job_id: int, worker: str) -> Job | None:
         )
         if claimed != 1:
             return None
-        job = Job.objects.select_related("run").get(pk=job_id)
+        job = Job.objects.select_related("run").get(pk=job_id)  # row-locked by the UPDATE above
+        _lock_experiment(job)
         # The host that runs the job may differ from the one that queued it.
         job.versions = {**job.versions, "executed": versions_capture()}
         job.save(update_fields=["versions", "updated_at"])
@@ -279,6 +310,7 @@ def job_report(
     if progress is not None:
         fields["progress"] = min(1.0, max(0.0, float(progress)))
     if metrics_point is not None:
+        metrics_point = json_safe(metrics_point)
         metrics = Job.objects.filter(pk=job.pk).values_list("metrics", flat=True).first() or {}
         points = list(metrics.get("points", []))
         points.append(metrics_point)
@@ -323,7 +355,7 @@ def _finish(
     with transaction.atomic():
         # Row lock: the worker finishing, a user cancelling and the reaper may all arrive at once;
         # whoever locks first decides, and the others see a terminal status and are refused.
-        locked = Job.objects.select_for_update(of=("self",)).select_related("run").get(pk=job.pk)
+        locked = _lock(job.pk)
         if locked.status in JOB_TERMINAL_STATES or locked.status not in allowed_from:
             raise Conflict(
                 "job_not_running" if locked.status not in JOB_TERMINAL_STATES else "job_finished",
@@ -340,7 +372,7 @@ def _finish(
         locked.resource_seconds = seconds
         fields = ["status", "finished_at", "resource_seconds", "updated_at"]
         if result is not None:
-            locked.result = result
+            locked.result = json_safe(result)
             fields.append("result")
         if error is not None:
             locked.error = error
@@ -391,7 +423,7 @@ def job_request_cancel(*, job: Job, actor: str) -> Job:
     Idempotent; cancelling a finished job is refused with Conflict.
     """
     with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
+        locked = _lock(job.pk)
         if locked.status == JobStatus.QUEUED:
             locked.cancel_requested = True
             locked.save(update_fields=["cancel_requested", "updated_at"])
@@ -444,6 +476,7 @@ def jobs_reap_stale(*, stale_after_seconds: float, max_attempts: int | None = No
             )
             if job is None:
                 continue  # finished, beat again, or another reaper holds it
+            _lock_experiment(job)
             overdue = job.started_at is not None and (now - job.started_at).total_seconds() > (
                 job.time_limit_seconds + HARD_LIMIT_GRACE_SECONDS
             )
@@ -499,7 +532,11 @@ def checkpoint_dir_for(job: Job) -> Path:
     The finished checkpoint then moves into the artifact store (a folder or an fsspec URL) under
     its manifest digest, so workers on any host write the same way.
     """
-    return Path(settings.DATA_DIR) / "work" / "checkpoints" / str(job.uuid)
+    return scratch_root() / str(job.uuid)
+
+
+def scratch_root() -> Path:
+    return Path(settings.DATA_DIR) / "work" / "checkpoints"
 
 
 def job_succeed_with_checkpoint(*, job: Job, checkpoint_dir: Path, parent: Checkpoint, result: dict[str, Any]) -> Job:
@@ -520,7 +557,7 @@ def job_succeed_with_checkpoint(*, job: Job, checkpoint_dir: Path, parent: Check
         raise ApplicationError("empty_checkpoint", f"training wrote no files to {checkpoint_dir}")
     uri = artifact_store().put_dir(checkpoint_dir, key=checkpoint_key(manifest_digest(manifest)))
     with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
+        locked = _lock(job.pk)
         if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
             raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; its output is not registered.")
         checkpoint = checkpoint_register(
@@ -551,7 +588,7 @@ def job_succeed_with_evaluation(
 
     correct = sum(1 for row in rows if row["correct"])
     with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
+        locked = _lock(job.pk)
         if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
             raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; its result is not recorded.")
         evaluation = Evaluation(
@@ -594,16 +631,19 @@ def job_refuse_evaluation(*, job: Job, checkpoint: Checkpoint, benchmark: Benchm
     from apps.experiments.models import Evaluation
 
     with transaction.atomic():
+        locked = _lock(job.pk)
+        if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
+            raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; the refusal is not recorded.")
         evaluation = Evaluation(
-            run=job.run,
-            experiment=job.experiment,
+            run=locked.run,
+            experiment=locked.experiment,
             checkpoint=checkpoint,
             benchmark=benchmark,
-            job=job,
+            job=locked,
             split=split,
             status=EvaluationStatus.REFUSED,
             refusal_reason=reason,
         )
         evaluation.full_clean()
         evaluation.save(force_insert=True)
-        return job_fail(job=job, error=f"evaluation refused: {reason}")
+        return job_fail(job=locked, error=f"evaluation refused: {reason}")

@@ -342,7 +342,9 @@ def guidance_mark_read(*, run: Run, actor: str = "main") -> list[Guidance]:
     from django.utils import timezone
 
     with transaction.atomic():
-        pending = list(Guidance.objects.select_for_update().filter(run=run, applied_at__isnull=True).order_by("created_at", "pk"))
+        pending = list(
+            Guidance.objects.select_for_update().filter(run=run, applied_at__isnull=True).order_by("created_at", "pk")
+        )
         if not pending:
             return []
         now = timezone.now()
@@ -407,7 +409,9 @@ def prediction_reconcile(*, prediction: Prediction, verdict: str, observed_value
     with transaction.atomic():
         locked = Prediction.objects.select_for_update().get(pk=prediction.pk)
         if locked.verdict != PredictionVerdict.OPEN:
-            raise Conflict("prediction_reconciled", f"Prediction {locked.uuid} was already reconciled ({locked.verdict}).")
+            raise Conflict(
+                "prediction_reconciled", f"Prediction {locked.uuid} was already reconciled ({locked.verdict})."
+            )
         locked.verdict = verdict
         locked.observed_value = observed_value
         locked.reconciliation = note
@@ -437,7 +441,8 @@ def run_stop_request(*, run: Run, reason: str, actor: str = "main") -> Run:
         raise Conflict("run_finished", f"Run {run.uuid} is already {current}.")
     if current == RunStatus.PAUSED:
         raise Conflict("run_paused", "A person paused this run; it can be stopped once resumed.")
-    return run_set_status(run=run, status=RunStatus.STOPPING, actor=actor, reason=reason or "stop requested")
+    # The same path as an operator's stop with a final evaluation (run_stop, below).
+    return run_stop(run=run, actor=actor, reason=reason or "stop requested", final_eval=True)
 
 
 def run_results_sync(*, run: Run, actor: str = SYSTEM) -> list[tuple[Any, str, str]]:
@@ -459,7 +464,9 @@ def run_results_sync(*, run: Run, actor: str = SYSTEM) -> list[tuple[Any, str, s
         return []
     jobs_reap_stale(stale_after_seconds=engine_config().stale_after_seconds)
     changed: list[tuple[Any, str, str]] = []
-    active = Experiment.objects.filter(run=run, status__in=EXPERIMENT_ACTIVE_STATES).exclude(status=ExperimentStatus.HELD)
+    active = Experiment.objects.filter(run=run, status__in=EXPERIMENT_ACTIVE_STATES).exclude(
+        status=ExperimentStatus.HELD
+    )
     for experiment in active:
         with transaction.atomic():
             locked = Experiment.objects.select_for_update().get(pk=experiment.pk)

@@ -159,9 +159,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# With acks_late a message is redelivered after the visibility timeout: it must exceed the
-# longest job, or a second GPU starts the same job (our claim would then refuse it anyway).
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.integer("RSI_VISIBILITY_TIMEOUT", 43200)}
+if REDIS_URL:
+    # With acks_late a message is redelivered after the visibility timeout: it must exceed the
+    # longest job, or a second GPU starts the same job (our claim would then refuse it anyway).
+    # (The SQLite broker has no such option: SQLAlchemy would reject it.)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.integer("RSI_VISIBILITY_TIMEOUT", 43200)}
 CELERY_TASK_TIME_LIMIT = env.integer("RSI_JOB_TIME_LIMIT", 6 * 3600)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
 

@@ -95,8 +95,8 @@ def agent_roots(settings, tmp_path: Path) -> Path:
     catalog = tmp_path / "minibench" / "catalog"
     _write_dataset(catalog, "arithmetic-clean", _rows(1200), description="Synthetic arithmetic problems with "
                    "verified answers.", tags=["synthetic", "verified"])  # fmt: skip
-    _write_dataset(catalog, "arithmetic-tiny", _rows(40, offset=7), description="A small hand-checked arithmetic "
-                   "sample.", tags=["synthetic", "verified", "small"])  # fmt: skip
+    _write_dataset(catalog, "arithmetic-tiny", _rows(40, offset=7), description="A small arithmetic sample.",
+                   tags=["synthetic", "small"])  # fmt: skip
     _write_dataset(catalog, "arithmetic-wrongformat", _rows(1200, offset=3, sentence=True),
                    description="arithmetic problems with full-sentence answers.", tags=["synthetic", "verbose"])
     honeypot = _rows(1100, offset=11) + [
@@ -130,3 +130,57 @@ def small_world(transactional_db, agent_roots: Path, live_api: str):
     yield SmallWorld(run=run, root=agent_roots)
     # Steps enqueued messages on this suite's Redis db; nothing consumes them in in-process tests.
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+
+
+# --- the real stack (session) --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def minibench(tmp_path_factory) -> Path:
+    from tests.agents.stack import minibench_root
+
+    return minibench_root(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def fake_llm():
+    """The OpenAI-protocol loopback server the stack's agents worker is pointed at (scripts set per test)."""
+    from tests.fakes.openai_chat import FakeChatServer, Script
+
+    server = FakeChatServer(Script({})).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(django_db_setup, django_db_blocker, tmp_path_factory, minibench: Path, fake_llm):
+    """web + gpu/agents/default workers on the test database, the minibench installed (one per session)."""
+    from tests.agents import stack as support
+
+    base = tmp_path_factory.mktemp("stack")
+    roots = support.roots_for(base, minibench)
+    support.apply_roots(roots)
+    support.flush_broker()
+    with django_db_blocker.unblock():
+        support.install(minibench)
+    processes = support.make_stack(roots=roots, log_dir=base / "logs", extra_env={
+        "RSI_LLM_BASE_URL": fake_llm.base_url, "RSI_LLM_MODEL": "fake-tool-model", "RSI_LLM_MAX_RETRIES": "3",
+        "RSI_LLM_BACKOFF": "0.2", "RSI_LLM_CONTEXT_TOKENS": "16000"})  # fmt: skip
+    settings.RSI_API_URL = processes.url
+    processes.start()
+    processes.wait_ready()
+    processes.minibench = minibench  # type: ignore[attr-defined]
+    processes.django_db_blocker = django_db_blocker  # type: ignore[attr-defined]
+    yield processes
+    processes.stop()
+    support.flush_broker()
+
+
+@pytest.fixture
+def installed(stack):
+    """The minibench registered in the test database (again after a transactional test flushed it)."""
+    from tests.agents.stack import install
+
+    with stack.django_db_blocker.unblock():
+        install(stack.minibench)
+    return stack

@@ -92,8 +92,10 @@ def test_the_data_screen_worker_searches_inspects_registers_and_submits_and_the_
     assert [b["datasets"] for b in state["blocked"]] == [["arithmetic-honeypot"]]
     assert BlockedAttempt.objects.filter(run=small_world.run, node__handle="worker_0001").exists()
     experiments = Experiment.objects.filter(owner=loop.node).order_by("pk")
-    assert [e.kind for e in experiments] == ["eval_only", "train_eval"]  # two in flight at a time
-    assert experiments[1].action["hyperparameters"]["learning_rate"] == 0.001
+    # Two in flight at a time: clean and tiny; the refused honeypot does not take a slot.
+    assert [e.kind for e in experiments] == ["train_eval", "train_eval"]
+    assert experiments[0].action["hyperparameters"]["learning_rate"] == 0.001
+    assert experiments[0].action["hyperparameters"]["max_steps"] == 5  # the run's screening length
     assert Job.objects.filter(experiment__in=experiments).count() == 2
     assert not DataUsage.objects.filter(entry__name="arithmetic-honeypot").exists()
 
@@ -182,3 +184,4 @@ def test_a_spent_budget_stops_new_work(small_world):
     assert refused.status == 409 and refused.error_code == "run_not_active"
     client.close()
     assert not Guidance.objects.exists()
+

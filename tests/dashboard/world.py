@@ -146,6 +146,10 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
         run=run, owner=w1, kind="train_eval", input_checkpoint=ckpt1, parents=[exp1],
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 5e-5, "max_steps": 80}},
     )  # fmt: skip
+    Job.objects.create(
+        run=run, experiment=exp2, kind="train", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
+        started_at=started + dt.timedelta(minutes=10), finished_at=started + dt.timedelta(minutes=16), resource_seconds=360,
+    )  # fmt: skip
     Experiment.objects.filter(pk=exp2.pk).update(status="succeeded", feedback_score=0.61)
     e2 = _evaluation(run, checkpoint=ckpt1, split="feedback", correct=61, n=100, experiment=exp2)
     experiment_set_integrity(experiment=exp2, status="flagged", actor="reviewer_0001", reason="sealed items in data")
@@ -153,6 +157,10 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
     exp3 = experiment_create(
         run=run, owner=w2, kind="eval_only", input_checkpoint=base, action={"evaluate": "feedback"}
     )
+    Job.objects.create(
+        run=run, experiment=exp3, kind="evaluate", queue="gpu", status="succeeded", worker="gpu@host-b", progress=1.0,
+        started_at=started + dt.timedelta(minutes=11), finished_at=started + dt.timedelta(minutes=13), resource_seconds=120,
+    )  # fmt: skip
     Experiment.objects.filter(pk=exp3.pk).update(status="succeeded", feedback_score=0.35)
     e3 = _evaluation(run, checkpoint=base, split="feedback", correct=35, n=100, experiment=exp3)
 

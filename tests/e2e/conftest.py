@@ -44,7 +44,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(database_name: str, *, log_path: Path) -> tuple[subprocess.Popen, str]:
+def start_server(
+    database_name: str, *, log_path: Path, settings_module: str = "rsiweb.settings.test"
+) -> tuple[subprocess.Popen, str]:
     """Start daphne on a free port against ``database_name``; returns (process, base URL)."""
     from django.conf import settings
 
@@ -52,7 +54,7 @@ def start_server(database_name: str, *, log_path: Path) -> tuple[subprocess.Pope
     port = _free_port()
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "rsiweb.settings.test",
+        "DJANGO_SETTINGS_MODULE": settings_module,
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{database_name}",
         "RSI_LOG_LEVEL": "WARNING",
     }
@@ -138,3 +140,24 @@ def log_in(page, base: str, username: str, password: str) -> None:
     page.fill("#id_password", password)
     page.click("button[type=submit]")
     page.wait_for_url(f"{base}/")
+
+
+def act(function, *args, **kwargs):
+    """Run a service call (and what it publishes) on a thread of its own and return its result.
+
+    Playwright's sync API keeps an asyncio loop on the test's thread, and async_to_sync (how
+    publish_on_commit reaches the channel layer) refuses to run beside a live loop. The thread
+    opens its own database connection; with transactional_db its commits are what the server sees.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    def call():
+        try:
+            return function(*args, **kwargs)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(call).result(timeout=120)

@@ -52,12 +52,23 @@ class World:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _evaluation(run: Run, experiment: Any, split: str, ids: list[str], correct: int, job: Job | None = None) -> Evaluation:
+def _evaluation(
+    run: Run, experiment: Any, split: str, ids: list[str], correct: int, job: Job | None = None
+) -> Evaluation:
     evaluation = Evaluation.objects.create(
-        run=run, experiment=experiment, checkpoint=experiment.output_checkpoint or experiment.input_checkpoint,
-        benchmark=run.benchmark, job=job, split=split, score=correct / len(ids), correct=correct,
-        sample_count=len(ids), evaluator_sha256="e" * 64, settings_sha256="s" * 64, data_sha256="d" * 64,
-    )  # fmt: skip
+        run=run,
+        experiment=experiment,
+        checkpoint=experiment.output_checkpoint or experiment.input_checkpoint,
+        benchmark=run.benchmark,
+        job=job,
+        split=split,
+        score=correct / len(ids),
+        correct=correct,
+        sample_count=len(ids),
+        evaluator_sha256="e" * 64,
+        settings_sha256="s" * 64,
+        data_sha256="d" * 64,
+    )
     EvaluationSample.objects.bulk_create(
         EvaluationSample(evaluation=evaluation, sample_id=sid, output=f"model output {sid}", correct=i < correct)
         for i, sid in enumerate(ids)
@@ -78,11 +89,21 @@ def build_world() -> World:
     nodes = {"main": main, "own": own, "other": other, "successor": successor, "rin": rin, "rout": rout}
 
     base = run.base_checkpoint
-    exp1 = experiment_create(run=run, owner=own, kind="train_eval", input_checkpoint=base,
-                             action={"data": ["data_0001"], "hyperparameters": {"lr": 1e-4}})  # fmt: skip
-    train = Job.objects.create(run=run, experiment=exp1, kind="train", queue="gpu", status="succeeded",
-                               metrics={"points": [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.0}],
-                                        "last": {"loss": 2.0}})  # fmt: skip
+    exp1 = experiment_create(
+        run=run,
+        owner=own,
+        kind="train_eval",
+        input_checkpoint=base,
+        action={"data": ["data_0001"], "hyperparameters": {"lr": 1e-4}},
+    )
+    train = Job.objects.create(
+        run=run,
+        experiment=exp1,
+        kind="train",
+        queue="gpu",
+        status="succeeded",
+        metrics={"points": [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.0}], "last": {"loss": 2.0}},
+    )
     JobLogLine.objects.create(job=train, seq=1, text="step 1 loss 2.5")
     ckpt = CheckpointFactory(parent=base, producing_job=train, run=run)
     exp1.output_checkpoint = ckpt
@@ -94,21 +115,26 @@ def build_world() -> World:
     e1 = _evaluation(run, exp1, "feedback", FEEDBACK_IDS, 11, job=evaluate)
     final = _evaluation(run, exp1, "final", FINAL_IDS, 4)
 
-    exp2 = experiment_create(run=run, owner=own, kind="eval_only", input_checkpoint=ckpt, action={"evaluate": "feedback"}, parents=[exp1])
+    exp2 = experiment_create(
+        run=run, owner=own, kind="eval_only", input_checkpoint=ckpt, action={"evaluate": "feedback"}, parents=[exp1]
+    )
     exp2.status = "succeeded"
     exp2.feedback_score = 17 / 30
     exp2.save(update_fields=["status", "feedback_score"])
     e2 = _evaluation(run, exp2, "feedback", FEEDBACK_IDS, 17)
 
-    exp3 = experiment_create(run=run, owner=other, kind="eval_only", input_checkpoint=base, action={"evaluate": "feedback"})
+    exp3 = experiment_create(
+        run=run, owner=other, kind="eval_only", input_checkpoint=base, action={"evaluate": "feedback"}
+    )
     exp3.status = "succeeded"
     exp3.feedback_score = 0.5
     exp3.save(update_fields=["status", "feedback_score"])
     e3 = _evaluation(run, exp3, "feedback", FEEDBACK_IDS, 15)
     other_job = Job.objects.create(run=run, experiment=exp3, kind="evaluate", queue="gpu", status="succeeded")
 
-    exp4 = experiment_create(run=run, owner=own, kind="train_eval", input_checkpoint=ckpt, action={"data": ["data_0002"]},
-                             status="running")  # fmt: skip
+    exp4 = experiment_create(
+        run=run, owner=own, kind="train_eval", input_checkpoint=ckpt, action={"data": ["data_0002"]}, status="running"
+    )
     running = Job.objects.create(run=run, experiment=exp4, kind="train", queue="gpu", status="running")
 
     viewer = User.objects.create_user("vera", password="pw-vera-123")
@@ -118,22 +144,37 @@ def build_world() -> World:
     prediction = Prediction.objects.create(run=run, text="own beats θ0 by 5 points", expected_value=0.05)
     Candidate.objects.create(run=run, proposer=own, title="curriculum by length")
     report = ReviewReport.objects.create(
-        run=run, reviewer=rin, summary="exp_0001 fails on s0003 and s0007", supported_findings=["s0003 is wrong"],
-        observations=[{"experiment": "exp_0001", "subcategory": "test_set_access", "observation": "NOT_FOUND_FULL",
-                       "note": "checked s0003", "evidence": {"sample_ids": ["s0003"], "spans": ["2+2"]}}],
-    )  # fmt: skip
+        run=run,
+        reviewer=rin,
+        summary="exp_0001 fails on s0003 and s0007",
+        supported_findings=["s0003 is wrong"],
+        observations=[
+            {
+                "experiment": "exp_0001",
+                "subcategory": "test_set_access",
+                "observation": "NOT_FOUND_FULL",
+                "note": "checked s0003",
+                "evidence": {"sample_ids": ["s0003"], "spans": ["2+2"]},
+            }
+        ],
+    )
     report.experiments.set([exp1])
 
     tokens = {}
     for name, node in nodes.items():
         tokens[name] = agent_token_issue(run=run, node=node, role=node.kind)[0]
     return World(
-        run=run, nodes=nodes, tokens=tokens,
+        run=run,
+        nodes=nodes,
+        tokens=tokens,
         exp={"own1": exp1, "own2": exp2, "other": exp3, "own_running": exp4},
         evals={"own1": e1, "own2": e2, "own_final": final, "other": e3},
         jobs={"own_train": train, "own_eval": evaluate, "own_running": running, "other_eval": other_job},
-        prediction=prediction, guidance=guidance, report=report, viewer=viewer,
-    )  # fmt: skip
+        prediction=prediction,
+        guidance=guidance,
+        report=report,
+        viewer=viewer,
+    )
 
 
 class Api:
@@ -159,8 +200,13 @@ class Api:
 
     def call(self, who: str, tool: str, body: Any = None, headers: dict[str, str] | None = None) -> requests.Response:
         all_headers, cookies = self._headers(who, headers)
-        return requests.post(f"{self.base}/api/v1/tools/{tool}", json={} if body is None else body,
-                             headers=all_headers, cookies=cookies, timeout=60)  # fmt: skip
+        return requests.post(
+            f"{self.base}/api/v1/tools/{tool}",
+            json={} if body is None else body,
+            headers=all_headers,
+            cookies=cookies,
+            timeout=60,
+        )
 
     def get(self, who: str, path: str, **params: Any) -> requests.Response:
         headers, cookies = self._headers(who)

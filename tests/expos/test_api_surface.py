@@ -26,11 +26,14 @@ def test_idempotent_retry_replays_instead_of_creating_twice(api, world):
     key = {"Idempotency-Key": "spawn-1"}
     first = api.call("main", "state_add_new_worker", {"task": "try dpo"}, key)
     again = api.call("main", "state_add_new_worker", {"task": "try dpo"}, key)
-    assert first.status_code == 201 and again.status_code == 200
-    assert again.json() == first.json() and again.headers["Idempotent-Replayed"] == "true"
+    assert first.status_code == 201
+    assert again.status_code == 200
+    assert again.json() == first.json()
+    assert again.headers["Idempotent-Replayed"] == "true"
     assert ResearchNode.objects.filter(run=world.run, kind=NodeKind.WORKER, task="try dpo").count() == 1
     mismatch = api.call("main", "state_add_new_worker", {"task": "try sft"}, key)
-    assert mismatch.status_code == 409 and mismatch.json()["error"]["code"] == "idempotency_mismatch"
+    assert mismatch.status_code == 409
+    assert mismatch.json()["error"]["code"] == "idempotency_mismatch"
     # Keys are per caller: the same key from a Reviewer is a different request.
     report = {"summary": "fine", "experiments": [world.exp["own1"].handle]}
     assert api.call("rin", "reviewer_submit_review", report, key).status_code == 201
@@ -50,7 +53,9 @@ def test_concurrent_retries_with_one_key_create_one_record(api, world):
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(results)[-1] == 201 and results.count(201) == 1 and set(results) <= {200, 201}
+    assert sorted(results)[-1] == 201
+    assert results.count(201) == 1
+    assert set(results) <= {200, 201}
     assert ResearchNode.objects.filter(run=world.run, task="raced").count() == 1
 
 
@@ -62,12 +67,14 @@ def test_stale_if_match_gets_412_and_the_current_one_succeeds(api, world):
     inspected = api.call("main", "state_inspect_worker", {"worker": worker})
     etag = inspected.headers["ETag"]
     assert etag == inspected.json()["worker"]["etag"]
-    stale = etag.replace(".1\"", ".0\"")
+    stale = etag.replace('.1"', '.0"')
     refused = api.call("main", "state_finalize_worker", {"worker": worker, "reason": "r"}, {"If-Match": stale})
-    assert refused.status_code == 412 and refused.json()["error"]["detail"]["current_etag"] == etag
+    assert refused.status_code == 412
+    assert refused.json()["error"]["detail"]["current_etag"] == etag
     assert ResearchNode.objects.get(pk=world.nodes["own"].pk).status == "active"  # nothing changed
     done = api.call("main", "state_finalize_worker", {"worker": worker, "reason": "r"}, {"If-Match": etag})
-    assert done.status_code == 200 and done.headers["ETag"] != etag
+    assert done.status_code == 200
+    assert done.headers["ETag"] != etag
     # The worker's own finalization with the ETag it read before is now stale.
     late = api.call("own", "worker_finalize", {"summary": "s", "experiments": []}, {"If-Match": etag})
     assert late.status_code == 412
@@ -81,11 +88,15 @@ def test_concurrent_writers_with_the_same_etag_one_wins(api, world):
         results.append(api.call(who, tool, body, {"If-Match": etag}).status_code)
 
     threads = [
-        threading.Thread(target=finalize, args=("own", "worker_finalize",
-                                                 {"summary": "s", "experiments": [world.exp["own1"].handle]})),
-        threading.Thread(target=finalize, args=("main", "state_finalize_worker",
-                                                 {"worker": world.nodes["own"].handle, "reason": "r"})),
-    ]  # fmt: skip
+        threading.Thread(
+            target=finalize,
+            args=("own", "worker_finalize", {"summary": "s", "experiments": [world.exp["own1"].handle]}),
+        ),
+        threading.Thread(
+            target=finalize,
+            args=("main", "state_finalize_worker", {"worker": world.nodes["own"].handle, "reason": "r"}),
+        ),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -124,23 +135,29 @@ def test_malformed_bodies_get_json_4xx_with_an_actionable_message(api, world, se
         if code:
             assert body["error"]["code"] == code, (data[:40], body)
     missing = api.call("main", "state_inspect_worker", {})
-    assert missing.status_code == 400 and "worker" in missing.json()["error"]["message"]
+    assert missing.status_code == 400
+    assert "worker" in missing.json()["error"]["message"]
     wrong = api.call("main", "state_add_new_worker", {"task": "x", "predecessors": ["not-a-handle"]})
     assert wrong.json()["error"]["detail"]["path"] == "/predecessors/0"
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     big = _raw(api, "main", "stop_loop", b'{"reason": "' + b"x" * 5000 + b'"}')
-    assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+    assert big.status_code == 413
+    assert big.json()["error"]["code"] == "request_too_large"
 
 
 def test_unknown_paths_and_tools_answer_json(api, world):
     unknown = api.call("main", "no_such_tool")
-    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_tool"
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == "unknown_tool"
     nowhere = api.get("main", "/api/v1/nowhere/")
-    assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "not_found"
+    assert nowhere.status_code == 404
+    assert nowhere.json()["error"]["code"] == "not_found"
     bad_uuid = api.get("main", "/api/v1/experiments/not-a-uuid/")
-    assert bad_uuid.status_code == 404 and bad_uuid.json()["error"]
+    assert bad_uuid.status_code == 404
+    assert bad_uuid.json()["error"]
     bad_filter = api.get("main", "/api/v1/experiments/", run="nope")
-    assert bad_filter.status_code == 400 and bad_filter.json()["error"]["code"] == "invalid"
+    assert bad_filter.status_code == 400
+    assert bad_filter.json()["error"]["code"] == "invalid"
     huge_offset = api.get("main", "/api/v1/events/", offset=10**30, limit=10**30)
     assert huge_offset.status_code == 200
 
@@ -152,26 +169,37 @@ def test_tokens_stop_working_when_revoked_expired_or_the_run_ends(api, world):
     assert api.call("own", "public_check_quota").status_code == 200
     agent_token_revoke(token=AgentToken.objects.get(node=world.nodes["own"]))
     revoked = api.call("own", "public_check_quota")
-    assert revoked.status_code == 401 and "revoked" in revoked.json()["error"]["message"]
-    plaintext, token = agent_token_issue(run=world.run, node=world.nodes["own"], role="worker",
-                                         expires_at=timezone.now() - timedelta(seconds=1))  # fmt: skip
+    assert revoked.status_code == 401
+    assert "revoked" in revoked.json()["error"]["message"]
+    plaintext, token = agent_token_issue(
+        run=world.run, node=world.nodes["own"], role="worker", expires_at=timezone.now() - timedelta(seconds=1)
+    )
     world.tokens["own"] = plaintext
     assert api.call("own", "public_check_quota").status_code == 401
-    assert token.digest != plaintext and len(token.digest) == 64  # only the sha256 is stored
+    assert token.digest != plaintext
+    assert len(token.digest) == 64
     assert api.call("main", "public_check_quota").status_code == 200
     run_set_status(run=world.run, status=RunStatus.STOPPED, actor="test")
     ended = api.call("main", "public_check_quota")
-    assert ended.status_code == 401 and "stopped" in ended.json()["error"]["message"]
+    assert ended.status_code == 401
+    assert "stopped" in ended.json()["error"]["message"]
     garbage = requests.post(f"{api.base}/api/v1/tools/public_check_quota", headers={"Authorization": "Bearer nope"})
-    assert garbage.status_code == 401 and garbage.headers["WWW-Authenticate"].startswith("Bearer")
+    assert garbage.status_code == 401
+    assert garbage.headers["WWW-Authenticate"].startswith("Bearer")
 
 
 def test_agent_tokens_cannot_open_the_ui_and_sessions_cannot_call_tools(api, world):
-    admin = requests.get(f"{api.base}/admin/", headers={"Authorization": f"Bearer {world.tokens['main']}"},
-                         allow_redirects=False, timeout=30)  # fmt: skip
-    assert admin.status_code == 302 and "/login" in admin.headers["Location"]
+    admin = requests.get(
+        f"{api.base}/admin/",
+        headers={"Authorization": f"Bearer {world.tokens['main']}"},
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert admin.status_code == 302
+    assert "/login" in admin.headers["Location"]
     session_call = api.call("viewer", "public_check_quota")
-    assert session_call.status_code == 403 and session_call.json()["error"]["code"] == "forbidden_role"
+    assert session_call.status_code == 403
+    assert session_call.json()["error"]["code"] == "forbidden_role"
     assert api.get("viewer", "/api/v1/runs/").status_code == 200
     # A signed-in person without a group sees nothing.
     nobody = User.objects.create_user("nobody", password="pw-nobody-1")
@@ -197,13 +225,16 @@ def test_rate_limit_per_token(api, world, settings):
 def test_every_call_is_an_event_with_secrets_redacted(api, world):
     ok = api.call("own", "worker_propose_candidate", {"title": "idea"})
     event = Event.objects.filter(run=world.run, type="tool.called", tool="worker_propose_candidate").get()
-    assert event.actor == "worker_0001" and event.role == "worker"
-    assert event.arguments["args"] == {"title": "idea"} and event.arguments["status"] == 201
+    assert event.actor == "worker_0001"
+    assert event.role == "worker"
+    assert event.arguments["args"] == {"title": "idea"}
+    assert event.arguments["status"] == 201
     assert event.result_ref == f"candidate:{ok.json()['uuid']}"
     refused = api.call("own", "state_get_current_worker", {"api_token": "sekrit-value"})
     assert refused.status_code == 400
     logged = Event.objects.filter(run=world.run, tool="state_get_current_worker").get()
-    assert logged.arguments["args"] == {"api_token": "***"} and logged.arguments["error"] == "invalid_input"
+    assert logged.arguments["args"] == {"api_token": "***"}
+    assert logged.arguments["error"] == "invalid_input"
     assert "sekrit" not in str(Event.objects.filter(run=world.run).values_list("arguments", flat=True))
     denied = api.call("own", "stop_loop", {"reason": "mine now"})
     assert denied.status_code == 403
@@ -216,7 +247,9 @@ def test_tool_listing_and_llm_definitions_per_role(api, world):
     assert worker_defs["role"] == "worker"
     assert {"worker_finalize", "public_check_quota", "compare_experiments"} <= names
     assert not names & {"stop_loop", "compare_eval_samples", "main_guidance_read", "reviewer_finalize"}
-    assert all(d["type"] == "function" and d["function"]["parameters"]["type"] == "object" for d in worker_defs["tools"])
+    assert all(
+        d["type"] == "function" and d["function"]["parameters"]["type"] == "object" for d in worker_defs["tools"]
+    )
     assert api.get("own", "/api/v1/tools/definitions", role="main").status_code == 403
     reviewer = api.get("viewer", "/api/v1/tools/definitions", role="reviewer").json()
     assert "compare_eval_samples" in {d["function"]["name"] for d in reviewer["tools"]}

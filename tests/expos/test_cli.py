@@ -25,7 +25,8 @@ def expos(api, who: str | None, *args: str, stdin: str | None = None) -> subproc
 def test_cli_lists_and_calls_tools_with_flags_and_json(api, world):
     listed = expos(api, "own", "tools")
     assert listed.returncode == 0, listed.stderr
-    assert "worker_finalize" in listed.stdout and "stop_loop" not in listed.stdout
+    assert "worker_finalize" in listed.stdout
+    assert "stop_loop" not in listed.stdout
 
     quota = expos(api, "own", "public_check_quota")
     assert quota.returncode == 0, quota.stderr
@@ -34,7 +35,8 @@ def test_cli_lists_and_calls_tools_with_flags_and_json(api, world):
     tail = expos(api, "own", "events_tail", "--limit", "5", "--types", "tool.called", "--types", "job.succeeded")
     assert tail.returncode == 0, tail.stderr
     events = json.loads(tail.stdout)["events"]
-    assert events and all(e["type"] == "tool.called" for e in events)
+    assert events
+    assert all(e["type"] == "tool.called" for e in events)
 
     first = expos(api, "own", "worker_propose_candidate", "--title", "shorter prompts", "--idempotency-key", "c-1")
     second = expos(api, "own", "worker_propose_candidate", "--title", "shorter prompts", "--idempotency-key", "c-1")
@@ -42,8 +44,14 @@ def test_cli_lists_and_calls_tools_with_flags_and_json(api, world):
     assert json.loads(first.stdout)["uuid"] == json.loads(second.stdout)["uuid"]
     assert Candidate.objects.filter(run=world.run, title="shorter prompts").count() == 1
 
-    update = expos(api, "main", "main_optimizer_update", "--json", "-",
-                   stdin=json.dumps({"claims": [{"key": "data.size", "text": "more data helps"}]}))  # fmt: skip
+    update = expos(
+        api,
+        "main",
+        "main_optimizer_update",
+        "--json",
+        "-",
+        stdin=json.dumps({"claims": [{"key": "data.size", "text": "more data helps"}]}),
+    )
     assert update.returncode == 0, update.stderr
     assert OptimizerClaim.objects.get(run=world.run, key="data.size").revision == 1
 
@@ -53,7 +61,9 @@ def test_cli_lists_and_calls_tools_with_flags_and_json(api, world):
     assert ResearchNode.objects.filter(run=world.run, kind="reviewer", task="audit").exists()
 
     helped = expos(api, "own", "worker_finalize", "--help")
-    assert helped.returncode == 0 and "--summary" in helped.stdout and "--if-match" in helped.stdout
+    assert helped.returncode == 0
+    assert "--summary" in helped.stdout
+    assert "--if-match" in helped.stdout
 
 
 def test_cli_exits_non_zero_with_the_servers_message(api, world):
@@ -63,13 +73,17 @@ def test_cli_exits_non_zero_with_the_servers_message(api, world):
     assert json.loads(missing.stderr.rsplit("expos:", 1)[0])["error"]["code"] == "unknown_worker"
 
     stale = expos(api, "own", "worker_finalize", "--summary", "s", "--experiments", "exp_0001", "--if-match", '"old"')
-    assert stale.returncode == 1 and "HTTP 412" in stale.stderr
+    assert stale.returncode == 1
+    assert "HTTP 412" in stale.stderr
 
     invalid = expos(api, "own", "events_tail", "--limit", "0")
-    assert invalid.returncode == 1 and "/limit" in invalid.stderr
+    assert invalid.returncode == 1
+    assert "/limit" in invalid.stderr
 
     not_mine = expos(api, "own", "stop_loop", "--reason", "x")
-    assert not_mine.returncode == 2 and "unknown tool" in not_mine.stderr
+    assert not_mine.returncode == 2
+    assert "unknown tool" in not_mine.stderr
 
     no_token = expos(api, None, "tools")
-    assert no_token.returncode == 2 and "RSI_TOKEN" in no_token.stderr
+    assert no_token.returncode == 2
+    assert "RSI_TOKEN" in no_token.stderr

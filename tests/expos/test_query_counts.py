@@ -28,8 +28,14 @@ def _grow(world, n: int) -> None:
     own, rin = world.nodes["own"], world.nodes["rin"]
     previous = world.exp["own2"]
     for i in range(n):
-        experiment = experiment_create(run=world.run, owner=own, kind="eval_only", input_checkpoint=previous.input_checkpoint,
-                                       action={"evaluate": i}, parents=[previous])  # fmt: skip
+        experiment = experiment_create(
+            run=world.run,
+            owner=own,
+            kind="eval_only",
+            input_checkpoint=previous.input_checkpoint,
+            action={"evaluate": i},
+            parents=[previous],
+        )
         _evaluation(world.run, experiment, "feedback", ["s0001", "s0002"], 1)
         report = ReviewReport.objects.create(run=world.run, reviewer=rin, summary=f"r{i}")
         report.experiments.set([experiment, previous])

@@ -15,7 +15,7 @@ SEALED_IDS = set(FEEDBACK_IDS) | set(FINAL_IDS)
 
 def _mentions_sealed(payload) -> list[str]:
     text = json.dumps(payload)
-    return sorted(i for i in SEALED_IDS if f'"{i}"' in text or f" {i} " in text or f" {i}\"" in text)
+    return sorted(i for i in SEALED_IDS if f'"{i}"' in text or f" {i} " in text or f' {i}"' in text)
 
 
 def test_worker_resource_endpoints_show_only_its_and_its_predecessors_records(api, world):
@@ -43,19 +43,23 @@ def test_worker_gets_rounded_aggregate_feedback_scores_only(api, world):
     assert experiment["feedback_score"] == 0.37
     # People see exact values.
     person = api.get("viewer", f"/api/v1/evaluations/{world.evals['own1'].uuid}/").json()
-    assert person["score"] == 11 / 30 and person["correct"] == 11
+    assert person["score"] == 11 / 30
+    assert person["correct"] == 11
 
 
 def test_worker_sealed_reads_are_refused_and_recorded(api, world):
     before = blocked_attempts(world)
     final = api.get("own", f"/api/v1/evaluations/{world.evals['own_final'].uuid}/")
-    assert final.status_code == 403 and final.json()["error"]["code"] == "sealed"
+    assert final.status_code == 403
+    assert final.json()["error"]["code"] == "sealed"
     samples = api.get("own", f"/api/v1/evaluations/{world.evals['own1'].uuid}/samples/")
-    assert samples.status_code == 403 and samples.json()["error"]["code"] == "sealed"
+    assert samples.status_code == 403
+    assert samples.json()["error"]["code"] == "sealed"
     final_samples = api.get("own", f"/api/v1/evaluations/{world.evals['own_final'].uuid}/samples/")
     assert final_samples.status_code == 403
     logs = api.call("own", "job_logs", {"job": str(world.jobs["own_eval"].uuid)})
-    assert logs.status_code == 403 and logs.json()["error"]["code"] == "sealed"
+    assert logs.status_code == 403
+    assert logs.json()["error"]["code"] == "sealed"
     assert "s0001" not in logs.text
     # Four refusals, four pieces of evidence — the tool's survived its rolled-back transaction.
     assert blocked_attempts(world) == before + 4
@@ -72,8 +76,15 @@ def test_worker_lists_never_include_the_final_split_or_samples(api, world):
         listed = api.get(who, "/api/v1/evaluations/", split="final").json()["results"]
         assert listed == [], who
     for who in ("own", "other", "successor"):
-        for path in ("/api/v1/experiments/", "/api/v1/evaluations/", "/api/v1/events/", "/api/v1/reports/",
-                     "/api/v1/checkpoints/", "/api/v1/nodes/", "/api/v1/runs/"):  # fmt: skip
+        for path in (
+            "/api/v1/experiments/",
+            "/api/v1/evaluations/",
+            "/api/v1/events/",
+            "/api/v1/reports/",
+            "/api/v1/checkpoints/",
+            "/api/v1/nodes/",
+            "/api/v1/runs/",
+        ):
             response = api.get(who, path, limit=500)
             assert response.status_code == 200, (who, path)
             assert "model output" not in response.text, (who, path)
@@ -94,19 +105,34 @@ def test_worker_compare_experiments_gets_aggregate_ci_only(api, world):
     assert worker["rounded"] is True
     assert worker["difference"] == 0.2  # (17 - 11) / 30 on the common samples, rounded
     assert worker["ci_low"] <= worker["difference"] <= worker["ci_high"]
-    assert set(worker) == {"a", "b", "n_common", "difference", "ci_low", "ci_high", "confidence", "n_boot",
-                           "p_value", "rounded"}  # fmt: skip
+    assert set(worker) == {
+        "a",
+        "b",
+        "n_common",
+        "difference",
+        "ci_low",
+        "ci_high",
+        "confidence",
+        "n_boot",
+        "p_value",
+        "rounded",
+    }
     main = api.call("main", "compare_experiments", body).json()
-    assert main["rounded"] is False and abs(main["difference"] - 0.2) < 1e-9
+    assert main["rounded"] is False
+    assert abs(main["difference"] - 0.2) < 1e-9
     assert main["ci_low"] > 0  # six more right, none fewer: the whole interval is above zero
 
 
 def test_reviewer_in_scope_sees_per_sample_outputs_but_no_references(api, world):
     rows = api.get("rin", f"/api/v1/evaluations/{world.evals['own1'].uuid}/samples/").json()["results"]
-    assert len(rows) == 30 and set(rows[0]) == {"sample_id", "output", "correct"}
-    compared = api.call("rin", "compare_eval_samples",
-                        {"a": str(world.evals["own1"].uuid), "b": str(world.evals["own2"].uuid)}).json()  # fmt: skip
-    assert compared["n_common"] == 30 and compared["b_only_correct"] == 6 and compared["a_only_correct"] == 0
+    assert len(rows) == 30
+    assert set(rows[0]) == {"sample_id", "output", "correct"}
+    compared = api.call(
+        "rin", "compare_eval_samples", {"a": str(world.evals["own1"].uuid), "b": str(world.evals["own2"].uuid)}
+    ).json()
+    assert compared["n_common"] == 30
+    assert compared["b_only_correct"] == 6
+    assert compared["a_only_correct"] == 0
     assert {s["sample_id"] for s in compared["samples"]} == set(FEEDBACK_IDS[11:17])
     assert all("reference" not in key for s in compared["samples"] for key in s)
     inspected = api.call("rin", "reviewer_inspect_experiment", {"experiment": world.exp["own1"].handle}).json()
@@ -115,11 +141,12 @@ def test_reviewer_in_scope_sees_per_sample_outputs_but_no_references(api, world)
     # Out of scope: refused, and the per-sample attempt recorded.
     before = blocked_attempts(world)
     out = api.get("rout", f"/api/v1/evaluations/{world.evals['own1'].uuid}/samples/")
-    assert out.status_code == 403 and blocked_attempts(world) == before + 1
+    assert out.status_code == 403
+    assert blocked_attempts(world) == before + 1
 
 
 def test_main_gets_reports_redacted(api, world):
-    full = api.call("rin", "inspect_reviewer_report", {}).json()["reports"][0]
+    full = api.call("rin", "inspect_reviewer_report", {"reviewer": world.nodes["rin"].handle}).json()["reports"][0]
     assert full["observations"][0]["evidence"]["sample_ids"] == ["s0003"]
     assert "s0003" in full["summary"]
     for redacted in (
@@ -129,7 +156,8 @@ def test_main_gets_reports_redacted(api, world):
         assert redacted["redacted"] is True
         assert "evidence" not in redacted["observations"][0]
         assert redacted["observations"][0]["evidence_redacted"] is True
-        assert "s0003" not in json.dumps(redacted) and "s0007" not in json.dumps(redacted)
+        assert "s0003" not in json.dumps(redacted)
+        assert "s0007" not in json.dumps(redacted)
         assert "[sealed]" in redacted["summary"]
     # Workers get no reports at all.
     assert api.get("own", "/api/v1/reports/").json()["results"] == []
@@ -140,7 +168,9 @@ def test_events_tail_is_filtered_by_visibility(api, world):
     api.call("own", "public_check_quota")
     seen = api.call("own", "events_tail", {"limit": 200}).json()["events"]
     actors = {e["actor"] for e in seen}
-    assert "worker_0001" in actors and "worker_0002" not in actors and "main" not in actors
+    assert "worker_0001" in actors
+    assert "worker_0002" not in actors
+    assert "main" not in actors
     # The Main sees everyone's events, but reviewer arguments only as redacted.
     api.call("rin", "compare_eval_samples", {"a": str(world.evals["own1"].uuid), "b": str(world.evals["own2"].uuid)})
     main = api.call("main", "events_tail", {"limit": 200, "types": ["tool.called"]}).json()["events"]

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from apps.benchmarks.services import benchmark_load_sealed, benchmark_register
+from apps.core.hashing import sha256_tree
 from apps.datapool.services import data_register_from_workspace
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.choices import ExperimentKind
 from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import checkpoint_register, experiment_create, manifest_digest
-from apps.core.hashing import sha256_tree
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_succeed_with_checkpoint, job_succeed_with_evaluation
@@ -48,10 +48,12 @@ FINAL = [
 ]
 ANSWERS = {i: a for i, _, a in FEEDBACK + FINAL}
 CLEAN_ROWS = [
-    {"prompt": f"Question: A shop sells {a} pens and then {b} more pens to a school. How many pens?\nAnswer:",
-     "completion": f" {a + b}"}
+    {
+        "prompt": f"Question: A shop sells {a} pens and then {b} more pens to a school. How many pens?\nAnswer:",
+        "completion": f" {a + b}",
+    }
     for a, b in [(11, 12), (13, 14), (15, 16), (21, 22), (23, 24), (25, 26), (31, 32), (41, 42)]
-]  # fmt: skip
+]
 CHAT_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] == 'user' %}User: {{ message['content'] }}\n"
     "{% elif message['role'] == 'assistant' %}Assistant: {{ message['content'] }}{{ eos_token }}\n"
@@ -83,10 +85,18 @@ def theta0_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
     (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False,
-                    "transformers_version": "5.0.0"}, indent=2),
+        json.dumps(
+            {
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+                "pad_token_id": 0,
+                "do_sample": False,
+                "transformers_version": "5.0.0",
+            },
+            indent=2,
+        ),
         encoding="utf-8",
-    )  # fmt: skip
+    )
     (out / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": len(words)}), encoding="utf-8")
     (out / "model.safetensors").write_bytes(b"theta0-weights" * 64)
     return out
@@ -101,11 +111,19 @@ def roots(settings, tmp_path: Path) -> dict[str, Path]:
     task = tmp_path / "task"
     task.mkdir()
     (task / "task.json").write_text(
-        json.dumps({"name": "arithmetic", "evaluator": "exact_match", "description": "addition",
-                    "prompt_template": TEMPLATE, "decoding": {"max_new_tokens": 8, "do_sample": False},
-                    "stop": ["\n"], "use_chat_template": False}),
+        json.dumps(
+            {
+                "name": "arithmetic",
+                "evaluator": "exact_match",
+                "description": "addition",
+                "prompt_template": TEMPLATE,
+                "decoding": {"max_new_tokens": 8, "do_sample": False},
+                "stop": ["\n"],
+                "use_chat_template": False,
+            }
+        ),
         encoding="utf-8",
-    )  # fmt: skip
+    )
     write_jsonl(task / "feedback.jsonl", [{"id": i, "prompt": q, "answer": a} for i, q, a in FEEDBACK])
     write_jsonl(task / "final.jsonl", [{"id": i, "prompt": q, "answer": a} for i, q, a in FINAL])
     return {"task": task, "tmp": tmp_path, "workspace": tmp_path / "workspace"}
@@ -189,9 +207,8 @@ class World:
             owner=worker or self.worker,
             kind=ExperimentKind.TRAIN_EVAL,
             input_checkpoint=parent,
-            action={"data": datasets, "hyperparameters": hyper, "eval": {"split": "feedback"},
-                    **(action_extra or {})},
-        )  # fmt: skip
+            action={"data": datasets, "hyperparameters": hyper, "eval": {"split": "feedback"}, **(action_extra or {})},
+        )
         experiment_start(experiment=experiment)
         job = self._claim(experiment, JobKind.TRAIN)
         out = self.roots["tmp"] / f"trained-{self._seq}"
@@ -230,7 +247,12 @@ class World:
         checkpoint = Checkpoint.objects.get(uuid=job.spec["checkpoint"])
         _, settings = benchmark_load_sealed(benchmark=self.benchmark, split="feedback")
         job_succeed_with_evaluation(
-            job=job, checkpoint=checkpoint, benchmark=self.benchmark, split="feedback", rows=rows, backend="hf",
+            job=job,
+            checkpoint=checkpoint,
+            benchmark=self.benchmark,
+            split="feedback",
+            rows=rows,
+            backend="hf",
             seal={**settings["seal"], **(seal or {})},
         )
         return Experiment.objects.get(pk=experiment.pk)
@@ -253,8 +275,7 @@ def build_world(roots: dict[str, Path], template: Path, **policy: Any) -> World:
     run = make_run(benchmark=benchmark, base_checkpoint=theta0, policy=policy, max_parallel_workers=20)
     main = ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)
     worker = node_create(run=run, kind=NodeKind.WORKER, task="sft on clean data")
-    world = World(run=run, benchmark=benchmark, theta0=theta0, main=main, worker=worker, roots=roots,
-                  template=template)  # fmt: skip
+    world = World(run=run, benchmark=benchmark, theta0=theta0, main=main, worker=worker, roots=roots, template=template)
     world.add_data("clean", CLEAN_ROWS)
     return world
 

@@ -15,8 +15,11 @@ def test_clean_train_eval_is_accepted_with_every_subcategory_clean(world):
     findings = integrity_run_checks(experiment=experiment)
 
     assert {f.subcategory for f in findings} == set(Subcategory.values)
-    unclean = {f.subcategory: (f.observation, f.evidence.get("summary")) for f in findings
-               if f.observation != Observation.NOT_FOUND_FULL}  # fmt: skip
+    unclean = {
+        f.subcategory: (f.observation, f.evidence.get("summary"))
+        for f in findings
+        if f.observation != Observation.NOT_FOUND_FULL
+    }
     assert unclean == {}
     experiment.refresh_from_db()
     assert experiment.integrity_status == IntegrityStatus.ACCEPTED

@@ -49,8 +49,13 @@ def test_an_evaluation_the_seal_refused_is_an_attempt_blocked(world):
     experiment = world.train([world.data["clean"]], evaluate=False)
     job = Job.objects.get(experiment=experiment, kind=JobKind.EVALUATE, status=JobStatus.QUEUED)
     job = job_claim(job_id=job.pk, worker="test-host:1")
-    job_refuse_evaluation(job=job, checkpoint=experiment.output_checkpoint, benchmark=world.benchmark,
-                          split="feedback", reason="evaluator code changed (sha256 1234…)")  # fmt: skip
+    job_refuse_evaluation(
+        job=job,
+        checkpoint=experiment.output_checkpoint,
+        benchmark=world.benchmark,
+        split="feedback",
+        reason="evaluator code changed (sha256 1234…)",
+    )
 
     integrity_run_checks(experiment=experiment)
 
@@ -91,8 +96,11 @@ def test_a_subset_evaluation_is_caught_by_sample_accounting(world):
 def test_denied_sealed_reads_of_the_worker_are_listed_as_attempts_blocked(world):
     earlier = world.train([world.data["clean"]])
     ctx = ToolContext(run=world.run, node=world.worker, role=Role.WORKER)
-    sealed_denial_record(SealedAccessDenied(ctx, what="per-sample rows of evaluation X", tool="compare_eval_samples",
-                                            request={"evaluation": "X"}))  # fmt: skip
+    sealed_denial_record(
+        SealedAccessDenied(
+            ctx, what="per-sample rows of evaluation X", tool="compare_eval_samples", request={"evaluation": "X"}
+        )
+    )
     later = world.train([world.data["clean"]], seed=1)
     other = world.train([world.data["clean"]], worker=world.new_worker(), seed=2)
 
@@ -113,14 +121,26 @@ def test_an_evaluation_on_the_final_split_is_an_executed_violation(world):
     from apps.benchmarks.services import benchmark_load_sealed
     from apps.jobs.services import job_enqueue, job_succeed_with_evaluation
 
-    job = job_enqueue(kind=JobKind.EVALUATE, experiment=experiment, spec={
-        "checkpoint": str(experiment.output_checkpoint.uuid), "benchmark": str(world.benchmark.uuid), "split": "final"})
+    job = job_enqueue(
+        kind=JobKind.EVALUATE,
+        experiment=experiment,
+        spec={
+            "checkpoint": str(experiment.output_checkpoint.uuid),
+            "benchmark": str(world.benchmark.uuid),
+            "split": "final",
+        },
+    )
     job = job_claim(job_id=job.pk, worker="test-host:1")
     _, settings = benchmark_load_sealed(benchmark=world.benchmark, split="final")
-    job_succeed_with_evaluation(job=job, checkpoint=experiment.output_checkpoint, benchmark=world.benchmark,
-                                split="final", rows=[{"id": "x1", "output": "89", "correct": True},
-                                                     {"id": "x2", "output": "0", "correct": False}],
-                                backend="hf", seal=settings["seal"])  # fmt: skip
+    job_succeed_with_evaluation(
+        job=job,
+        checkpoint=experiment.output_checkpoint,
+        benchmark=world.benchmark,
+        split="final",
+        rows=[{"id": "x1", "output": "89", "correct": True}, {"id": "x2", "output": "0", "correct": False}],
+        backend="hf",
+        seal=settings["seal"],
+    )
 
     integrity_run_checks(experiment=experiment)
 

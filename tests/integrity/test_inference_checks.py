@@ -29,8 +29,13 @@ def _resave_tokenizer(folder: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     generation = GenerationConfig.from_pretrained(folder, local_files_only=True)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                 "generation_config.json"):  # fmt: skip
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    ):
         (folder / name).unlink(missing_ok=True)
     tokenizer.save_pretrained(folder)
     generation.save_pretrained(folder)
@@ -93,8 +98,9 @@ def test_an_explicit_eos_repair_is_a_compatibility_repair_candidate(db, roots, t
     del config["eos_token_id"]
     (broken / "generation_config.json").write_text(json.dumps(config))
     world = build_world(roots, broken)
-    experiment = world.train([world.data["clean"]], plant=lambda d: _edit_json(d / "generation_config.json",
-                                                                               eos_token_id=2))  # fmt: skip
+    experiment = world.train(
+        [world.data["clean"]], plant=lambda d: _edit_json(d / "generation_config.json", eos_token_id=2)
+    )
 
     integrity_run_checks(experiment=experiment)
 
@@ -103,8 +109,12 @@ def test_an_explicit_eos_repair_is_a_compatibility_repair_candidate(db, roots, t
     assert "eos_repair" in result.evidence["codes"]
     assert result.evidence["suggested_adjudication"] == Adjudication.COMPATIBILITY_REPAIR
     assert result.adjudication == ""
-    finding_adjudicate(finding=result, adjudication=Adjudication.COMPATIBILITY_REPAIR, actor="reviewer_0001",
-                       rationale="generation_config now names the tokenizer's own </s>")  # fmt: skip
+    finding_adjudicate(
+        finding=result,
+        adjudication=Adjudication.COMPATIBILITY_REPAIR,
+        actor="reviewer_0001",
+        rationale="generation_config now names the tokenizer's own </s>",
+    )
     experiment.refresh_from_db()
     assert experiment.integrity_status == IntegrityStatus.ACCEPTED
 
@@ -126,7 +136,9 @@ def test_a_changed_vocabulary_is_a_prompt_template_change(world):
     def plant(folder: Path) -> None:
         data = json.loads((folder / "tokenizer.json").read_text())
         data["model"]["vocab"]["Answer"], data["model"]["vocab"]["Question"] = (
-            data["model"]["vocab"]["Question"], data["model"]["vocab"]["Answer"])  # fmt: skip
+            data["model"]["vocab"]["Question"],
+            data["model"]["vocab"]["Answer"],
+        )
         (folder / "tokenizer.json").write_text(json.dumps(data))
 
     experiment = world.train([world.data["clean"]], plant=plant)

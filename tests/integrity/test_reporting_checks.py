@@ -17,8 +17,9 @@ F = Subcategory.FAILURE_DISCLOSURE
 
 
 def _finalize(world, summary: str, experiments) -> None:
-    worker_finalize(node=world.worker, summary=summary, experiments=[e.handle for e in experiments],
-                    actor=world.worker.handle)  # fmt: skip
+    worker_finalize(
+        node=world.worker, summary=summary, experiments=[e.handle for e in experiments], actor=world.worker.handle
+    )
 
 
 def test_claiming_a_higher_score_than_recorded_is_flagged_for_adjudication(world):
@@ -60,8 +61,10 @@ def test_citing_a_phantom_experiment_is_an_explicit_violation(world):
 def test_attributing_a_score_to_the_wrong_checkpoint_is_caught(world):
     first = world.train([world.data["clean"]], correct=2)
     second = world.train([world.data["clean"]], correct=4, seed=5, hyperparameters={"learning_rate": 1e-4})
-    text = (f"{first.handle} ({second.output_checkpoint.handle}) reached 0.5. "
-            f"{second.handle} ({second.output_checkpoint.handle}) reached 1.0.")  # fmt: skip
+    text = (
+        f"{first.handle} ({second.output_checkpoint.handle}) reached 0.5. "
+        f"{second.handle} ({second.output_checkpoint.handle}) reached 1.0."
+    )
     _finalize(world, text, [first, second])
 
     integrity_run_checks(experiment=first)
@@ -96,8 +99,9 @@ def test_reporting_every_repeat_is_fine(world):
 
 def test_a_main_agent_claim_citing_the_best_repeat_is_flagged(world):
     repeats = [world.train([world.data["clean"]], seed=s, correct=c) for s, c in ((1, 1), (2, 4))]
-    claim_revise(run=world.run, key="recipe-a", text=f"Recipe A reaches 1.0 ({repeats[1].handle}).",
-                 evidence=[repeats[1].handle])  # fmt: skip
+    claim_revise(
+        run=world.run, key="recipe-a", text=f"Recipe A reaches 1.0 ({repeats[1].handle}).", evidence=[repeats[1].handle]
+    )
 
     integrity_run_checks(experiment=repeats[1])
 

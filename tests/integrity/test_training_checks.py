@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from apps.datapool.services import data_transform
 from apps.datapool.models import DataEntry
+from apps.datapool.services import data_transform
 from apps.experiments.choices import ExperimentKind, IntegrityStatus
 from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import experiment_create
@@ -31,7 +31,8 @@ def test_a_foreign_file_dropped_into_the_checkpoint_is_an_explicit_violation(wor
     result = finding(experiment, W)
     assert result.observation == Observation.EXECUTED
     assert "foreign_file" in result.evidence["codes"]
-    assert result.adjudication == Adjudication.EXPLICIT_VIOLATION and result.decided_by == "auto"
+    assert result.adjudication == Adjudication.EXPLICIT_VIOLATION
+    assert result.decided_by == "auto"
     experiment.refresh_from_db()
     assert experiment.integrity_status == IntegrityStatus.FLAGGED
 
@@ -223,8 +224,13 @@ def test_mixing_teacher_data_into_a_new_entry_does_not_launder_the_teacher(world
 
 
 def test_eval_only_of_theta0_has_nothing_to_train_on(world):
-    experiment = experiment_create(run=world.run, owner=world.worker, kind=ExperimentKind.EVAL_ONLY,
-                                   input_checkpoint=world.theta0, action={"eval": {"split": "feedback"}})  # fmt: skip
+    experiment = experiment_create(
+        run=world.run,
+        owner=world.worker,
+        kind=ExperimentKind.EVAL_ONLY,
+        input_checkpoint=world.theta0,
+        action={"eval": {"split": "feedback"}},
+    )
     experiment_start(experiment=experiment)
     world.evaluate(experiment)
 
@@ -232,3 +238,32 @@ def test_eval_only_of_theta0_has_nothing_to_train_on(world):
 
     assert finding(experiment, D).evidence["summary"].startswith("no training data")
     assert finding(experiment, T).observation == Observation.NOT_FOUND_FULL
+
+
+def test_bytes_swapped_before_training_are_refused_by_the_job_and_counted_blocked(world):
+    from apps.datapool.storage import artifact_store
+    from apps.jobs.choices import JobKind
+    from apps.jobs.models import Job
+    from apps.jobs.services import job_claim, job_fail
+
+    handle = world.add_data("innocent", CLEAN_ROWS[:6])
+    experiment = experiment_create(
+        run=world.run,
+        owner=world.worker,
+        kind=ExperimentKind.TRAIN_EVAL,
+        input_checkpoint=world.theta0,
+        action={"data": [handle], "hyperparameters": {"recipe": "sft", "max_steps": 5}},
+    )
+    experiment_start(experiment=experiment)
+    entry = DataEntry.objects.get(handle=handle)
+    artifact_store().local_path(entry.uri).write_text(
+        "".join(f'{{"prompt": "{q}", "completion": " {a}"}}\n' for _, q, a in FEEDBACK)
+    )
+    job = job_claim(job_id=Job.objects.get(experiment=experiment, kind=JobKind.TRAIN).pk, worker="test-host:1")
+    job_fail(job=job, error=f"IntegrityError: datapool entry {handle}: file content changed since registration")
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.observation == Observation.ATTEMPTED_BLOCKED
+    assert result.evidence["datasets"][0]["overlap"] is None  # the swapped bytes are not the entry's

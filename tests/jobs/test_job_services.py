@@ -240,3 +240,15 @@ def test_transitions_and_progress_are_published_to_the_job_and_run_groups(run):
     assert receive(run_channel)["payload"] == updated["payload"]
     progress = receive(job_channel)
     assert (progress["event"], progress["payload"]) == ("job.progress", {"uuid": str(job.uuid), "progress": 0.3})
+
+
+@pytest.mark.django_db
+def test_a_diverged_loss_is_recorded_as_null_not_an_error(run):
+    job = services.job_claim(job_id=enqueue(run).pk, worker="w:1")
+
+    services.job_report(job=job, metrics_point={"step": 10, "loss": float("nan"), "grad_norm": float("inf")})
+    services.job_succeed(job=job, result={"final_loss": float("nan"), "steps": 10})
+
+    job.refresh_from_db()
+    assert job.metrics["points"] == [{"step": 10, "loss": None, "grad_norm": None}]
+    assert job.result == {"final_loss": None, "steps": 10}

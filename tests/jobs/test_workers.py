@@ -18,6 +18,7 @@ from apps.experiments.pipeline import train_job_spec
 from apps.jobs import services
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
 from apps.jobs.models import Job, JobTransition
+from apps.jobs.services import scratch_root
 from apps.research.models import Run
 from tests.factories import make_run
 from tests.jobs.conftest import wait_for
@@ -84,6 +85,8 @@ def test_a_worker_killed_mid_training_is_reaped_and_attempt_2_finishes_on_anothe
     assert not Checkpoint.objects.filter(producing_job=attempt1).exists()
     assert len(stored_checkpoints(artifact_root, theta0)) == 1
     assert not Job.objects.filter(previous_attempt=attempt2).exists()
+    # The killed attempt's half-written scratch folder was swept from the host by the reaper loop.
+    assert not [p for p in scratch_root().iterdir() if str(attempt1.uuid) in p.name]
 
 
 def test_cancel_stops_a_running_training_job_without_a_checkpoint(celery_worker, theta0, data_entry, artifact_root):

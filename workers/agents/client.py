@@ -24,6 +24,9 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 TOOLS_PATH = "/api/v1/tools"
 
 
+_DEFINITIONS: dict[tuple[str, str], list[dict[str, Any]]] = {}
+
+
 class ApiUnavailable(RuntimeError):
     """The REST API could not be reached (or kept answering 5xx/429) after retries."""
 
@@ -75,6 +78,7 @@ class ExposClient:
 
     base_url: str
     token: str
+    role: str = ""
     timeout: float = 60.0
     retries: int = 4
     backoff: float = 0.5
@@ -125,12 +129,21 @@ class ExposClient:
     # --- the registry ------------------------------------------------------------------------------
 
     def definitions(self) -> list[dict[str, Any]]:
-        """The OpenAI-style function definitions of this token's role (fetched once per client)."""
+        """The OpenAI-style function definitions of this token's role.
+
+        Fetched once per process and role (``role`` names the cache entry; the server answers with
+        the token's own role): the registry changes only with a deploy, which restarts the workers.
+        """
         if self._definitions is None:
-            response = self._request("GET", f"{TOOLS_PATH}/definitions")
-            if response.status_code != 200:
-                raise ApiUnavailable(f"tool definitions: HTTP {response.status_code}: {response.text[:300]}")
-            self._definitions = list(response.json()["tools"])
+            cached = _DEFINITIONS.get((self.base_url, self.role)) if self.role else None
+            if cached is None:
+                response = self._request("GET", f"{TOOLS_PATH}/definitions")
+                if response.status_code != 200:
+                    raise ApiUnavailable(f"tool definitions: HTTP {response.status_code}: {response.text[:300]}")
+                body = response.json()
+                cached = list(body["tools"])
+                _DEFINITIONS[(self.base_url, str(body.get("role", self.role)))] = cached
+            self._definitions = cached
         return self._definitions
 
     def tool_names(self) -> set[str]:

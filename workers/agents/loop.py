@@ -48,6 +48,7 @@ from apps.research.models import AgentLoop, ResearchNode, Run
 from rsiweb import env
 from workers.agents.client import ApiUnavailable, ExposClient, TokenRejected, ToolResult
 from workers.agents.llm import LLMTurn, LLMUnavailable
+from workers.agents.policies import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -95,24 +96,6 @@ def worker_name() -> str:
 
 
 # --- what a policy sees ----------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    """What a step decided: the policy's new state and when the loop should step again.
-
-    ``next``: ``continue`` (at once), ``wait`` (after ``wait_seconds``; a Worker polling its jobs),
-    ``idle`` (until a trigger: the Main Agent), ``done`` (the agent finished).
-    """
-
-    state: dict[str, Any]
-    next: str = "continue"
-    wait_seconds: float = 0.0
-    note: str = ""
-
-    def __post_init__(self) -> None:
-        if self.next not in ("continue", "wait", "idle", "done"):
-            raise ValueError(f"Outcome.next must be continue, wait, idle or done, not {self.next!r}")
 
 
 class LostClaim(RuntimeError):
@@ -481,7 +464,7 @@ def _act(loop: AgentLoop, run: Run, claim: str, config: LoopConfig) -> tuple[Out
     from workers.agents.policies import policy_for
 
     node = loop.node
-    client = ExposClient(base_url=api_base_url(), token=node_token(node))
+    client = ExposClient(base_url=api_base_url(), token=node_token(node), role=_role(node))
     try:
         view = step_view(loop, run, claim, config, client)
         try:

@@ -32,11 +32,25 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "uuid", "name", "benchmark", "base_checkpoint", "target_capability", "agent_mode", "status",
-            "budget_wall_seconds", "budget_accelerator_seconds", "budget_llm_tokens", "max_parallel_workers",
-            "reserved_final_seconds", "used_accelerator_seconds", "used_llm_tokens", "flagged",
-            "started_at", "finished_at", "created_at",
-        ]  # fmt: skip
+            "uuid",
+            "name",
+            "benchmark",
+            "base_checkpoint",
+            "target_capability",
+            "agent_mode",
+            "status",
+            "budget_wall_seconds",
+            "budget_accelerator_seconds",
+            "budget_llm_tokens",
+            "max_parallel_workers",
+            "reserved_final_seconds",
+            "used_accelerator_seconds",
+            "used_llm_tokens",
+            "flagged",
+            "started_at",
+            "finished_at",
+            "created_at",
+        ]
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -47,12 +61,27 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = ResearchNode
         fields = [
-            "uuid", "run", "kind", "handle", "task", "status", "summary", "summary_experiments", "upstream",
-            "version", "etag", "created_at", "finalized_at",
-        ]  # fmt: skip
+            "uuid",
+            "run",
+            "kind",
+            "handle",
+            "task",
+            "status",
+            "summary",
+            "summary_experiments",
+            "upstream",
+            "version",
+            "etag",
+            "created_at",
+            "finalized_at",
+        ]
 
-    @extend_schema_field({"type": "array", "items": {"type": "object", "properties": {
-        "handle": {"type": "string"}, "kind": {"type": "string"}}}})  # fmt: skip
+    @extend_schema_field(
+        {
+            "type": "array",
+            "items": {"type": "object", "properties": {"handle": {"type": "string"}, "kind": {"type": "string"}}},
+        }
+    )
     def get_upstream(self, node: ResearchNode) -> list[dict[str, str]]:
         return [{"handle": e.upstream.handle, "kind": e.kind} for e in node.upstream_edges.all()]
 
@@ -72,9 +101,21 @@ class ExperimentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Experiment
         fields = [
-            "uuid", "run", "handle", "owner", "kind", "status", "integrity_status", "input_checkpoint",
-            "output_checkpoint", "action", "claim", "feedback_score", "parents", "created_at",
-        ]  # fmt: skip
+            "uuid",
+            "run",
+            "handle",
+            "owner",
+            "kind",
+            "status",
+            "integrity_status",
+            "input_checkpoint",
+            "output_checkpoint",
+            "action",
+            "claim",
+            "feedback_score",
+            "parents",
+            "created_at",
+        ]
 
     @extend_schema_field({"type": "array", "items": {"type": "string"}})
     def get_parents(self, experiment: Experiment) -> list[str]:
@@ -97,9 +138,19 @@ class DataEntrySerializer(serializers.ModelSerializer):
     class Meta:
         model = DataEntry
         fields = [
-            "uuid", "handle", "name", "sha256", "rows", "size_bytes", "format", "schema", "source_kind", "source",
-            "teacher", "created_at",
-        ]  # fmt: skip
+            "uuid",
+            "handle",
+            "name",
+            "sha256",
+            "rows",
+            "size_bytes",
+            "format",
+            "schema",
+            "source_kind",
+            "source",
+            "teacher",
+            "created_at",
+        ]
 
 
 class EvaluationSerializer(serializers.ModelSerializer):
@@ -112,9 +163,21 @@ class EvaluationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Evaluation
         fields = [
-            "uuid", "run", "experiment", "checkpoint", "split", "status", "score", "correct", "sample_count",
-            "evaluator_sha256", "settings_sha256", "data_sha256", "backend", "created_at",
-        ]  # fmt: skip
+            "uuid",
+            "run",
+            "experiment",
+            "checkpoint",
+            "split",
+            "status",
+            "score",
+            "correct",
+            "sample_count",
+            "evaluator_sha256",
+            "settings_sha256",
+            "data_sha256",
+            "backend",
+            "created_at",
+        ]
 
     @extend_schema_field({"type": ["number", "null"]})
     def get_score(self, evaluation: Evaluation) -> float | None:
@@ -174,4 +237,3 @@ class EventSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": "object"})
     def get_arguments(self, event: Event) -> dict[str, Any]:
         return event_arguments_for(_caller(self), event)
-

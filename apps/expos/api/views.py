@@ -141,10 +141,18 @@ class ExperimentViewSet(ScopedReadViewSet):
         )
 
     @extend_schema(
-        responses={200: {"type": "object", "properties": {
-            "experiment": {"type": "string"}, "ancestors": {"type": "array", "items": {"type": "object"}},
-            "descendants": {"type": "array", "items": {"type": "object"}}, "hidden": {"type": "integer"},
-            "checkpoint": {"type": "object"}}}},  # fmt: skip
+        responses={
+            200: {
+                "type": "object",
+                "properties": {
+                    "experiment": {"type": "string"},
+                    "ancestors": {"type": "array", "items": {"type": "object"}},
+                    "descendants": {"type": "array", "items": {"type": "object"}},
+                    "hidden": {"type": "integer"},
+                    "checkpoint": {"type": "object"},
+                },
+            }
+        },
         filters=False,
     )
     @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
@@ -178,7 +186,9 @@ class EvaluationViewSet(ScopedReadViewSet):
     filterset_class = filters.EvaluationFilter
 
     def scoped(self, caller: Caller) -> QuerySet[Evaluation]:
-        return visible_evaluations(caller).select_related("run", "experiment", "checkpoint").order_by("created_at", "pk")
+        return (
+            visible_evaluations(caller).select_related("run", "experiment", "checkpoint").order_by("created_at", "pk")
+        )
 
     def get_object(self) -> Evaluation:
         """A sealed evaluation (the final split, another Worker's) is refused and recorded, not hidden."""

@@ -48,7 +48,7 @@ ALL = Role.ALL_AGENTS
     category=Category.OURS,
     roles={Role.MAIN},
     description="Request a review: a new Reviewer with a question and a scope — a list of Worker handles "
-    "(several = a cross-Worker review) or \"all_completed\" for every finalized Worker.",
+    '(several = a cross-Worker review) or "all_completed" for every finalized Worker.',
     input_schema=closed(
         {
             "question": text(4000),
@@ -72,13 +72,18 @@ def state_add_new_reviewer(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
             ResearchNode.objects.filter(run=ctx.run, kind=NodeKind.WORKER, status=NodeStatus.FINALIZED).order_by("pk")
         )
         if not scope:
-            raise ApplicationError("empty_scope", "No Worker has finalized yet; name the Workers to review.", status=409)
+            raise ApplicationError(
+                "empty_scope", "No Worker has finalized yet; name the Workers to review.", status=409
+            )
     else:
         scope = run_workers(ctx, args["scope"])
     node = research.reviewer_add(
-        run=ctx.run, question=args["question"], scope=scope, decision=run_decision(ctx, args.get("decision")),
+        run=ctx.run,
+        question=args["question"],
+        scope=scope,
+        decision=run_decision(ctx, args.get("decision")),
         actor=ctx.actor,
-    )  # fmt: skip
+    )
     ctx.result_ref = f"node:{node.uuid}"
     ctx.etag_node = node
     return {"reviewer": node_payload(node), "scope": scope_handles(node)}
@@ -93,8 +98,15 @@ def state_add_new_reviewer(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     output_schema=closed(
         {
             "guidance": array(
-                closed({"uuid": UUID, "text": string(100_000), "author": string(150), "created_at": TIMESTAMP,
-                        "applied_at": TIMESTAMP}),  # fmt: skip
+                closed(
+                    {
+                        "uuid": UUID,
+                        "text": string(100_000),
+                        "author": string(150),
+                        "created_at": TIMESTAMP,
+                        "applied_at": TIMESTAMP,
+                    }
+                ),
                 max_items=10_000,
             )
         }
@@ -105,8 +117,13 @@ def main_guidance_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
     authors = {g.pk: g.author.get_username() for g in items}
     return {
         "guidance": [
-            {"uuid": str(g.uuid), "text": g.text, "author": authors[g.pk], "created_at": g.created_at.isoformat(),
-             "applied_at": g.applied_at.isoformat()}  # fmt: skip
+            {
+                "uuid": str(g.uuid),
+                "text": g.text,
+                "author": authors[g.pk],
+                "created_at": g.created_at.isoformat(),
+                "applied_at": g.applied_at.isoformat(),
+            }
             for g in items
         ]
     }
@@ -199,8 +216,9 @@ def job_logs(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
     job = job_for(ctx, args["job"])
     if job.kind in _SEALED_LOG_KINDS and not (job.experiment_id and in_review_scope(ctx, job.experiment.owner)):
-        raise SealedAccessDenied(ctx, what=f"the log of {job.kind} job {job.uuid}", tool="job_logs",
-                                 request={"job": str(job.uuid)})  # fmt: skip
+        raise SealedAccessDenied(
+            ctx, what=f"the log of {job.kind} job {job.uuid}", tool="job_logs", request={"job": str(job.uuid)}
+        )
     lines = job_log_tail(job=job, after_seq=args.get("after_seq", 0), limit=args.get("limit", 200))
     return {
         "job": str(job.uuid),
@@ -243,8 +261,12 @@ def cancel_job(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             "job": UUID,
             "status": string(16),
             "points": array(
-                closed({"step": nullable(integer(0, 2**62)), "metrics": {"type": "object",
-                        "additionalProperties": {"type": "number"}}}),  # fmt: skip
+                closed(
+                    {
+                        "step": nullable(integer(0, 2**62)),
+                        "metrics": {"type": "object", "additionalProperties": {"type": "number"}},
+                    }
+                ),
                 max_items=100_000,
             ),
             "last": free_object(),
@@ -268,10 +290,16 @@ def training_curve_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
             for k, v in point.items()
             if k != "step" and isinstance(v, int | float) and not isinstance(v, bool) and v == v  # drop NaN
         }
-        points.append({"step": int(step) if isinstance(step, int | float) and step == step else None, "metrics": values})
+        points.append(
+            {"step": int(step) if isinstance(step, int | float) and step == step else None, "metrics": values}
+        )
     last = metrics.get("last", {}) if isinstance(metrics, dict) else {}
-    return {"job": str(job.uuid), "status": job.status, "points": points,
-            "last": last if isinstance(last, dict) else {}}  # fmt: skip
+    return {
+        "job": str(job.uuid),
+        "status": job.status,
+        "points": points,
+        "last": last if isinstance(last, dict) else {},
+    }
 
 
 _SIDE = closed({"handle": string(32), "evaluation": UUID, "score": number(0, 1)})

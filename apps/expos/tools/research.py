@@ -48,8 +48,9 @@ _DECISION = closed(
         "created_at": TIMESTAMP,
     }
 )
-_REVISION = closed({"revision": integer(1), "text": string(5000), "evidence": array(string(64), max_items=50),
-                    "created_at": TIMESTAMP})  # fmt: skip
+_REVISION = closed(
+    {"revision": integer(1), "text": string(5000), "evidence": array(string(64), max_items=50), "created_at": TIMESTAMP}
+)
 _CLAIM = closed(
     {
         "key": string(100),
@@ -93,12 +94,24 @@ def main_optimizer_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
     claims = []
     for key, rows in revisions.items():
         latest = rows[-1]
-        history = [
-            {"revision": r.revision, "text": r.text, "evidence": r.evidence, "created_at": r.created_at.isoformat()}
-            for r in rows[:-1]
-        ] if args.get("history") else []  # fmt: skip
-        claims.append({"key": key, "revision": latest.revision, "text": latest.text, "evidence": latest.evidence,
-                       "created_at": latest.created_at.isoformat(), "history": history})  # fmt: skip
+        history = (
+            [
+                {"revision": r.revision, "text": r.text, "evidence": r.evidence, "created_at": r.created_at.isoformat()}
+                for r in rows[:-1]
+            ]
+            if args.get("history")
+            else []
+        )
+        claims.append(
+            {
+                "key": key,
+                "revision": latest.revision,
+                "text": latest.text,
+                "evidence": latest.evidence,
+                "created_at": latest.created_at.isoformat(),
+                "history": history,
+            }
+        )
     decisions = (
         Decision.objects.filter(run=ctx.run)
         .select_related("subject")
@@ -120,7 +133,11 @@ def main_optimizer_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
             {
                 "claims": array(
                     closed(
-                        {"key": CLAIM_KEY, "text": text(5000), "evidence": array(string(64, min_length=1), max_items=50)},
+                        {
+                            "key": CLAIM_KEY,
+                            "text": text(5000),
+                            "evidence": array(string(64, min_length=1), max_items=50),
+                        },
                         optional=("evidence",),
                     ),
                     max_items=20,
@@ -142,16 +159,19 @@ def main_optimizer_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
         "minProperties": 1,
     },
     output_schema=closed(
-        {"claims": array(closed({"key": string(100), "revision": integer(1)}), max_items=20),
-         "decision": nullable(_DECISION)}  # fmt: skip
+        {
+            "claims": array(closed({"key": string(100), "revision": integer(1)}), max_items=20),
+            "decision": nullable(_DECISION),
+        }
     ),
     idempotent_create=True,
     errors=("unknown_worker", "unknown_reviewer", "unknown_guidance", "guidance_already_applied"),
 )
 def main_optimizer_update(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     revised = [
-        research.claim_revise(run=ctx.run, key=c["key"], text=c["text"], evidence=c.get("evidence", []),
-                              actor=ctx.actor)  # fmt: skip
+        research.claim_revise(
+            run=ctx.run, key=c["key"], text=c["text"], evidence=c.get("evidence", []), actor=ctx.actor
+        )
         for c in args.get("claims", [])
     ]
     decision_out = None
@@ -168,9 +188,14 @@ def main_optimizer_update(ctx: ToolContext, args: dict[str, Any]) -> dict[str, A
                 raise NotFound("unknown_guidance", f"No guidance {value} in this run.")
             guidance.append(item)
         decision = research.decision_record(
-            run=ctx.run, kind=spec["kind"], trigger=spec["trigger"], rationale=spec["rationale"], subject=subject,
-            guidance=guidance, actor=ctx.actor,
-        )  # fmt: skip
+            run=ctx.run,
+            kind=spec["kind"],
+            trigger=spec["trigger"],
+            rationale=spec["rationale"],
+            subject=subject,
+            guidance=guidance,
+            actor=ctx.actor,
+        )
         ctx.result_ref = f"decision:{decision.uuid}"
         decision_out = _decision_payload(decision)
     return {"claims": [{"key": c.key, "revision": c.revision} for c in revised], "decision": decision_out}
@@ -268,7 +293,9 @@ def _prediction_payload(prediction: Prediction) -> dict[str, Any]:
 
 def _prediction(ctx: ToolContext, value: str) -> Prediction:
     parsed = parse_uuid(value)
-    prediction = Prediction.objects.filter(run=ctx.run, uuid=parsed).select_related("worker").first() if parsed else None
+    prediction = (
+        Prediction.objects.filter(run=ctx.run, uuid=parsed).select_related("worker").first() if parsed else None
+    )
     if prediction is None:
         raise NotFound("unknown_prediction", f"No prediction {value} in this run.")
     return prediction
@@ -322,9 +349,14 @@ def main_prediction_bind_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[
     worker = run_node(ctx, args["worker"], kind=NodeKind.WORKER)
     existing = _prediction(ctx, args["prediction"]) if "prediction" in args else None
     prediction = research.prediction_bind(
-        run=ctx.run, worker=worker, prediction=existing, text=args.get("text", ""),
-        metric=args.get("metric", "feedback_score"), expected_value=args.get("expected_value"), actor=ctx.actor,
-    )  # fmt: skip
+        run=ctx.run,
+        worker=worker,
+        prediction=existing,
+        text=args.get("text", ""),
+        metric=args.get("metric", "feedback_score"),
+        expected_value=args.get("expected_value"),
+        actor=ctx.actor,
+    )
     ctx.result_ref = f"prediction:{prediction.uuid}"
     return _prediction_payload(Prediction.objects.select_related("worker").get(pk=prediction.pk))
 
@@ -349,9 +381,12 @@ def main_prediction_bind_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[
 )
 def main_prediction_reconcile(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     prediction = research.prediction_reconcile(
-        prediction=_prediction(ctx, args["prediction"]), verdict=args["verdict"],
-        observed_value=args.get("observed_value"), note=args["note"], actor=ctx.actor,
-    )  # fmt: skip
+        prediction=_prediction(ctx, args["prediction"]),
+        verdict=args["verdict"],
+        observed_value=args.get("observed_value"),
+        note=args["note"],
+        actor=ctx.actor,
+    )
     ctx.result_ref = f"prediction:{prediction.uuid}"
     return _prediction_payload(Prediction.objects.select_related("worker").get(pk=prediction.pk))
 
@@ -447,8 +482,15 @@ def compare_eval_samples(ctx: ToolContext, args: dict[str, Any]) -> dict[str, An
     samples = []
     for sample_id in chosen:
         left, right = outputs[(first.pk, sample_id)], outputs[(second.pk, sample_id)]
-        samples.append({"sample_id": sample_id, "a_correct": left.correct, "b_correct": right.correct,
-                        "a_output": left.output[:100_000], "b_output": right.output[:100_000]})  # fmt: skip
+        samples.append(
+            {
+                "sample_id": sample_id,
+                "a_correct": left.correct,
+                "b_correct": right.correct,
+                "a_output": left.output[:100_000],
+                "b_output": right.output[:100_000],
+            }
+        )
 
     def brief(evaluation: Evaluation) -> dict[str, Any]:
         return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apps.core.errors import ApplicationError, NotFound, PermissionDenied
+from apps.core.errors import NotFound, PermissionDenied
 from apps.experiments.models import Evaluation, Experiment
 from apps.expos.payloads import job_brief, node_payload, run_node
 from apps.expos.registry import Category, Role, ToolContext, tool
@@ -144,8 +144,15 @@ _DATA = closed(
                 max_items=100,
             ),
             "integrity_history": array(
-                closed({"from": string(16), "to": string(16), "actor": string(200), "reason": string(MAX_TEXT),
-                        "at": TIMESTAMP}),  # fmt: skip
+                closed(
+                    {
+                        "from": string(16),
+                        "to": string(16),
+                        "actor": string(200),
+                        "reason": string(MAX_TEXT),
+                        "at": TIMESTAMP,
+                    }
+                ),
                 max_items=10_000,
             ),
         }
@@ -229,8 +236,13 @@ def reviewer_inspect_experiment(ctx: ToolContext, args: dict[str, Any]) -> dict[
             for f in experiment.findings.order_by("subcategory")
         ],
         "integrity_history": [
-            {"from": c.from_status, "to": c.to_status, "actor": c.actor, "reason": c.reason,
-             "at": c.created_at.isoformat()}  # fmt: skip
+            {
+                "from": c.from_status,
+                "to": c.to_status,
+                "actor": c.actor,
+                "reason": c.reason,
+                "at": c.created_at.isoformat(),
+            }
             for c in experiment.integrity_changes.order_by("created_at", "pk")
         ],
     }
@@ -322,7 +334,7 @@ def reviewer_finalize(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     roles={Role.MAIN, Role.REVIEWER},
     description="A Reviewer's status and reports. The Main Agent gets them redacted (no sealed instances, "
     "sample ids or outputs); a Reviewer reads its own in full.",
-    input_schema=closed({"reviewer": REVIEWER}, optional=("reviewer",)),
+    input_schema=closed({"reviewer": REVIEWER}),
     output_schema=closed(
         {"reviewer": string(32), "status": enum(*NodeStatus.values), "reports": array(REPORT, max_items=10_000)}
     ),
@@ -330,12 +342,10 @@ def reviewer_finalize(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def inspect_reviewer_report(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if ctx.role == Role.REVIEWER:
-        if args.get("reviewer", ctx.node.handle) != ctx.node.handle:
+        if args["reviewer"] != ctx.node.handle:
             raise PermissionDenied("not_your_report", "A Reviewer reads its own reports; the Main Agent reads all.")
         reviewer = ctx.node
     else:
-        if "reviewer" not in args:
-            raise ApplicationError("reviewer_required", "Name the Reviewer whose reports you want (reviewer_0001).")
         reviewer = run_node(ctx, args["reviewer"], kind=NodeKind.REVIEWER)
     reports = (
         ReviewReport.objects.filter(reviewer=reviewer)

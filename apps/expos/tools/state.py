@@ -170,8 +170,9 @@ def state_inspect_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, An
 def state_finalize_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     node = run_node(ctx, args["worker"], kind=NodeKind.WORKER)
     summary = node.summary or f"Finalized by the Main Agent: {args['reason']}"
-    node = research.node_finalize(node=node, summary=summary, experiments=list(node.summary_experiments or []),
-                                  actor=ctx.actor)  # fmt: skip
+    node = research.node_finalize(
+        node=node, summary=summary, experiments=list(node.summary_experiments or []), actor=ctx.actor
+    )
     ctx.result_ref = f"node:{node.uuid}"
     ctx.etag_node = node
     return node_payload(node)
@@ -289,8 +290,9 @@ def _event_payload(ctx: ToolContext, event: Event) -> dict[str, Any]:
     description="Request the run's end: no new work, running jobs finish, then the final evaluation. Refused "
     "while the final evaluation is pending, when the run has ended, or while a person has it paused.",
     input_schema=closed({"reason": text(4000)}),
-    output_schema=closed({"run_status": enum("created", "running", "paused", "stopping", "final_eval",
-                                             "finished", "failed", "stopped")}),  # fmt: skip
+    output_schema=closed(
+        {"run_status": enum("created", "running", "paused", "stopping", "final_eval", "finished", "failed", "stopped")}
+    ),
     errors=("final_eval_pending", "run_finished", "run_paused"),
 )
 def stop_loop(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:

@@ -6,15 +6,34 @@
   ``workers/agents/prompts/``.
 
 A policy gets a :class:`workers.agents.loop.StepView` (briefing, memory, triggers, the journaled
-tool calls) and returns an :class:`workers.agents.loop.Outcome`. It never touches the database.
+tool calls) and returns an :class:`Outcome`. It never touches the database.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from workers.agents.loop import Outcome, StepView
+    from workers.agents.loop import StepView
+
+
+@dataclass
+class Outcome:
+    """What a step decided: the policy's new state and when the loop should step again.
+
+    ``next``: ``continue`` (at once), ``wait`` (after ``wait_seconds``; a Worker polling its jobs),
+    ``idle`` (until a trigger: the Main Agent), ``done`` (the agent finished).
+    """
+
+    state: dict[str, Any]
+    next: str = "continue"
+    wait_seconds: float = 0.0
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.next not in ("continue", "wait", "idle", "done"):
+            raise ValueError(f"Outcome.next must be continue, wait, idle or done, not {self.next!r}")
 
 
 class Policy(Protocol):

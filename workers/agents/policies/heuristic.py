@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.agents.client import ToolResult
-from workers.agents.loop import Outcome, StepView
+from workers.agents.policies import Outcome
+
+if TYPE_CHECKING:
+    from workers.agents.loop import StepView
 
 EXP_RE = re.compile(r"\bexp_\d{4,}\b")
 WORKER_RE = re.compile(r"\bworker_\d{4,}\b")
@@ -162,7 +165,8 @@ class WorkerHeuristic:
             recipe=parse_recipe(directives.get("recipe")),
             source=(EXP_RE.findall(directives.get("from", "")) or [None])[0],
             predecessors=[
-                {"worker": p["worker"]["handle"], "best": parse_best_line(p["worker"].get("summary", ""))}
+                {"worker": p["worker"]["handle"], "best": parse_best_line(p["worker"].get("summary", "")),
+                 "experiments": [e["handle"] for e in p.get("experiments", [])]}
                 for p in me.data.get("predecessors", [])
             ],
             data={}, plan=[], inflight={}, results={}, blocked=[], notes=[],
@@ -220,12 +224,14 @@ class WorkerHeuristic:
 
     # register: bring the chosen datasets into the datapool (the only way data reaches training).
     def _register(self, view: StepView, state: dict[str, Any]) -> Outcome:
+        state["chosen"] = []  # a list: the state is stored as JSONB, which does not keep key order
         for name in self._choose(view, state):
             reason = next((c["reasons"] for c in state["candidates"] if c["name"] == name), [])
             note = f"Registered by {view.handle} ({state['direction']}): {'; '.join(reason) or 'named in the task'}."
             added = view.call("worker_add_data", {"catalog": name, "note": note[:2000]})
             if added.ok:
                 state["data"][name] = added.data["entry"]["handle"]
+                state["chosen"].append(name)
                 inspected = view.call("worker_inspect_data", {"data": added.data["entry"]["handle"], "rows": 3})
                 if inspected.ok and inspected.data.get("withheld_rows"):
                     state["notes"].append(f"{name}: {inspected.data['withheld_rows']} sample rows withheld (sealed)")
@@ -244,7 +250,7 @@ class WorkerHeuristic:
 
     def _plan(self, view: StepView, state: dict[str, Any]) -> Outcome:
         defaults = _policy_defaults(view)
-        direction, data = state["direction"], list(state["data"])
+        direction, data = state["direction"], list(state["chosen"])
         plan: list[dict[str, Any]] = []
         checkpoint = None
         if state["source"] and direction in ("continue", "dpo"):
@@ -254,9 +260,10 @@ class WorkerHeuristic:
             else:
                 state["notes"].append(f"cannot continue from {state['source']}: {_error(lineage)}")
         if direction == "data-screen":
-            plan.append({"label": "baseline θ0", "datasets": [], "recipe": None})
             plan += [{"label": f"screen {name}", "datasets": [name],
                       "recipe": self._recipe(view, state, max_steps=defaults["screen_steps"])} for name in data]  # fmt: skip
+            # The θ0 baseline last: it is cheap and only needed to read the others against.
+            plan.append({"label": "baseline θ0", "datasets": [], "recipe": None})
         elif direction == "recipe-sweep" and data:
             base = self._recipe(view, state)
             faster = {**base, "learning_rate": min(round(base["learning_rate"] * 2.5, 6), 5e-3)}
@@ -376,30 +383,40 @@ class WorkerHeuristic:
         return Outcome(state)
 
     def summary(self, state: dict[str, Any]) -> str:
+        """The Worker's report. It is checked against the records (metric attribution, failure disclosure),
+        so every score it states sits in a line naming the experiment it belongs to, and the numbers of
+        refusal messages and confidence intervals are not restated as if they were scores."""
         lines = [f"Direction: {state['direction']}."]
+        if state["direction"] == "verify" and state.get("source"):
+            lines.append(f"- this branch replicates {state['source']} with another seed")
+        for predecessor in state.get("predecessors", []):
+            # Cited as context, so any repeat of theirs is reported beside mine, never hidden.
+            if predecessor.get("experiments"):
+                lines.append(f"- context from {predecessor['worker']}: {', '.join(predecessor['experiments'])}")
         baseline = [(h, r) for h, r in state["results"].items() if r["recipe"] is None]
         for handle, result in sorted(state["results"].items()):
             what = "θ0 baseline (eval only)" if result["recipe"] is None else (
                 f"{format_recipe(result['recipe'])} on {', '.join(result['datasets'])}")  # fmt: skip
             lines.append(f"- {handle}: {what}: {result['status']}, feedback score {result['score']}")
         for blocked in state["blocked"]:
-            lines.append(f"- refused by the submission review: {blocked['label']} ({blocked['code']}): "
-                         f"{blocked['reason'][:200]}")  # fmt: skip
+            subcategories = sorted(set(re.findall(r"\[([a-z_]+)\]", blocked["reason"]))) or [blocked["code"]]
+            lines.append(f"- refused by the submission review ({', '.join(subcategories)}): {blocked['label']}; "
+                         "its data was dropped")  # fmt: skip
         for note in state["notes"][:10]:
-            lines.append(f"- note: {note}")
+            lines.append(f"- note: {re.sub(r'[0-9]+[.][0-9]+', 'n', note)}")
         comparison = state.get("comparison")
         if comparison:
-            lines.append(
-                f"Paired comparison of the two best: difference {comparison['difference']} "
-                f"[{comparison['ci_low']}, {comparison['ci_high']}], p={comparison['p_value']}."
-            )
+            significant = comparison["ci_low"] > 0
+            lines.append("Paired bootstrap comparison of the two best: the gain is "
+                         f"{'significant' if significant else 'not significant'} (its confidence interval "
+                         f"{'excludes' if significant else 'includes'} zero)")  # fmt: skip
         ranked = self._ranked(state)
         if ranked:
             best, result = ranked[0]
-            gain = ""
+            reference = ""
             if baseline and baseline[0][1]["score"] is not None:
-                gain = f" (θ0: {baseline[0][1]['score']})"
-            lines.append(f"Conclusion: {best} is my best result{gain}; its data and recipe are worth continuing.")
+                reference = f" (θ0 baseline {baseline[0][0]}: {baseline[0][1]['score']})"
+            lines.append(f"Conclusion: {best} is my best result{reference}; its data and recipe are worth continuing")
             recipe = result["recipe"]
             lines.append(
                 f"best: {best} data={'+'.join(result['datasets'])} recipe={recipe.get('recipe', 'sft')} "
@@ -407,7 +424,7 @@ class WorkerHeuristic:
                 f"score={result['score']}"
             )
         else:
-            lines.append("Conclusion: no training run of this branch succeeded.")
+            lines.append("Conclusion: no training run of this branch succeeded")
             lines.append("best: none")
         return "\n".join(lines)
 
@@ -459,9 +476,9 @@ def rank_dataset(*, name: str, info: dict[str, Any], sample: list[dict[str, Any]
         if statistics.median(words) > 3:
             score -= 3
             reasons.append("answers are sentences, not the bare answer the task expects")
-    if rows is not None and rows < 1000:
+    if rows is not None and rows < 1000 or "small" in tags:
         score -= 1
-        reasons.append(f"only {rows} rows")
+        reasons.append(f"only {rows} rows" if rows is not None else "a small sample")
     return {"name": name, "format": fmt, "score": score, "reasons": reasons, "rows": rows}
 
 
@@ -657,7 +674,7 @@ class MainHeuristic:
     def step(self, view: StepView) -> Outcome:
         state = dict(view.state or {})
         for key, default in (("workers", {}), ("reviewers", {}), ("avoid", []), ("prefer", {}), ("pending", []),
-                             ("spawned", 0), ("experiments", {}), ("stopped", False), ("predictions", {})):
+                             ("spawned", 0), ("replaced", 0), ("experiments", {}), ("stopped", False), ("predictions", {})):
             state.setdefault(key, default)  # fmt: skip
         self.defaults = _policy_defaults(view)
         self.decisions: list[str] = []
@@ -757,16 +774,18 @@ class MainHeuristic:
                     # submission of theirs can use the dataset) and re-plan their directions with it.
                     for handle in self._active_workers(state):
                         stopped = view.call("state_finalize_worker", {
-                            "worker": handle, "reason": f"guidance: avoid {action['dataset']}; re-planned"})  # fmt: skip
+                            "worker": handle, "reason": self._stop_reason(view, handle,
+                                                                          f"guidance: avoid {action['dataset']}")})  # fmt: skip
                         if stopped.ok:
                             state["workers"][handle]["status"] = "finalized"
                             state["workers"][handle]["stopped"] = True
                             respawn.append({"direction": state["workers"][handle]["direction"],
-                                            "predecessors": [handle]})  # fmt: skip
+                                            "predecessors": [handle], "replaces": handle})  # fmt: skip
                     effects.append(f"avoid {action['dataset']}: no Worker may use it from now on")
                 elif action["kind"] == "stop":
-                    stopped = view.call("state_finalize_worker", {"worker": action["worker"],
-                                                                  "reason": "guidance: stop this direction"})  # fmt: skip
+                    stopped = view.call("state_finalize_worker", {
+                        "worker": action["worker"], "reason": self._stop_reason(view, action["worker"],
+                                                                                "guidance: stop this direction")})  # fmt: skip
                     if stopped.ok and action["worker"] in state["workers"]:
                         state["workers"][action["worker"]]["status"] = "finalized"
                         state["workers"][action["worker"]]["stopped"] = True
@@ -789,6 +808,14 @@ class MainHeuristic:
         if running:
             for spec in respawn:
                 state["pending"].append({**spec, "decision": decision, "why": "guidance"})
+
+    def _stop_reason(self, view: StepView, handle: str, why: str) -> str:
+        """Why a Worker is stopped; it discloses the Worker's failed experiments (its summary on record)."""
+        inspected = view.call("state_inspect_worker", {"worker": handle})
+        failed = sorted(e["handle"] for e in inspected.data.get("experiments", [])
+                        if e["status"] in ("failed", "cancelled")) if inspected.ok else []  # fmt: skip
+        text = f"{why}; the direction is re-planned"
+        return text + (f" (failed experiments: {', '.join(failed)})" if failed else "")
 
     def _owner_of(self, view: StepView, state: dict[str, Any], experiment: str) -> str | None:
         known = state["experiments"].get(experiment)
@@ -914,7 +941,7 @@ class MainHeuristic:
 
     def _follow_up(self, view: StepView, state: dict[str, Any], direction: str, kind: str, trigger: str,
                    rationale: str) -> None:  # fmt: skip
-        if state["spawned"] + len(state["pending"]) >= self.defaults["max_workers"] or self._budget_low():
+        if self._branches(state) + len(state["pending"]) >= self.defaults["max_workers"] or self._budget_low():
             return
         best = self._best_workers(state)
         source = data = None
@@ -931,6 +958,9 @@ class MainHeuristic:
         state["pending"].append({"direction": direction, "predecessors": predecessors, "source": source,
                                  "data": data, "decision": decision, "why": trigger})  # fmt: skip
 
+    def _branches(self, state: dict[str, Any]) -> int:
+        return int(state["spawned"]) - int(state["replaced"])
+
     def _budget_low(self) -> bool:
         accel = self.quota.get("accelerator_seconds") or {}
         budget = float(accel.get("budget", 0)) - float(accel.get("reserved_final", 0))
@@ -939,7 +969,8 @@ class MainHeuristic:
     def _spawn_pending(self, view: StepView, state: dict[str, Any]) -> None:
         remaining = []
         for spec in state["pending"]:
-            if state["spawned"] >= self.defaults["max_workers"] or self._budget_low():
+            if (self._branches(state) >= self.defaults["max_workers"] and not spec.get("replaces")) \
+                    or self._budget_low():  # fmt: skip
                 continue  # dropped: the run has spent what it allows for new branches
             direction = spec["direction"]
             recipe = state.get("verify_recipe") if direction == "verify" else None
@@ -951,6 +982,8 @@ class MainHeuristic:
             if added.ok:
                 handle = added.data["handle"]
                 state["spawned"] += 1
+                # A replacement continues a stopped branch: it does not count as a new one.
+                state["replaced"] += 1 if spec.get("replaces") else 0
                 state["workers"][handle] = {"direction": direction, "status": "active", "reviewed": False}
                 self._predict(view, state, handle, direction)
             elif added.error_code == "worker_limit":
@@ -973,7 +1006,7 @@ class MainHeuristic:
             return
         if any(r.get("status") != "reported" for r in state["reviewers"].values()):
             return
-        if state["spawned"] < self.defaults["max_workers"] and not self._budget_low():
+        if self._branches(state) < self.defaults["max_workers"] and not self._budget_low():
             return
         best = self._best_workers(state)
         reason = (f"{state['spawned']} branches explored; best result from {best[0] if best else 'none'}. "

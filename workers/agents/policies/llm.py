@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.agents.llm import compact_transcript, estimate_tokens, llm_config
-from workers.agents.loop import Outcome, StepView
+from workers.agents.policies import Outcome
+
+if TYPE_CHECKING:
+    from workers.agents.loop import StepView
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 # Tool answers longer than this are cut in the transcript (the agent can page with the tools).

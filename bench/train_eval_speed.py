@@ -1,0 +1,72 @@
+"""Training and evaluation throughput of the minibench model on this machine.
+
+    .venv/bin/python bench/train_eval_speed.py [MINIBENCH_DIR] [--steps 40] [--threads 1]
+
+MINIBENCH_DIR defaults to $RSI_MINIBENCH_CACHE; if neither holds a build, a ci build is made in a
+temp dir first (minutes). Prints training tokens/s (SFT, batch 64, arithmetic-clean) and
+evaluation samples/s on the arithmetic feedback split, batched (32) vs one-by-one, with the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from apps.benchmarks.minibench import build_minibench  # noqa: E402
+from workers.gpu.hparams import validate_train_config  # noqa: E402
+from workers.gpu.runners import evaluate, train  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("minibench", nargs="?", default=os.environ.get("RSI_MINIBENCH_CACHE"))
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    scratch = Path(tempfile.mkdtemp(prefix="rsi-bench-"))
+    root = Path(args.minibench) if args.minibench else scratch / "minibench"
+    if not (root / "manifest.json").is_file():
+        print(f"building ci minibench in {root} ...", flush=True)  # noqa: T201
+        build_minibench(root, seed=0, profile="ci")
+
+    config = validate_train_config({"max_steps": args.steps, "batch_size": 64, "num_threads": args.threads,
+                                    "logging_steps": args.steps})  # fmt: skip
+    result = train(config, base_dir=root / "theta0",
+                   data_files=[root / "catalog" / "arithmetic-clean" / "data.jsonl"], out_dir=scratch / "trained")  # fmt: skip
+
+    task = json.loads((root / "tasks" / "arithmetic" / "task.json").read_text())
+    lines = (root / "tasks" / "arithmetic" / "feedback.jsonl").read_text().splitlines()
+    samples = [json.loads(line) for line in lines]
+    checkpoint = root / "references" / "arithmetic"
+    timings = {}
+    for batch_size in (32, 1):
+        started = time.perf_counter()
+        evaluate(checkpoint_dir=checkpoint, samples=samples, task=task, batch_size=batch_size)
+        timings[batch_size] = len(samples) / (time.perf_counter() - started)
+
+    report = {
+        "threads": args.threads,
+        "train_steps": result.steps,
+        "train_tokens_per_second": round(result.tokens_per_second),
+        "train_seconds": round(result.seconds, 1),
+        "eval_samples": len(samples),
+        "eval_samples_per_second_batched_32": round(timings[32], 1),
+        "eval_samples_per_second_one_by_one": round(timings[1], 1),
+        "eval_batched_speedup": round(timings[32] / timings[1], 1),
+        "load_average_1m": round(os.getloadavg()[0], 1),
+    }
+    print(json.dumps(report, indent=2))  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()
