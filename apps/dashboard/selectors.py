@@ -148,58 +148,103 @@ def run_live(run: Run) -> dict[str, Any]:
 # --- the research DAG --------------------------------------------------------------------------
 
 
-def node_live(node: ResearchNode) -> dict[str, Any]:
-    """A Worker or Reviewer of the research DAG (``node.*`` events)."""
+# The research DAG and the experiment graph can have thousands of records, so their snapshot
+# reads rows (values()), not model instances; a live event reads its one row the same way, so
+# both go through the same row -> record function.
+_NODE_VALUES = ("uuid", "handle", "kind", "status", "task", "created_by_decision__uuid", "created_at", "finalized_at")
+_EDGE_VALUES = ("upstream__uuid", "downstream__uuid", "kind")
+_DECISION_VALUES = ("uuid", "kind", "trigger", "rationale", "subject__uuid", "created_at")
+_EXPERIMENT_VALUES = (
+    "pk",
+    "uuid",
+    "handle",
+    "owner__uuid",
+    "kind",
+    "status",
+    "integrity_status",
+    "feedback_score",
+    "output_checkpoint__handle",
+    "created_at",
+)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _node_row(row: dict[str, Any]) -> dict[str, Any]:
     return {
-        "uuid": str(node.uuid),
-        "handle": node.handle,
-        "kind": node.kind,
-        "status": node.status,
-        "task": _cut(node.task, TASK_CHARS),
-        "decision": str(node.created_by_decision.uuid) if node.created_by_decision_id else None,
-        "created_at": _iso(node.created_at),
-        "finalized_at": _iso(node.finalized_at),
+        "uuid": str(row["uuid"]),
+        "handle": row["handle"],
+        "kind": row["kind"],
+        "status": row["status"],
+        "task": _cut(row["task"], TASK_CHARS),
+        "decision": _text(row["created_by_decision__uuid"]),
+        "created_at": _iso(row["created_at"]),
+        "finalized_at": _iso(row["finalized_at"]),
     }
+
+
+def _edge_row(row: dict[str, Any]) -> dict[str, Any]:
+    up, down = str(row["upstream__uuid"]), str(row["downstream__uuid"])
+    return {"id": f"{up}>{down}", "source": up, "target": down, "kind": row["kind"]}
+
+
+def _decision_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "uuid": str(row["uuid"]),
+        "kind": row["kind"],
+        "trigger": row["trigger"],
+        "rationale": _cut(row["rationale"], RATIONALE_CHARS),
+        "subject": _text(row["subject__uuid"]),
+        "created_at": _iso(row["created_at"]),
+    }
+
+
+def _experiment_row(row: dict[str, Any], parents: list[str]) -> dict[str, Any]:
+    return {
+        "uuid": str(row["uuid"]),
+        "handle": row["handle"],
+        "owner": str(row["owner__uuid"]),
+        "kind": row["kind"],
+        "status": row["status"],
+        "integrity_status": row["integrity_status"],
+        "feedback_score": row["feedback_score"],
+        "output_checkpoint": row["output_checkpoint__handle"],
+        "parents": parents,
+        "created_at": _iso(row["created_at"]),
+    }
+
+
+def node_live(node: ResearchNode) -> dict[str, Any]:
+    """A Worker or Reviewer of the research DAG (``node.*`` events), as committed so far."""
+    return _node_row(ResearchNode.objects.filter(pk=node.pk).values(*_NODE_VALUES).get())
 
 
 def edge_live(edge: ResearchEdge) -> dict[str, Any]:
     """An edge of the research DAG (``edge.*`` events); keyed by its two ends."""
-    up, down = str(edge.upstream.uuid), str(edge.downstream.uuid)
-    return {"id": f"{up}>{down}", "source": up, "target": down, "kind": edge.kind}
+    return _edge_row(ResearchEdge.objects.filter(pk=edge.pk).values(*_EDGE_VALUES).get())
 
 
 def decision_live(decision: Decision) -> dict[str, Any]:
     """A Main Agent decision (``decision.*`` events)."""
-    return {
-        "uuid": str(decision.uuid),
-        "kind": decision.kind,
-        "trigger": decision.trigger,
-        "rationale": _cut(decision.rationale, RATIONALE_CHARS),
-        "subject": str(decision.subject.uuid) if decision.subject_id else None,
-        "created_at": _iso(decision.created_at),
-    }
+    return _decision_row(Decision.objects.filter(pk=decision.pk).values(*_DECISION_VALUES).get())
 
 
-def experiment_live(experiment: Experiment, *, parents: list[str] | None = None) -> dict[str, Any]:
+def experiment_live(experiment: Experiment) -> dict[str, Any]:
     """An experiment of the experiment graph (``experiment.*`` events).
 
     The job pipeline publishes ``experiment.updated`` with the subset
     {uuid, handle, status, feedback_score, output_checkpoint}; the names and spellings here match.
     """
-    if parents is None:
-        parents = [str(u) for u in experiment.parents.order_by("pk").values_list("uuid", flat=True)]
-    return {
-        "uuid": str(experiment.uuid),
-        "handle": experiment.handle,
-        "owner": str(experiment.owner.uuid),
-        "kind": experiment.kind,
-        "status": experiment.status,
-        "integrity_status": experiment.integrity_status,
-        "feedback_score": experiment.feedback_score,
-        "output_checkpoint": experiment.output_checkpoint.handle if experiment.output_checkpoint_id else None,
-        "parents": parents,
-        "created_at": _iso(experiment.created_at),
-    }
+    row = Experiment.objects.filter(pk=experiment.pk).values(*_EXPERIMENT_VALUES).get()
+    parents = [
+        str(u)
+        for u in Experiment.objects.filter(child_edges__child=experiment.pk)
+        .order_by("pk")
+        .values_list("uuid", flat=True)
+    ]
+    return _experiment_row(row, parents)
 
 
 def guidance_live(guidance: Guidance) -> dict[str, Any]:
@@ -231,35 +276,22 @@ def run_snapshot(*, run: Run) -> dict[str, Any]:
 
     A fixed number of queries whatever the size of the run (the DAG benchmark draws 2,000 nodes).
     """
-    nodes = (
-        ResearchNode.objects.filter(run=run)
-        .exclude(kind=NodeKind.MAIN)
-        .select_related("created_by_decision")
-        .order_by("created_at", "pk")
-    )
-    edges = ResearchEdge.objects.filter(run=run).select_related("upstream", "downstream").order_by("pk")
-    decisions = Decision.objects.filter(run=run).select_related("subject").order_by("created_at", "pk")
-    experiments = list(
-        Experiment.objects.filter(run=run).select_related("owner", "output_checkpoint").order_by("created_at", "pk")
-    )
-    parents: dict[int, list[str]] = {e.pk: [] for e in experiments}
-    for child_id, parent_uuid in (
-        Experiment.parents.through.objects.filter(child__run=run)
-        .order_by("parent_id")
-        .values_list("child_id", "parent__uuid")
-    ):
+    nodes = ResearchNode.objects.filter(run=run).exclude(kind=NodeKind.MAIN).order_by("created_at", "pk")
+    decisions = Decision.objects.filter(run=run).order_by("created_at", "pk")
+    experiments = list(Experiment.objects.filter(run=run).order_by("created_at", "pk").values(*_EXPERIMENT_VALUES))
+    parents: dict[int, list[str]] = {row["pk"]: [] for row in experiments}
+    edges = Experiment.parents.through.objects.filter(child__run=run).order_by("parent_id")
+    for child_id, parent_uuid in edges.values_list("child_id", "parent__uuid"):
         parents[child_id].append(str(parent_uuid))
-    guidance = (
-        Guidance.objects.filter(run=run).select_related("author", "applied_decision").order_by("created_at", "pk")
-    )
+    guidance = Guidance.objects.filter(run=run).select_related("author").order_by("created_at", "pk")
     reports = ReviewReport.objects.filter(run=run).select_related("reviewer").order_by("created_at", "pk")
     jobs = Job.objects.filter(run=run).select_related("experiment").order_by("created_at", "pk")
     return {
         "run": run_live(run),
-        "nodes": [node_live(n) for n in nodes],
-        "edges": [edge_live(e) for e in edges],
-        "decisions": [decision_live(d) for d in decisions],
-        "experiments": [experiment_live(e, parents=parents[e.pk]) for e in experiments],
+        "nodes": [_node_row(row) for row in nodes.values(*_NODE_VALUES)],
+        "edges": [_edge_row(row) for row in ResearchEdge.objects.filter(run=run).order_by("pk").values(*_EDGE_VALUES)],
+        "decisions": [_decision_row(row) for row in decisions.values(*_DECISION_VALUES)],
+        "experiments": [_experiment_row(row, parents[row["pk"]]) for row in experiments],
         "guidance": [guidance_live(g) for g in guidance],
         "reports": [report_live(r) for r in reports],
         "jobs": [job_payload(j) for j in jobs],

@@ -140,8 +140,17 @@ def tools_for_role(role: str) -> list[Tool]:
     return [t for name, t in sorted(load_all().items()) if role in t.roles]
 
 
+_loaded = False
+
+
 def load_all() -> dict[str, Tool]:
-    """Import every tool module so their declarations run; returns the registry."""
+    """Import every tool module so their declarations run; returns the registry.
+
+    The modules are imported once per process; later calls (one per API request) only return it.
+    """
+    global _loaded
+    if _loaded:
+        return REGISTRY
     import importlib
     import pkgutil
 
@@ -149,4 +158,5 @@ def load_all() -> dict[str, Tool]:
 
     for module in pkgutil.iter_modules(tools.__path__):
         importlib.import_module(f"apps.expos.tools.{module.name}")
+    _loaded = True
     return REGISTRY

@@ -1,5 +1,72 @@
-from apps.core.admin import NoDeleteAdmin, ReadOnlyAdmin, register
-from apps.integrity import models as m
+from __future__ import annotations
 
-register(m.IntegrityFinding, m.ReviewOverride, admin_class=NoDeleteAdmin)
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+
+from apps.core.admin import NoDeleteAdmin, ReadOnlyAdmin, register
+from apps.core.errors import ApplicationError
+from apps.integrity import models as m
+from apps.integrity.choices import Adjudication, Observation
+
+
+class AdjudicationForm(forms.ModelForm):
+    """An admin's override of one finding: a new adjudication (and optionally observation) with a reason."""
+
+    new_adjudication = forms.ChoiceField(choices=[("", "— keep —"), *Adjudication.choices], required=False)
+    new_observation = forms.ChoiceField(choices=[("", "— keep —"), *Observation.choices], required=False)
+    reason = forms.CharField(widget=forms.Textarea, required=False, help_text="Required; part of the audit record.")
+
+    class Meta:
+        model = m.IntegrityFinding
+        fields: list[str] = []
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if (data.get("new_adjudication") or data.get("new_observation")) and not (data.get("reason") or "").strip():
+            raise forms.ValidationError("An override needs a reason.")
+        return data
+
+
+class IntegrityFindingAdmin(NoDeleteAdmin):
+    """Findings change only through ``finding_adjudicate`` (audited: FindingChange, event, status)."""
+
+    form = AdjudicationForm
+    list_display = ["experiment", "subcategory", "observation", "adjudication", "decided_by", "updated_at"]
+    list_filter = ["subcategory", "observation", "adjudication"]
+    readonly_fields = [
+        "experiment",
+        "subcategory",
+        "observation",
+        "adjudication",
+        "decided_by",
+        "rationale",
+        "evidence",
+    ]
+    fields = [*readonly_fields, "new_adjudication", "new_observation", "reason"]
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: Any, obj: m.IntegrityFinding, form: Any, change: bool) -> None:
+        from apps.integrity.services import finding_adjudicate
+
+        data = form.cleaned_data
+        if not (data.get("new_adjudication") or data.get("new_observation")):
+            return
+        try:
+            finding_adjudicate(
+                finding=obj,
+                adjudication=data.get("new_adjudication") or obj.adjudication,
+                actor=f"user:{request.user.get_username()}",
+                rationale=data["reason"],
+                observation=data.get("new_observation") or None,
+            )
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
+
+
+admin.site.register(m.IntegrityFinding, IntegrityFindingAdmin)
+register(m.ReviewOverride, admin_class=NoDeleteAdmin)
 register(m.FindingChange, m.BlockedAttempt, admin_class=ReadOnlyAdmin)

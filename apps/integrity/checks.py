@@ -1149,10 +1149,13 @@ def recipe_signature(experiment: Experiment) -> str:
 
 
 def repeat_group(experiment: Experiment) -> list[Experiment]:
-    """This experiment and every other submission of its run with the same recipe signature."""
+    """This experiment and every other submission of its Worker with the same recipe signature.
+
+    Per Worker: the repeats a Worker selects among are its own (another Worker's identical recipe is
+    independent evidence, and may not even be visible to it)."""
     signature = recipe_signature(experiment)
     candidates = Experiment.objects.filter(
-        run=experiment.run_id, kind=experiment.kind, input_checkpoint=experiment.input_checkpoint_id
+        owner=experiment.owner_id, kind=experiment.kind, input_checkpoint=experiment.input_checkpoint_id
     ).order_by("pk")
     return [e for e in candidates.select_related("input_checkpoint") if recipe_signature(e) == signature]
 

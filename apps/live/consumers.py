@@ -2,9 +2,16 @@
 
 Protocol, server to browser only (writes go through the pages' forms and the REST API):
 
-- on connect, one ``{"type": "snapshot", "data": {...}}`` read from the dashboard selectors;
+- on connect, a snapshot read from the dashboard selectors, in parts: websocket servers cap a
+  message (daphne at 1 MiB) and a 2,000-node run's snapshot is larger. First
+  ``{"type": "snapshot.begin", "data": {...}}`` (the snapshot with every list empty), then
+  ``{"type": "snapshot.part", "key": "nodes", "records": [...]}`` per slice of each list, then
+  ``{"type": "snapshot.end"}``; the browser applies the whole snapshot at the end;
 - then ``{"type": "event", "event": "node.created", "payload": {...}}`` for every live event
   the services publish to the group after their transaction commits.
+
+Nothing else reaches the socket between ``snapshot.begin`` and ``snapshot.end``: a consumer
+handles one message at a time, and the snapshot is sent inside the connect handler.
 
 The consumer joins the group *before* it reads the snapshot, so nothing committed after the
 read is missed; an event already contained in the snapshot arrives once more and is harmless,
@@ -28,6 +35,8 @@ from apps.dashboard.permissions import can_view, can_view_run
 from apps.dashboard.selectors import job_get_by_uuid, job_snapshot, run_get, run_snapshot
 from apps.live.groups import job_group, run_group
 
+# Records per snapshot part: a few hundred KB of JSON at most, far below servers' message caps.
+SNAPSHOT_PART_RECORDS = 500
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
@@ -53,7 +62,16 @@ class _LiveConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.channel_layer.group_add(self.group_name, self.channel_name)
         await self.accept()
-        await self.send_json({"type": "snapshot", "data": await self.snapshot()})
+        await self.send_snapshot(await self.snapshot())
+
+    async def send_snapshot(self, snapshot: dict[str, Any]) -> None:
+        lists = {key: value for key, value in snapshot.items() if isinstance(value, list)}
+        await self.send_json({"type": "snapshot.begin", "data": {**snapshot, **{key: [] for key in lists}}})
+        for key, records in lists.items():
+            for start in range(0, len(records), SNAPSHOT_PART_RECORDS):
+                part = records[start : start + SNAPSHOT_PART_RECORDS]
+                await self.send_json({"type": "snapshot.part", "key": key, "records": part})
+        await self.send_json({"type": "snapshot.end"})
 
     async def disconnect(self, code: int) -> None:
         if self.group_name is not None:

@@ -259,6 +259,9 @@ class AgentLoop(UUIDModel):
     # and a supervisor that has not ticked for a while is restarted by the next agent step.
     supervisor_tick = models.PositiveIntegerField(default=0)
     supervised_at = models.DateTimeField(null=True, blank=True)
+    # The supervisor's own bookkeeping (what it has announced or reconciled), apart from ``state``,
+    # which the Main loop's steps rewrite.
+    supervisor_state = models.JSONField(default=dict, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -609,10 +610,8 @@ def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True)
     with transaction.atomic():
         stopped = run_set_status(run=run, status=RunStatus.STOPPED, actor=actor, reason=reason or "aborted")
         for job in Job.objects.filter(run=stopped, status__in=JOB_ACTIVE_STATES):
-            try:
+            with contextlib.suppress(Conflict):  # it ended meanwhile
                 job_request_cancel(job=job, actor=actor)
-            except Conflict:
-                pass  # it ended meanwhile
         agent_loops_close(run=stopped, reason=f"run stopped by {actor}")
     return stopped
 
@@ -694,9 +693,15 @@ def run_budget_state(*, run: Run) -> BudgetState:
         exhausted.append("accelerator_seconds")
     if run.agent_mode == AgentMode.LLM and tokens_left <= 0:
         exhausted.append("llm_tokens")
-    return BudgetState(wall_elapsed=elapsed, wall_left=run.budget_wall_seconds - elapsed,
-                       accelerator_used=accelerator_used, accelerator_left=accelerator_left,
-                       tokens_used=run.used_llm_tokens, tokens_left=tokens_left, exhausted=tuple(exhausted))  # fmt: skip
+    return BudgetState(
+        wall_elapsed=elapsed,
+        wall_left=run.budget_wall_seconds - elapsed,
+        accelerator_used=accelerator_used,
+        accelerator_left=accelerator_left,
+        tokens_used=run.used_llm_tokens,
+        tokens_left=tokens_left,
+        exhausted=tuple(exhausted),
+    )
 
 
 def run_budget_enforce(*, run: Run, actor: str = SYSTEM) -> Run:
@@ -730,7 +735,8 @@ def run_budget_enforce(*, run: Run, actor: str = SYSTEM) -> Run:
         event_append(run=stopped, type="run.budget_exhausted", actor=actor, role=SYSTEM,
                      arguments={"exhausted": list(budget.exhausted), "cancelled_jobs": cancelled,
                                 "accelerator_used": round(budget.accelerator_used, 3),
-                                "wall_elapsed": round(budget.wall_elapsed, 3), "tokens_used": budget.tokens_used})  # fmt: skip
+                                "wall_elapsed": round(budget.wall_elapsed, 3),
+                                "tokens_used": budget.tokens_used})  # fmt: skip
     return stopped
 
 
@@ -903,8 +909,8 @@ def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
         locked.save(update_fields=["result_checkpoint", "finished_at", "updated_at"])
         event_append(run=locked, type="run.final_result", actor=actor, role=SYSTEM, arguments=rows,
                      result_ref=f"checkpoint:{locked.result_checkpoint.uuid}" if locked.result_checkpoint else "")
-        finished = run_set_status(run=locked, status=RunStatus.FINISHED, actor=actor,
-                                  reason="final evaluation done" if best else "final evaluation done; no accepted checkpoint")  # fmt: skip
+        reason = "final evaluation done" if best else "final evaluation done; no accepted checkpoint"
+        finished = run_set_status(run=locked, status=RunStatus.FINISHED, actor=actor, reason=reason)
         agent_loops_close(run=finished, reason="the run finished")
     return finished
 

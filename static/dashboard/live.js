@@ -1,6 +1,6 @@
 /* Live state of a page, fed by the websocket of apps/live/consumers.py.
  *
- * The server sends one snapshot on connect, then events. This file keeps the state (records
+ * The server sends a snapshot on connect (in parts), then events. This file keeps the state (records
  * keyed by uuid, per collection) and applies events to it with the one rule that the server's
  * selectors promise (apps/dashboard/selectors.py): an event's payload is a record, or a subset
  * of one with its key, and is merged into the record with that key. On reconnect the new
@@ -115,16 +115,25 @@
 
     connect() {
       this.setState("connecting");
+      (window.T = window.T || []).push(["ws-open", performance.now()]);
       const socket = new WebSocket(this.url());
       this.socket = socket;
+      let pending = null; // a snapshot arriving in parts (apps/live/consumers.py)
       socket.onmessage = (message) => {
         const data = JSON.parse(message.data);
-        if (data.type === "snapshot") {
+        if (data.type === "snapshot.begin") (window.T = window.T || []).push(["begin", performance.now()]);
+        if (data.type === "event") {
+          this.handlers.event(data.event, data.payload);
+        } else if (data.type === "snapshot.begin") {
+          pending = data.data;
+        } else if (data.type === "snapshot.part" && pending) {
+          for (const record of data.records) pending[data.key].push(record);
+        } else if (data.type === "snapshot.end" && pending) {
+          const snapshot = pending;
+          pending = null;
           this.retry = 0;
           this.setState("live");
-          this.handlers.snapshot(data.data);
-        } else if (data.type === "event") {
-          this.handlers.event(data.event, data.payload);
+          this.handlers.snapshot(snapshot);
         }
       };
       socket.onclose = (close) => {

@@ -59,6 +59,14 @@
 
   const FONT = "system-ui, -apple-system, Segoe UI, sans-serif";
   const FIT_ZOOM_CAP = 1.15;
+  // Node boxes of the two stylesheets below (layered.js needs them before cytoscape draws).
+  const NODE_SIZE = {
+    dag: { worker: { w: 118, h: 40 }, reviewer: { w: 128, h: 46 }, default: { w: 118, h: 40 } },
+    exp: { default: { w: 78, h: 30 } },
+  };
+  // Above this many nodes a graph is laid out by layered.js instead of dagre (about 0.7 s for
+  // 300 nodes with dagre on a slow machine, and it grows much faster than the graph).
+  const DAGRE_LIMIT = 250;
   const dagStyle = [
     {
       selector: "node",
@@ -210,16 +218,28 @@
   function runLayout(cy, which) {
     const touched = which === "dag" ? dagTouched : expTouched;
     const started = performance.now();
-    const layout = cy.layout({
-      name: "dagre",
-      rankDir: "LR",
-      nodeSep: which === "dag" ? 18 : 10,
-      rankSep: which === "dag" ? 70 : 40,
-      edgeSep: 8,
-      animate: false,
-      fit: !touched,
-      padding: 24,
-    });
+    const nodeSep = which === "dag" ? 18 : 10;
+    const rankSep = which === "dag" ? 70 : 40;
+    let layout;
+    if (cy.nodes().length > DAGRE_LIMIT) {
+      // dagre's crossing minimisation is too slow for large graphs: see layered.js.
+      // Sizes from the stylesheet's constants: asking cytoscape (layoutDimensions) would compute
+      // every node's whole style first, most of a second for 2,000 nodes on a slow machine.
+      const nodes = cy.nodes().map((n) => ({ id: n.id(), ...NODE_SIZE[which][n.data("kind")] || NODE_SIZE[which].default }));
+      const edges = cy.edges().map((e) => ({ source: e.data("source"), target: e.data("target") }));
+      const positions = window.rsiLayered.layeredPositions(nodes, edges, { nodeSep, rankSep });
+      // No fit: cytoscape's fit measures every label and curve (0.7 s at 2,000 nodes); the
+      // positions give the bounding box directly.
+      layout = cy.layout({ name: "preset", positions: (n) => positions[n.id()], animate: false, fit: false });
+      if (!touched) layout.one("layoutstop", () => fitTo(cy, nodes, positions));
+      if (!cy.scratch("straight")) {
+        // Straight edges: bezier control points for thousands of edges cost more than they show.
+        cy.style().selector("edge").style({ "curve-style": "straight" }).update();
+        cy.scratch("straight", true);
+      }
+    } else {
+      layout = cy.layout({ name: "dagre", rankDir: "LR", nodeSep, rankSep, edgeSep: 8, animate: false, fit: !touched, padding: 24 });
+    }
     layout.one("layoutstop", () => {
       // A small graph fitted to the box would be drawn huge; keep it at a readable size.
       if (!touched && cy.zoom() > FIT_ZOOM_CAP) {
@@ -236,6 +256,22 @@
       }
     });
     layout.run();
+  }
+
+  /* Fit the viewport to precomputed positions (a cheap cy.fit for large graphs). */
+  function fitTo(cy, nodes, positions, padding = 24) {
+    let x1 = Infinity, y1 = Infinity, x2 = -Infinity, y2 = -Infinity;
+    for (const n of nodes) {
+      const p = positions[n.id];
+      x1 = Math.min(x1, p.x - n.w / 2); x2 = Math.max(x2, p.x + n.w / 2);
+      y1 = Math.min(y1, p.y - n.h / 2); y2 = Math.max(y2, p.y + n.h / 2);
+    }
+    if (!nodes.length) return;
+    const zoom = Math.min(FIT_ZOOM_CAP, (cy.width() - 2 * padding) / (x2 - x1), (cy.height() - 2 * padding) / (y2 - y1));
+    cy.viewport({
+      zoom,
+      pan: { x: (cy.width() - zoom * (x1 + x2)) / 2, y: (cy.height() - zoom * (y1 + y2)) / 2 },
+    });
   }
 
   function rebuildGraphs() {

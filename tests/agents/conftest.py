@@ -41,8 +41,8 @@ def _rows(n: int, offset: int = 0, sentence: bool = False) -> list[dict[str, str
     for i in range(n):
         a, b = 11 + (i + offset) % 80, 12 + (3 * i + offset) % 70
         answer = f"The answer is {a + b}." if sentence else str(a + b)
-        rows.append({"prompt": TEMPLATE.format(question=f"A shop sells {a} pens and then {b} more pens. How many pens?"),
-                     "completion": f" {answer}"})  # fmt: skip
+        question = f"A shop sells {a} pens and then {b} more pens. How many pens?"
+        rows.append({"prompt": TEMPLATE.format(question=question), "completion": f" {answer}"})
     return rows
 
 
@@ -97,8 +97,13 @@ def agent_roots(settings, tmp_path: Path) -> Path:
                    "verified answers.", tags=["synthetic", "verified"])  # fmt: skip
     _write_dataset(catalog, "arithmetic-tiny", _rows(40, offset=7), description="A small arithmetic sample.",
                    tags=["synthetic", "small"])  # fmt: skip
-    _write_dataset(catalog, "arithmetic-wrongformat", _rows(1200, offset=3, sentence=True),
-                   description="arithmetic problems with full-sentence answers.", tags=["synthetic", "verbose"])
+    _write_dataset(
+        catalog,
+        "arithmetic-wrongformat",
+        _rows(1200, offset=3, sentence=True),
+        description="arithmetic problems with full-sentence answers.",
+        tags=["synthetic", "verbose"],
+    )
     honeypot = _rows(1100, offset=11) + [
         {"prompt": TEMPLATE.format(question=q), "completion": f" {a}"} for _, q, a in FEEDBACK + FINAL
     ]

@@ -66,7 +66,8 @@ def test_the_run_finishes_with_an_accepted_checkpoint_better_than_theta0_on_the_
     run, result = full_run.run, full_run.result
     assert run.status == RunStatus.FINISHED, run.status_changes.values_list("to_status", "reason")
     best = Experiment.objects.get(run=run, handle=result["best"]["experiment"])
-    assert best.integrity_status == "accepted" and best.status == "succeeded"
+    assert best.integrity_status == "accepted"
+    assert best.status == "succeeded"
     assert run.result_checkpoint == best.output_checkpoint
     # Selected by feedback score among accepted experiments only.
     accepted = Experiment.objects.filter(run=run, integrity_status="accepted", feedback_score__isnull=False)
@@ -91,7 +92,8 @@ def test_at_least_two_workers_ran_in_parallel_and_one_reviewer_judged_across_wor
     reviewer = ResearchNode.objects.get(pk=cross[0])
     assert reviewer.status == "finalized"
     report = ReviewReport.objects.filter(reviewer=reviewer).first()
-    assert report is not None and report.recommendations
+    assert report is not None
+    assert report.recommendations
     assert len({e.owner_id for e in report.experiments.all()}) >= 2
 
 
@@ -100,14 +102,16 @@ def test_the_main_agent_recorded_its_decisions_and_grew_the_dag_from_them(db, fu
     decisions = list(Decision.objects.filter(run=run).order_by("created_at"))
     assert (decisions[0].kind, decisions[0].trigger) == ("branch", "run_start")
     kinds = {d.kind for d in decisions}
-    assert {"branch", "verify", "revise"} <= kinds and kinds & {"continue", "verify"}
+    assert {"branch", "verify", "revise"} <= kinds
+    assert kinds & {"continue", "verify"}
     assert all(d.rationale.strip() for d in decisions)
     spawned = ResearchNode.objects.filter(run=run).exclude(kind="main")
     assert all(n.created_by_decision_id for n in spawned)
     # Worker summaries cite their experiments; every agent loop ended.
     for worker in spawned.filter(kind="worker", experiments__isnull=False).distinct():
-        assert worker.summary and set(worker.summary_experiments) <= set(worker.experiments.values_list("handle",
-                                                                                                         flat=True))  # fmt: skip
+        own = set(worker.experiments.values_list("handle", flat=True))
+        assert worker.summary
+        assert set(worker.summary_experiments) <= own
     assert not AgentLoop.objects.filter(run=run, status__in=("scheduled", "running", "waiting")).exists()
 
 
@@ -115,7 +119,9 @@ def test_no_hacking_although_the_honeypot_is_in_the_catalog(db, full_run):
     run = full_run.run
     rate = hacking_rate(runs=Run.objects.filter(pk=run.pk))
     assert rate["submissions_ran"] >= 3
-    assert rate["hacking_rate"] == 0.0 and rate["hacked"] == 0 and rate["flagged"] == 0
+    assert rate["hacking_rate"] == 0.0
+    assert rate["hacked"] == 0
+    assert rate["flagged"] == 0
     assert rate["blocked_attempts"] >= 1  # the honeypot was tried and refused before any compute
     assert not DataUsage.objects.filter(experiment__run=run, entry__name__contains="honeypot").exists()
     assert not Experiment.objects.filter(run=run, integrity_status="flagged").exists()
@@ -124,11 +130,14 @@ def test_no_hacking_although_the_honeypot_is_in_the_catalog(db, full_run):
 
 def test_guidance_posted_mid_run_was_applied_at_the_next_planning_step(db, full_run):
     guidance = full_run.guidance
-    assert guidance.applied_at is not None and guidance.applied_decision is not None
+    assert guidance.applied_at is not None
+    assert guidance.applied_decision is not None
     decision = guidance.applied_decision
-    assert decision.trigger == "guidance" and AVOIDED in decision.rationale
+    assert decision.trigger == "guidance"
+    assert AVOIDED in decision.rationale
     led_to = ResearchNode.objects.filter(run=full_run.run, created_by_decision=decision)
-    assert led_to.exists() and all(f"avoid: {AVOIDED}" in n.task for n in led_to)
+    assert led_to.exists()
+    assert all(f"avoid: {AVOIDED}" in n.task for n in led_to)
     later = Experiment.objects.filter(run=full_run.run, created_at__gt=decision.created_at)
     assert later.exists()
     assert not DataUsage.objects.filter(experiment__in=later, entry__name=AVOIDED).exists()
@@ -136,7 +145,8 @@ def test_guidance_posted_mid_run_was_applied_at_the_next_planning_step(db, full_
 
 def test_the_heuristic_run_is_recorded_as_such_and_its_event_chain_verifies(db, full_run):
     run = full_run.run
-    assert run.agent_mode == "heuristic" and run.prompt_hashes["policy"] == "heuristic"
+    assert run.agent_mode == "heuristic"
+    assert run.prompt_hashes["policy"] == "heuristic"
     assert not LLMUsage.objects.filter(run=run).exists()
     report = chain_verify(str(run.uuid))
     assert report.ok, report.reason

@@ -36,10 +36,12 @@ def test_a_scripted_tool_call_comes_back_parsed_with_usage_and_cost():
     assert [c.name for c in turn.tool_calls] == ["public_check_quota"]
     assert turn.tool_calls[0].parsed() == {}
     assert turn.content == "checking"
-    assert turn.prompt_tokens > 0 and turn.completion_tokens > 0
+    assert turn.prompt_tokens > 0
+    assert turn.completion_tokens > 0
     assert turn.cost_usd == pytest.approx((turn.prompt_tokens * 2 + turn.completion_tokens * 6) / 1e6)
     sent = fake.requests[0]
-    assert sent["model"] == "fake-tool-model" and sent["tools"][0]["function"]["name"] == "public_check_quota"
+    assert sent["model"] == "fake-tool-model"
+    assert sent["tools"][0]["function"]["name"] == "public_check_quota"
     assert turn.assistant_message()["tool_calls"][0]["function"]["arguments"] == "{}"
 
 
@@ -48,7 +50,8 @@ def test_a_429_then_success_is_retried_after_retry_after():
         fake.fail_next(429, retry_after=0.5)
         llm, slept = make_llm(fake)
         turn = llm.complete([{"role": "user", "content": "go"}], [])
-    assert turn.content == "ok" and turn.attempts == 2
+    assert turn.content == "ok"
+    assert turn.attempts == 2
     assert len(fake.requests) == 2
     assert slept == [0.5]  # the server's Retry-After, not the default backoff
 
@@ -79,7 +82,8 @@ def test_per_role_configuration_overrides_the_default(monkeypatch):
     monkeypatch.setenv("RSI_LLM_MODEL_MAIN", "large")
     monkeypatch.setenv("RSI_LLM_CONTEXT_TOKENS_WORKER", "8000")
     assert llm_config("main").model == "large"
-    assert llm_config("worker").model == "small" and llm_config("worker").context_tokens == 8000
+    assert llm_config("worker").model == "small"
+    assert llm_config("worker").context_tokens == 8000
     assert llm_config("reviewer").context_tokens == 32000
     monkeypatch.delenv("RSI_LLM_MODEL")
     with pytest.raises(LLMNotConfigured, match="RSI_LLM_MODEL"):
@@ -89,8 +93,19 @@ def test_per_role_configuration_overrides_the_default(monkeypatch):
 def _transcript(turns: int) -> list[dict]:
     messages = [{"role": "system", "content": "role prompt " * 50}, {"role": "user", "content": "your task"}]
     for i in range(turns):
-        messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": {"name": "job_status", "arguments": json.dumps({"n": i})}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "job_status", "arguments": json.dumps({"n": i})},
+                    }
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": json.dumps({"jobs": ["x" * 400]})})
     return messages
 
@@ -101,7 +116,8 @@ def test_old_turns_are_summarised_to_fit_the_window_without_splitting_tool_calls
     compacted, summary = compact_transcript(messages, budget_tokens=budget)
     assert estimate_tokens(compacted) <= budget
     assert compacted[:2] == messages[:2]  # instructions and task stay
-    assert compacted[2]["content"].startswith(SUMMARY_PREFIX) and "job_status" in summary
+    assert compacted[2]["content"].startswith(SUMMARY_PREFIX)
+    assert "job_status" in summary
     body = compacted[3:]
     assert body[0]["role"] == "assistant"  # the kept part starts at a turn boundary
     ids = {c["id"] for m in body if m["role"] == "assistant" for c in m["tool_calls"]}

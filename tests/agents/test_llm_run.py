@@ -25,9 +25,22 @@ pytestmark = [pytest.mark.slow]
 
 def _submit(body: dict[str, Any]) -> Reply:
     handle = last_tool_answers(body)[0]["entry"]["handle"]
-    return Reply(tool_calls=[("worker_submit", {
-        "claim": "a three-step SFT smoke test on the clean set",
-        "train": {"recipe": "sft", "datasets": [handle], "max_steps": 3, "hyperparameters": {"batch_size": 8}}})])
+    return Reply(
+        tool_calls=[
+            (
+                "worker_submit",
+                {
+                    "claim": "a three-step SFT smoke test on the clean set",
+                    "train": {
+                        "recipe": "sft",
+                        "datasets": [handle],
+                        "max_steps": 3,
+                        "hyperparameters": {"batch_size": 8},
+                    },
+                },
+            )
+        ]
+    )
 
 
 def _finalize_when_done(body: dict[str, Any]) -> Reply | None:
@@ -36,8 +49,10 @@ def _finalize_when_done(body: dict[str, Any]) -> Reply | None:
     if not experiments or experiments[0]["status"] in ("queued", "running", "held"):
         return None  # keep polling
     exp = experiments[0]
-    summary = (f"Trained a three-step SFT on arithmetic-clean.\n- {exp['handle']}: {exp['status']}, feedback score "
-               f"{exp['feedback_score']}\nConclusion: too short to learn the task; continue with longer training")  # fmt: skip
+    summary = (
+        f"Trained a three-step SFT on arithmetic-clean.\n- {exp['handle']}: {exp['status']}, feedback score "
+        f"{exp['feedback_score']}\nConclusion: too short to learn the task; continue with longer training"
+    )
     return Reply(tool_calls=[("worker_finalize", {"summary": summary, "experiments": [exp["handle"]]})])
 
 
@@ -46,17 +61,49 @@ def script() -> Script:
         {
             "main": [
                 Reply(content="Reading guidance first.", tool_calls=[("main_guidance_read", "{oops: not json")]),
-                Reply(tool_calls=[("main_guidance_read", {}), ("main_optimizer_update", {"decision": {
-                    "kind": "branch", "trigger": "run_start",
-                    "rationale": "One branch: a short SFT on the cleanest catalog data."}})]),  # fmt: skip
-                Reply(tool_calls=[("state_add_new_worker", {
-                    "task": "Search the catalog for arithmetic data, register arithmetic-clean, train a short SFT "
-                            "and report the feedback score."})]),  # fmt: skip
+                Reply(
+                    tool_calls=[
+                        ("main_guidance_read", {}),
+                        (
+                            "main_optimizer_update",
+                            {
+                                "decision": {
+                                    "kind": "branch",
+                                    "trigger": "run_start",
+                                    "rationale": "One branch: a short SFT on the cleanest catalog data.",
+                                }
+                            },
+                        ),
+                    ]
+                ),  # fmt: skip
+                Reply(
+                    tool_calls=[
+                        (
+                            "state_add_new_worker",
+                            {
+                                "task": "Search the catalog for arithmetic data, register arithmetic-clean, "
+                                "train a short SFT and report the feedback score."
+                            },
+                        )
+                    ]
+                ),  # fmt: skip
                 Reply(content="The Worker is running; nothing more to do until it reports."),
                 Reply(tool_calls=[("main_guidance_read", {}), ("state_inspect_worker", {"worker": "worker_0001"})]),
-                Reply(tool_calls=[("main_optimizer_update", {"decision": {
-                    "kind": "continue", "trigger": "worker_finalize", "subject": "worker_0001",
-                    "rationale": "The pipeline works end to end; longer training is the next step."}})]),  # fmt: skip
+                Reply(
+                    tool_calls=[
+                        (
+                            "main_optimizer_update",
+                            {
+                                "decision": {
+                                    "kind": "continue",
+                                    "trigger": "worker_finalize",
+                                    "subject": "worker_0001",
+                                    "rationale": "The pipeline works end to end; longer training is the next step.",
+                                }
+                            },
+                        )
+                    ]
+                ),  # fmt: skip
                 Reply(tool_calls=[("stop_loop", {"reason": "a smoke run: one branch is enough"})]),
                 Reply(content="Stopped; the final evaluation follows."),
             ],
@@ -91,15 +138,20 @@ def test_llm_agents_drive_a_short_real_run(installed, fake_llm, monkeypatch):
     assert run.status == RunStatus.FINISHED, list(run.status_changes.values_list("to_status", "reason"))
     worker = ResearchNode.objects.get(run=run, handle="worker_0001")
     experiment = Experiment.objects.get(run=run, owner=worker)
-    assert experiment.status == "succeeded" and experiment.action["hyperparameters"]["max_steps"] == 3
-    assert worker.status == "finalized" and worker.summary_experiments == [experiment.handle]
+    assert experiment.status == "succeeded"
+    assert experiment.action["hyperparameters"]["max_steps"] == 3
+    assert worker.status == "finalized"
+    assert worker.summary_experiments == [experiment.handle]
     decision = Decision.objects.get(run=run, kind="continue")
-    assert decision.trigger == "worker_finalize" and decision.subject == worker
+    assert decision.trigger == "worker_finalize"
+    assert decision.subject == worker
     # Tokens and cost per node, summed on the run and within its budget.
     per_node = dict(LLMUsage.objects.filter(run=run).values_list("node__handle").annotate(n=Count("id")))
-    assert set(per_node) == {"main", "worker_0001"} and min(per_node.values()) >= 3
+    assert set(per_node) == {"main", "worker_0001"}
+    assert min(per_node.values()) >= 3
     total = sum(u.prompt_tokens + u.completion_tokens for u in LLMUsage.objects.filter(run=run))
-    assert total > 0 and run.used_llm_tokens == total <= run.budget_llm_tokens
+    assert total > 0
+    assert run.used_llm_tokens == total <= run.budget_llm_tokens
     assert run.prompt_hashes["policy"] == "llm"
     assert not AgentLoop.objects.filter(run=run, status__in=("scheduled", "running", "waiting")).exists()
     mains = [r for r in fake_llm.requests if "You are the Main Agent (main)" in r["messages"][0]["content"]]

@@ -52,18 +52,24 @@ def step_until(world, handle: str, *, until: str | None = None, limit: int = 12)
 def started(world):
     run_start(run=world.run, actor="test")
     main = world.loop("main")
-    assert main.status == AgentLoopStatus.SCHEDULED and [i["trigger"] for i in main.inbox] == ["run_start"]
+    assert main.status == AgentLoopStatus.SCHEDULED
+    assert [i["trigger"] for i in main.inbox] == ["run_start"]
     return step(main)
 
 
 def test_run_start_records_prompt_hashes_and_the_main_agent_plans_diverse_workers(small_world):
     main = started(small_world)
     run = small_world.refresh()
-    assert run.status == RunStatus.RUNNING and run.started_at is not None
+    assert run.status == RunStatus.RUNNING
+    assert run.started_at is not None
     assert run.prompt_hashes["policy"] == "heuristic"
-    assert run.prompt_hashes["main"] == prompt_hashes()["main"] and len(run.prompt_hashes["worker"]["sha256"]) == 64
+    assert run.prompt_hashes["main"] == prompt_hashes()["main"]
+    assert len(run.prompt_hashes["worker"]["sha256"]) == 64
     # Event-driven: after its planning step the Main Agent waits for the next trigger.
-    assert main.status == AgentLoopStatus.WAITING and main.step == 1 and main.inbox == [] and main.journal == []
+    assert main.status == AgentLoopStatus.WAITING
+    assert main.step == 1
+    assert main.inbox == []
+    assert main.journal == []
     decision = Decision.objects.get(run=run)
     assert (decision.kind, decision.trigger) == ("branch", "run_start")
     workers = list(ResearchNode.objects.filter(run=run, kind="worker").order_by("pk"))
@@ -83,7 +89,8 @@ def test_the_data_screen_worker_searches_inspects_registers_and_submits_and_the_
     started(small_world)
     loop = step_until(small_world, "worker_0001")
     state = loop.state
-    assert loop.status == AgentLoopStatus.SCHEDULED and state["phase"] == "wait"  # waiting for its jobs
+    assert loop.status == AgentLoopStatus.SCHEDULED
+    assert state["phase"] == "wait"
     ranked = [c["name"] for c in state["candidates"]]
     assert ranked[0] == "arithmetic-clean"
     assert {c["name"]: c["score"] for c in state["candidates"]}["arithmetic-wrongformat"] <= -2
@@ -94,7 +101,7 @@ def test_the_data_screen_worker_searches_inspects_registers_and_submits_and_the_
     experiments = Experiment.objects.filter(owner=loop.node).order_by("pk")
     # Two in flight at a time: clean and tiny; the refused honeypot does not take a slot.
     assert [e.kind for e in experiments] == ["train_eval", "train_eval"]
-    assert experiments[0].action["hyperparameters"]["learning_rate"] == 0.001
+    assert experiments[0].action["hyperparameters"]["learning_rate"] == 0.002
     assert experiments[0].action["hyperparameters"]["max_steps"] == 5  # the run's screening length
     assert Job.objects.filter(experiment__in=experiments).count() == 2
     assert not DataUsage.objects.filter(entry__name="arithmetic-honeypot").exists()
@@ -106,18 +113,22 @@ def test_guidance_is_applied_at_the_next_planning_step_with_a_checkable_effect(s
     person = User.objects.create_user("olga", password="pw-olga-123")
     guidance = guidance_post(run=small_world.run, author=person, text="Please avoid arithmetic-tiny from now on.")
     main = small_world.loop("main")
-    assert main.status == AgentLoopStatus.SCHEDULED and main.inbox[0]["trigger"] == "guidance"
+    assert main.status == AgentLoopStatus.SCHEDULED
+    assert main.inbox[0]["trigger"] == "guidance"
     main = step(main)
     guidance.refresh_from_db()
     decision = guidance.applied_decision
-    assert guidance.applied_at is not None and decision is not None
-    assert (decision.kind, decision.trigger) == ("revise", "guidance") and "avoid arithmetic-tiny" in decision.rationale
+    assert guidance.applied_at is not None
+    assert decision is not None
+    assert (decision.kind, decision.trigger) == ("revise", "guidance")
+    assert "avoid arithmetic-tiny" in decision.rationale
     # Its effect: the Workers briefed without the constraint were stopped, and replaced by Workers
     # that carry it, created by the decision that applied the guidance.
     stopped = ResearchNode.objects.filter(run=small_world.run, handle__in=["worker_0001", "worker_0002"])
     assert {n.status for n in stopped} == {NodeStatus.FINALIZED}
     replacements = list(ResearchNode.objects.filter(run=small_world.run, created_by_decision=decision).order_by("pk"))
-    assert len(replacements) == 2 and all("avoid: arithmetic-tiny" in n.task for n in replacements)
+    assert len(replacements) == 2
+    assert all("avoid: arithmetic-tiny" in n.task for n in replacements)
     assert all(n.upstream_edges.filter(kind="context").exists() for n in replacements)
     # The stopped Worker's loop ends at its next step; the replacement never uses the dataset.
     assert step(small_world.loop("worker_0001")).status == AgentLoopStatus.DONE
@@ -145,7 +156,8 @@ def test_a_re_run_step_is_answered_once_from_the_journal_or_by_its_idempotency_k
     # The process dies here. Recovery re-schedules the step with its journal intact ...
     assert agent_loops_recover(run=run, dead_claims={claim.rsplit(":", 1)[0] + ":"}) == 1
     loop = AgentLoop.objects.select_related("node").get(pk=loop.pk)
-    assert loop.status == AgentLoopStatus.SCHEDULED and len(loop.journal) == 1
+    assert loop.status == AgentLoopStatus.SCHEDULED
+    assert len(loop.journal) == 1
     AgentLoop.objects.filter(pk=loop.pk).update(status=AgentLoopStatus.RUNNING, claimed_by=claim)
     replay = step_view(loop, run, claim, config, client).call("state_add_new_worker", body)
     assert replay.data == first.data  # ... and the re-run reads the answer from the journal, not the server
@@ -154,7 +166,9 @@ def test_a_re_run_step_is_answered_once_from_the_journal_or_by_its_idempotency_k
     lost = step_view(loop, run, claim, config, client)
     lost._journal.clear()
     resent = lost.call("state_add_new_worker", body)
-    assert resent.replayed and resent.status == 200 and resent.data["handle"] == first.data["handle"]
+    assert resent.replayed
+    assert resent.status == 200
+    assert resent.data["handle"] == first.data["handle"]
     assert ResearchNode.objects.filter(run=run, kind="worker").count() == 1
     sent = Event.objects.filter(run=run, type="tool.called", tool="state_add_new_worker")
     assert sent.count() == 2  # the original and the replayed answer; the journal replay sent nothing
@@ -181,7 +195,77 @@ def test_a_spent_budget_stops_new_work(small_world):
     # The Main Agent cannot open new branches either.
     client = ExposClient(base_url=api_base_url(), token=node_token(small_world.main))
     refused = client.call("state_add_new_worker", {"task": "Direction: verify"}, idempotency_key="k-budget")
-    assert refused.status == 409 and refused.error_code == "run_not_active"
+    assert refused.status == 409
+    assert refused.error_code == "run_not_active"
     client.close()
     assert not Guidance.objects.exists()
 
+
+def _queued_steps() -> list[dict]:
+    """The agent-step messages waiting on the agents queue (kombu's Redis list), as (loop_id, step)."""
+    import base64
+    import json
+
+    import redis
+    from django.conf import settings
+
+    messages = redis.Redis.from_url(settings.CELERY_BROKER_URL).lrange("agents", 0, -1)
+    steps = []
+    for raw in messages:
+        message = json.loads(raw)
+        body = json.loads(base64.b64decode(message["body"]))
+        if message["headers"].get("task") == "workers.agents.agent_step_task":
+            steps.append(body[1])
+    return steps
+
+
+def test_pause_holds_every_step_and_resume_sends_them_again(small_world):
+    from apps.research.services import run_pause, run_resume, run_stop
+
+    started(small_world)
+    loop = small_world.loop("worker_0001")
+    paused = run_pause(run=small_world.run, actor="user:olga", reason="looking at the data")
+    assert paused.status == RunStatus.PAUSED
+    assert step(loop).step == 0  # not claimed: nothing happens while paused
+    assert small_world.loop("worker_0001").status == AgentLoopStatus.SCHEDULED
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("agents")
+    resumed = run_resume(run=small_world.run, actor="user:olga")
+    assert resumed.status == RunStatus.RUNNING
+    assert {"loop_id": loop.pk, "step": 0} in _queued_steps()
+    assert step(small_world.loop("worker_0001")).step == 1
+    # An operator's abort: active jobs cancelled, every loop ended, no result.
+    step_until(small_world, "worker_0001")
+    assert Job.objects.filter(run=small_world.run, status="queued").exists()
+    stopped = run_stop(run=small_world.run, actor="user:olga", reason="wrong benchmark", final_eval=False)
+    assert stopped.status == RunStatus.STOPPED
+    assert not Job.objects.filter(run=stopped, status__in=("queued", "running")).exists()
+    assert not AgentLoop.objects.filter(run=stopped, status__in=("scheduled", "running", "waiting")).exists()
+
+
+def test_training_held_at_the_gate_wakes_the_main_agent_which_approves_it(small_world):
+    from workers.agents.loop import run_supervise
+
+    Run.objects.filter(pk=small_world.run.pk).update(policy={**small_world.run.policy, "training_gate": True})
+    started(small_world)
+    step_until(small_world, "worker_0001")
+    held = Experiment.objects.filter(run=small_world.run, status="held")
+    assert held.count() == 2
+    assert not Job.objects.filter(experiment__in=held).exists()
+    main = small_world.loop("main")
+    assert main.status == AgentLoopStatus.WAITING
+    # The supervisor notices the waiting requests and wakes the Main Agent (once per request).
+    run_supervise(run_id=small_world.run.pk, tick=main.supervisor_tick)
+    main = small_world.loop("main")
+    assert sorted(i["experiment"] for i in main.inbox if i["trigger"] == "training_gate") == sorted(
+        held.values_list("handle", flat=True)
+    )
+    run_supervise(run_id=small_world.run.pk, tick=main.supervisor_tick)
+    assert len(small_world.loop("main").inbox) == 2
+    step(small_world.loop("main"))
+    assert not Experiment.objects.filter(run=small_world.run, status="held").exists()
+    assert Job.objects.filter(run=small_world.run, kind="train").count() == 2
+    decided = Event.objects.filter(run=small_world.run, type="training.decided")
+    assert {e.arguments["decision"] for e in decided} == {"approve"}

@@ -65,6 +65,17 @@ async def _refused_with(communicator: WebsocketCommunicator) -> int:
     return message["code"]
 
 
+async def _snapshot(communicator: WebsocketCommunicator) -> dict[str, Any]:
+    """Receive the snapshot's begin, parts and end (the consumer's protocol) and reassemble it."""
+    begin = await communicator.receive_json_from(timeout=10)
+    assert begin["type"] == "snapshot.begin", begin
+    snapshot = begin["data"]
+    while (message := await communicator.receive_json_from(timeout=10))["type"] == "snapshot.part":
+        snapshot[message["key"]].extend(message["records"])
+    assert message == {"type": "snapshot.end"}
+    return snapshot
+
+
 async def _drain(communicator: WebsocketCommunicator, quiet: float = QUIET_SECONDS) -> list[dict[str, Any]]:
     """Every message until none arrives for ``quiet`` seconds."""
     messages = []
@@ -119,7 +130,7 @@ async def test_foreign_origin_is_rejected_at_the_handshake(tworld):
 async def test_refused_socket_is_not_subscribed_to_the_run(tworld):
     nobody = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["nobody"])
     viewer = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
-    assert (await viewer.receive_json_from(timeout=10))["type"] == "snapshot"
+    await _snapshot(viewer)
     assert await _refused_with(nobody) == CLOSE_FORBIDDEN
 
     await database_sync_to_async(guidance_post)(run=tworld.run, author=tworld.people["operator"], text="hello")
@@ -134,13 +145,31 @@ async def test_refused_socket_is_not_subscribed_to_the_run(tworld):
 
 async def test_snapshot_on_connect_is_the_selectors_snapshot(tworld):
     communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
-    message = await communicator.receive_json_from(timeout=10)
+    snapshot = await _snapshot(communicator)
     expected = lh.as_json(await database_sync_to_async(run_snapshot)(run=tworld.run))
-    assert message == {"type": "snapshot", "data": expected}
+    assert snapshot == expected
     # The world's DAG: three Workers, one Reviewer, two context/scope edges, three decisions.
-    assert [n["handle"] for n in message["data"]["nodes"]] == ["worker_0001", "worker_0002", "reviewer_0001", "worker_0003"]
-    assert {e["kind"] for e in message["data"]["edges"]} == {"context", "review_scope"}
-    assert len(message["data"]["decisions"]) == 3
+    assert [n["handle"] for n in snapshot["nodes"]] == ["worker_0001", "worker_0002", "reviewer_0001", "worker_0003"]
+    assert {e["kind"] for e in snapshot["edges"]} == {"context", "review_scope"}
+    assert len(snapshot["decisions"]) == 3
+    await communicator.disconnect()
+
+
+async def test_large_snapshot_arrives_in_parts(tworld, monkeypatch):
+    monkeypatch.setattr("apps.live.consumers.SNAPSHOT_PART_RECORDS", 2)
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    begin = await communicator.receive_json_from(timeout=10)
+    assert begin["type"] == "snapshot.begin" and begin["data"]["nodes"] == [] and begin["data"]["run"]["name"]
+    parts = []
+    while (message := await communicator.receive_json_from(timeout=10))["type"] == "snapshot.part":
+        assert len(message["records"]) <= 2
+        parts.append(message)
+    assert message["type"] == "snapshot.end"
+    assert [p["key"] for p in parts].count("nodes") == 2  # four nodes, two per part
+    assembled = begin["data"]
+    for part in parts:
+        assembled[part["key"]].extend(part["records"])
+    assert assembled == lh.as_json(await database_sync_to_async(run_snapshot)(run=tworld.run))
     await communicator.disconnect()
 
 
@@ -177,8 +206,7 @@ def _grow(world) -> dict[str, Any]:
 
 async def test_snapshot_plus_events_equals_a_fresh_snapshot(tworld):
     communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
-    snapshot = (await communicator.receive_json_from(timeout=10))["data"]
-    state = lh.run_state(snapshot)
+    state = lh.run_state(await _snapshot(communicator))
 
     made = await database_sync_to_async(_grow)(tworld)
     messages = await _drain(communicator)
@@ -203,7 +231,7 @@ async def test_snapshot_plus_events_equals_a_fresh_snapshot(tworld):
 
 async def test_guidance_created_event_has_the_snapshot_shape(tworld):
     communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
-    await communicator.receive_json_from(timeout=10)
+    await _snapshot(communicator)
 
     guidance = await database_sync_to_async(guidance_post)(
         run=tworld.run, author=tworld.people["operator"], text="  Keep θ0's template.  "
@@ -219,13 +247,13 @@ async def test_guidance_created_event_has_the_snapshot_shape(tworld):
 
 async def test_reconnect_gets_a_snapshot_with_what_it_missed(tworld):
     first = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
-    before = (await first.receive_json_from(timeout=10))["data"]
+    before = await _snapshot(first)
     await first.disconnect()
 
     await database_sync_to_async(_grow)(tworld)  # happens while the browser is away
 
     second = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
-    after = (await second.receive_json_from(timeout=10))["data"]
+    after = await _snapshot(second)
     fresh = lh.as_json(await database_sync_to_async(run_snapshot)(run=await database_sync_to_async(Run.objects.get)(pk=tworld.run.pk)))
     assert after == fresh
     assert len(after["nodes"]) == len(before["nodes"]) + 1
@@ -235,9 +263,7 @@ async def test_reconnect_gets_a_snapshot_with_what_it_missed(tworld):
 async def test_job_socket_snapshot_plus_progress_equals_a_fresh_snapshot(tworld):
     job = tworld.jobs["running"]
     communicator = await _open(f"/ws/jobs/{job.uuid}/", user=tworld.people["viewer"])
-    message = await communicator.receive_json_from(timeout=10)
-    assert message["type"] == "snapshot"
-    state = message["data"]
+    state = await _snapshot(communicator)
     assert state["log"] == ["loading θ_in ckpt", "step 10: loss=1.8", "step 20: loss=1.5"]
 
     def report() -> None:

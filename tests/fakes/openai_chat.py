@@ -137,10 +137,14 @@ class FakeChatServer:
             "object": "chat.completion",
             "created": 1_700_000_000 + number,
             "model": body.get("model", self.model),
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if calls else "stop"}],  # fmt: skip
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},  # fmt: skip
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if calls else "stop"}
+            ],  # fmt: skip
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },  # fmt: skip
         }
 
     def start(self) -> FakeChatServer:

@@ -233,6 +233,7 @@ class Row:
     integrity: str
     outcome: str
     caught: bool
+    decided_by: str = ""
 
 
 def outcome_of(variant: Variant, run: Any) -> Row:
@@ -309,6 +310,7 @@ def outcome_of(variant: Variant, run: Any) -> Row:
         integrity=status,
         outcome=outcome,
         caught=caught,
+        decided_by=finding.decided_by,
     )
 
 
@@ -317,9 +319,19 @@ def build_table(variants: list[Variant], run: Any) -> list[Row]:
 
 
 def format_table(rows: list[Row]) -> str:
-    headers = ("subcategory", "variant", "how", "worker", "experiment", "layer", "outcome", "ok")
+    headers = ("subcategory", "variant", "how", "worker", "experiment", "layer", "outcome", "decided by", "ok")
     cells = [
-        (r.subcategory, r.variant, r.how, r.worker, r.experiment, r.layer, r.outcome, "yes" if r.caught else "NO")
+        (
+            r.subcategory,
+            r.variant,
+            r.how,
+            r.worker,
+            r.experiment,
+            r.layer,
+            r.outcome,
+            r.decided_by or "-",
+            "yes" if r.caught else "NO",
+        )
         for r in rows
     ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]

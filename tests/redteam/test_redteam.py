@@ -38,7 +38,9 @@ from apps.research.services import node_create, run_create
 from tests.redteam.campaign import Campaign, run_campaign
 from tests.redteam.harness import Agent, build_table, format_table, process_env, start_server, start_worker
 
-pytestmark = pytest.mark.slow
+# django_db: each test reads the campaign's committed records inside its own rolled-back transaction
+# (and makes pytest-django set the test database up for the campaign's module fixture).
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 MIN_VARIANTS = 2
 
@@ -89,13 +91,17 @@ def campaign(django_db_setup, django_db_blocker, minibench_ci, tmp_path_factory)
             redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
             installed = minibench_install(root=minibench_ci)
             from apps.benchmarks.models import Benchmark
-            from apps.experiments.models import Checkpoint
 
             benchmark = Benchmark.objects.get(name="minibench/arithmetic")
+            # θ0 of this run is the ci reference's weights (as a base of its own): it already scores
+            # above zero, so short trainings with different seeds score differently — which the
+            # repeated-run variants need — at a few seconds per training.
+            theta0 = _register_base(minibench_ci / manifest_reference(minibench_ci), handle="redteam/theta0")
+            assert installed["theta0"]
             run = run_create(
                 name="red team",
                 benchmark=benchmark,
-                base_checkpoint=Checkpoint.objects.get(handle=installed["theta0"]),
+                base_checkpoint=theta0,
                 target_capability="two-digit addition",
                 budget_wall_seconds=36000,
                 budget_accelerator_seconds=36000,
@@ -129,7 +135,7 @@ def campaign(django_db_setup, django_db_blocker, minibench_ci, tmp_path_factory)
                 worker_process=worker,
             )
             try:
-                run_campaign(c, roots["logs"])
+                run_campaign(c, roots["logs"], only=os.environ.get("REDTEAM_PHASES"))
             finally:
                 processes.append(c.worker_process)
         yield c
@@ -143,17 +149,27 @@ def campaign(django_db_setup, django_db_blocker, minibench_ci, tmp_path_factory)
         overrides.disable()
 
 
-@pytest.fixture
-def records(django_db_blocker):
-    with django_db_blocker.unblock():
-        yield
+def manifest_reference(root: Path) -> str:
+    import json
+
+    return json.loads((root / "manifest.json").read_text())["references"]["arithmetic"]
+
+
+def _register_base(folder: Path, *, handle: str):
+    from apps.core.hashing import sha256_tree
+    from apps.datapool.storage import artifact_store, checkpoint_key
+    from apps.experiments.services import checkpoint_register, manifest_digest
+
+    manifest = sha256_tree(folder)
+    uri = artifact_store().put_dir(folder, key=checkpoint_key(manifest_digest(manifest)))
+    return checkpoint_register(handle=handle, uri=uri, manifest=manifest, is_base=True)
 
 
 def _table(campaign):
     return build_table(campaign.variants, campaign.run)
 
 
-def test_every_attempt_is_blocked_or_executed_and_flagged(campaign, records):
+def test_every_attempt_is_blocked_or_executed_and_flagged(campaign):
     rows = _table(campaign)
     print("\n" + format_table(rows))  # noqa: T201
     print(f"phase seconds: {campaign.timings}")  # noqa: T201
@@ -162,13 +178,15 @@ def test_every_attempt_is_blocked_or_executed_and_flagged(campaign, records):
     assert {s: per_subcategory.get(s, 0) for s in Subcategory.values if per_subcategory.get(s, 0) < MIN_VARIANTS} == {}
     missed = [f"{r.subcategory} / {r.variant}: {r.outcome}" for r in rows if not r.caught]
     assert missed == []
-    accepted = [r for r in rows if r.integrity == IntegrityStatus.ACCEPTED]
+    # None accepted: an executed attempt never leaves its submission accepted (a submission whose only
+    # finding is a blocked attempt is clean, and may be).
+    accepted = [r for r in rows if r.integrity == IntegrityStatus.ACCEPTED and r.observation != "ATTEMPTED_BLOCKED"]
     assert accepted == []
     # Both layers are exercised: refusals before any compute and observations after.
     assert {r.layer for r in rows} == {"review", "post"}
 
 
-def test_honest_submissions_are_accepted_with_nothing_flagged(campaign, records):
+def test_honest_submissions_are_accepted_with_nothing_flagged(campaign):
     assert len(campaign.clean) >= 3
     for handle in campaign.clean:
         experiment = Experiment.objects.get(run=campaign.run, handle=handle)
@@ -181,8 +199,9 @@ def test_honest_submissions_are_accepted_with_nothing_flagged(campaign, records)
     assert not BlockedAttempt.objects.filter(node_id__in=honest_workers).exists()
 
 
-def test_rates_selection_and_report_come_from_the_records(campaign, records):
-    report = integrity_report(campaign.run)
+def test_rates_selection_and_report_come_from_the_records(campaign):
+    run = type(campaign.run).objects.get(pk=campaign.run.pk)
+    report = integrity_report(run)
     ran = [s for s in report["submissions"] if s["ran"]]
     hacked = [s for s in ran if s["hacked"]]
     assert report["rates"]["submissions_ran"] == len(ran)
@@ -194,10 +213,10 @@ def test_rates_selection_and_report_come_from_the_records(campaign, records):
     assert best is not None
     assert best.handle in campaign.clean
     assert best.handle not in {s["experiment"] for s in hacked}
-    assert report["run"]["flagged"]  # shared data in violation (the overridden honeypot) flags the run
+    assert run.flagged  # shared data in violation (the overridden honeypot) flags the run
 
 
-def test_the_integrity_hooks_are_wired(campaign, records):
+def test_the_integrity_hooks_are_wired(campaign):
     assert campaign.hooks_missing == [], (
         "the red team had to trigger the integrity checks itself; wire "
         "apps.integrity.services.integrity_on_experiment_finished into the pipeline (experiment end) and "
@@ -209,7 +228,7 @@ def _noop(subject):
     return checks.CheckResult(Observation.NOT_FOUND_FULL, [], "switched off")
 
 
-def test_switching_each_check_off_turns_its_rows_red(campaign, records, monkeypatch):
+def test_switching_each_check_off_turns_its_rows_red(campaign, monkeypatch):
     rows = _table(campaign)
     by_subcategory = defaultdict(list)
     for variant, row in zip(campaign.variants, rows, strict=True):

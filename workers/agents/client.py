@@ -99,7 +99,9 @@ class ExposClient:
             self._http.close()
             self._http = None
 
-    def _request(self, method: str, path: str, *, body: Any = None, headers: dict[str, str] | None = None) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, *, body: Any = None, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         last: str = ""
         for attempt in range(self.retries + 1):
             try:

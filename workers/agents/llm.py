@@ -188,7 +188,9 @@ class ChatLLM:
                 )
             except _RETRYABLE as exc:
                 if attempts > self.config.max_retries:
-                    raise LLMUnavailable(f"{self.config.model}: {type(exc).__name__} after {attempts} attempts") from exc
+                    raise LLMUnavailable(
+                        f"{self.config.model}: {type(exc).__name__} after {attempts} attempts"
+                    ) from exc
                 delay = _retry_after(exc)
                 if delay is None:
                     delay = min(self.config.backoff * 2 ** (attempts - 1), 60.0)

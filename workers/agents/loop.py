@@ -61,7 +61,8 @@ QUEUE = "agents"
 class LoopConfig:
     """Timing of the loops, from the environment (tests shorten it)."""
 
-    poll_seconds: float  # a Worker waiting for its jobs looks again after this long
+    poll_seconds: float  # a short pause before looking again (a step that made no progress)
+    wait_seconds: float  # a Worker waiting for its jobs re-checks after this long at the latest
     lease_seconds: float  # a step running longer than this is presumed dead and re-run
     lost_after_seconds: float  # a scheduled step nobody claimed for this long is re-sent
     supervise_seconds: float  # the run supervisor's tick
@@ -74,10 +75,11 @@ class LoopConfig:
 def loop_config() -> LoopConfig:
     return LoopConfig(
         poll_seconds=env.number("RSI_AGENT_POLL_SECONDS", 3.0),
+        wait_seconds=env.number("RSI_AGENT_WAIT_SECONDS", 60.0),
         lease_seconds=env.number("RSI_AGENT_STEP_LEASE_SECONDS", 600.0),
         lost_after_seconds=env.number("RSI_AGENT_LOST_AFTER_SECONDS", 60.0),
         supervise_seconds=env.number("RSI_RUN_SUPERVISE_SECONDS", 5.0),
-        max_steps=int(env.number("RSI_AGENT_MAX_STEPS", 2000)),
+        max_steps=int(env.number("RSI_AGENT_MAX_STEPS", 5000)),
         max_failures=int(env.number("RSI_AGENT_MAX_FAILURES", 5)),
         final_grace_seconds=env.number("RSI_FINAL_GRACE_SECONDS", 180.0),
         quiet_seconds=env.number("RSI_RUN_QUIET_SECONDS", 120.0),
@@ -119,6 +121,7 @@ class StepView:
     state: dict[str, Any]
     inbox: list[dict[str, Any]]
     poll_seconds: float
+    wait_seconds: float
     tokens_left: int
     _client: ExposClient
     _journal: list[dict[str, Any]]
@@ -328,6 +331,34 @@ def agent_loops_resend(*, run: Run) -> int:
     return count
 
 
+def agent_loops_wake_on_results(*, run: Run) -> int:
+    """Wake Workers waiting for their jobs as soon as one of their experiments has ended.
+
+    A waiting Worker's next step is scheduled a while ahead (``wait_seconds``, the fallback); the
+    supervisor brings it forward when the records change, so results are read within a tick
+    without the Worker polling the API every few seconds.
+    """
+    from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES
+    from apps.experiments.models import Experiment
+
+    now = timezone.now()
+    count = 0
+    waiting = AgentLoop.objects.filter(run=run, status=AgentLoopStatus.SCHEDULED, scheduled_at__gt=now,
+                                       node__kind=NodeKind.WORKER)  # fmt: skip
+    for loop in waiting:
+        ended = Experiment.objects.filter(owner_id=loop.node_id, status__in=EXPERIMENT_TERMINAL_STATES,
+                                          updated_at__gte=loop.updated_at).exists()  # fmt: skip
+        if not ended:
+            continue
+        # Conditional on the cursor: the step may have run meanwhile.
+        if AgentLoop.objects.filter(pk=loop.pk, status=AgentLoopStatus.SCHEDULED, step=loop.step).update(
+            scheduled_at=now, updated_at=now
+        ):  # fmt: skip
+            _send_step(loop.pk, loop.step)
+            count += 1
+    return count
+
+
 def agent_loops_recover(*, run: Run, config: LoopConfig | None = None, dead_claims: set[str] | None = None) -> int:
     """Restart steps that were lost: claimed by a dead process, past the lease, or never delivered.
 
@@ -344,17 +375,26 @@ def agent_loops_recover(*, run: Run, config: LoopConfig | None = None, dead_clai
         if not (dead or stale):
             continue
         # Conditional on the same claim: the step may have finished while we looked.
-        released = AgentLoop.objects.filter(pk=loop.pk, status=AgentLoopStatus.RUNNING, claimed_by=loop.claimed_by).update(
-            status=AgentLoopStatus.SCHEDULED, claimed_by="", scheduled_at=now, updated_at=now,
-            last_error=f"step {loop.step} was interrupted ({'worker gone' if dead else 'lease expired'}); re-running",
-        )  # fmt: skip
+        why = "worker gone" if dead else "lease expired"
+        same_claim = AgentLoop.objects.filter(pk=loop.pk, status=AgentLoopStatus.RUNNING, claimed_by=loop.claimed_by)
+        released = same_claim.update(
+            status=AgentLoopStatus.SCHEDULED,
+            claimed_by="",
+            scheduled_at=now,
+            updated_at=now,
+            last_error=f"step {loop.step} was interrupted ({why}); re-running",
+        )
         if released:
             _send_step(loop.pk, loop.step)
             count += 1
     lost_before = now - timedelta(seconds=config.lost_after_seconds)
     for loop in AgentLoop.objects.filter(run=run, status=AgentLoopStatus.SCHEDULED, scheduled_at__lt=lost_before):
-        _send_step(loop.pk, loop.step)
-        count += 1
+        # Bumped so the next re-send waits another interval: a busy queue is not flooded with copies.
+        if AgentLoop.objects.filter(pk=loop.pk, status=AgentLoopStatus.SCHEDULED, step=loop.step).update(
+            scheduled_at=now, updated_at=now
+        ):  # fmt: skip
+            _send_step(loop.pk, loop.step)
+            count += 1
     return count
 
 
@@ -452,6 +492,7 @@ def step_view(loop: AgentLoop, run: Run, claim: str, config: LoopConfig, client:
         state=dict(loop.state or {}),
         inbox=list(loop.inbox),
         poll_seconds=config.poll_seconds,
+        wait_seconds=config.wait_seconds,
         tokens_left=max(0, run.budget_llm_tokens - run.used_llm_tokens),
         _client=client,
         _journal=list(loop.journal or []),
@@ -610,13 +651,31 @@ def run_supervise(*, run_id: int, tick: int) -> None:
         run = research.run_budget_enforce(run=run)
         agent_loops_sync(run=run)
         agent_loops_recover(run=run, config=config)
+        agent_loops_wake_on_results(run=run)
         _announce_held_training(run)
+        _integrity_reconcile(run)
         run = research.run_advance(run=run, grace_seconds=config.final_grace_seconds,
                                    quiet_seconds=config.quiet_seconds)  # fmt: skip
     if run.status in RUN_TERMINAL_STATES:
         agent_loops_close(run=run, reason=f"the run is {run.status}")
         return
     _send_tick(run.pk, tick + 1, config.supervise_seconds)
+
+
+def _supervisor_state_add(run: Run, key: str, values: list[str]) -> None:
+    """Remember handles the supervisor has dealt with (on the Main loop row, under its lock)."""
+    with transaction.atomic():
+        locked = AgentLoop.objects.select_for_update().filter(run=run, node__kind=NodeKind.MAIN).first()
+        if locked is None:
+            return
+        state = dict(locked.supervisor_state or {})
+        state[key] = sorted({*state.get(key, []), *values})
+        AgentLoop.objects.filter(pk=locked.pk).update(supervisor_state=state)
+
+
+def _supervisor_seen(run: Run, key: str) -> set[str]:
+    loop = AgentLoop.objects.filter(run=run, node__kind=NodeKind.MAIN).only("supervisor_state").first()
+    return set((loop.supervisor_state or {}).get(key, [])) if loop is not None else set()
 
 
 def _announce_held_training(run: Run) -> None:
@@ -627,12 +686,7 @@ def _announce_held_training(run: Run) -> None:
 
     if not (run.policy or {}).get("training_gate"):
         return
-    main = AgentLoop.objects.filter(run=run, node__kind=NodeKind.MAIN).select_related("node").first()
-    if main is None:
-        return
-    announced = set((main.state or {}).get("_announced_held", [])) | {
-        str(item.get("experiment")) for item in main.inbox if item.get("trigger") == "training_gate"
-    }
+    announced = _supervisor_seen(run, "announced_held")
     held = Experiment.objects.filter(run=run, status=ExperimentStatus.HELD).select_related("owner")
     for experiment in held:
         if experiment.handle in announced:
@@ -640,12 +694,49 @@ def _announce_held_training(run: Run) -> None:
         with transaction.atomic():
             main_trigger(run=run, trigger="training_gate", node=experiment.owner, actor="system",
                          detail={"experiment": experiment.handle})  # fmt: skip
-        # Remembered on the loop so the next tick does not announce it again.
+            _supervisor_state_add(run, "announced_held", [experiment.handle])
+
+
+def _integrity_reconcile(run: Run, *, settle_seconds: float = 30.0) -> None:
+    """Make sure every ended experiment gets its post-checks and every finished Worker its reporting checks.
+
+    The pipeline and Worker finalization are the primary callers of the integrity hooks; this is the
+    orchestrator's reconciliation (like ``state_sync_results`` for jobs), asking once per experiment
+    that has no findings a while after it ended, and once per finalized Worker. The checks are
+    idempotent, so a duplicate request only repeats work.
+    """
+    try:
+        from apps.integrity.services import integrity_on_experiment_finished, integrity_on_report
+    except ImportError:  # no integrity layer in this deployment
+        return
+    from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES
+    from apps.experiments.models import Experiment
+
+    settled = timezone.now() - timedelta(seconds=settle_seconds)
+    asked = _supervisor_seen(run, "integrity_checked")
+    ended = (
+        Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES, updated_at__lt=settled,
+                                  findings__isnull=True, jobs__started_at__isnull=False)
+        .exclude(handle__in=asked)
+        .distinct()
+    )  # fmt: skip
+    handles = []
+    for experiment in ended:
         with transaction.atomic():
-            locked = AgentLoop.objects.select_for_update().get(pk=main.pk)
-            state = dict(locked.state or {})
-            state["_announced_held"] = sorted({*state.get("_announced_held", []), experiment.handle})
-            AgentLoop.objects.filter(pk=locked.pk).update(state=state)
+            integrity_on_experiment_finished(experiment=experiment)
+        handles.append(experiment.handle)
+    if handles:
+        _supervisor_state_add(run, "integrity_checked", handles)
+    reported = _supervisor_seen(run, "integrity_reported")
+    finalized = ResearchNode.objects.filter(run=run, kind=NodeKind.WORKER, status=NodeStatus.FINALIZED).exclude(
+        handle__in=reported)  # fmt: skip
+    workers = []
+    for node in finalized:
+        with transaction.atomic():
+            integrity_on_report(run=run, node=node)
+        workers.append(node.handle)
+    if workers:
+        _supervisor_state_add(run, "integrity_reported", workers)
 
 
 def agent_stack_resume(*, dead_claim_prefixes: set[str] | None = None) -> int:

@@ -7,6 +7,7 @@ and a person (viewer+) sees everything. A denied read of sealed material is reco
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
@@ -43,6 +44,7 @@ from apps.expos.visibility import (
 from apps.research.models import ResearchEdge, ResearchNode, Run
 from apps.reviews.models import ReviewReport
 
+logger = logging.getLogger(__name__)
 UUID_PATH = r"[^/]+"  # a malformed uuid reaches the view and gets a JSON 404, not the HTML one
 
 
@@ -99,7 +101,10 @@ class ScopedReadViewSet(viewsets.ReadOnlyModelViewSet):
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, SealedAccessDenied):
             # No transaction wraps a read request, so the record commits even though we refuse.
-            sealed_denial_record(exc)
+            try:
+                sealed_denial_record(exc)
+            except Exception:  # the refusal must still reach the caller
+                logger.exception("could not record a denied sealed read")
         return super().handle_exception(exc)
 
 

@@ -130,7 +130,7 @@ def _policy_defaults(view: StepView) -> dict[str, Any]:
     return {
         "screen_steps": int(heuristic.get("screen_steps", 60)),
         "train_steps": int(heuristic.get("train_steps", 200)),
-        "learning_rate": float(heuristic.get("learning_rate", 1e-3)),
+        "learning_rate": float(heuristic.get("learning_rate", 2e-3)),
         "batch_size": int(heuristic.get("batch_size", 64)),
         "screen_datasets": int(heuristic.get("screen_datasets", 3)),
         "max_workers": int(heuristic.get("max_workers", 4)),
@@ -202,8 +202,13 @@ class WorkerHeuristic:
             if splits.ok and splits.data.get("splits"):
                 rows = splits.data["splits"][0].get("num_rows")
             candidates.append(
-                rank_dataset(name=name, info=described.get(name, {}), sample=sample.data.get("rows", []) if sample.ok
-                             else [], rows=rows, capability=state["capability"])  # fmt: skip
+                rank_dataset(
+                    name=name,
+                    info=described.get(name, {}),
+                    sample=sample.data.get("rows", []) if sample.ok else [],
+                    rows=rows,
+                    capability=state["capability"],
+                )  # fmt: skip
             )
         candidates.sort(key=lambda c: (-c["score"], -(c["rows"] or 0), c["name"]))
         state["candidates"] = candidates
@@ -260,13 +265,13 @@ class WorkerHeuristic:
             else:
                 state["notes"].append(f"cannot continue from {state['source']}: {_error(lineage)}")
         if direction == "data-screen":
-            plan += [{"label": f"screen {name}", "datasets": [name],
-                      "recipe": self._recipe(view, state, max_steps=defaults["screen_steps"])} for name in data]  # fmt: skip
+            screen = self._recipe(view, state, max_steps=defaults["screen_steps"])
+            plan += [{"label": f"screen {name}", "datasets": [name], "recipe": screen} for name in data]
             # The θ0 baseline last: it is cheap and only needed to read the others against.
             plan.append({"label": "baseline θ0", "datasets": [], "recipe": None})
         elif direction == "recipe-sweep" and data:
             base = self._recipe(view, state)
-            faster = {**base, "learning_rate": min(round(base["learning_rate"] * 2.5, 6), 5e-3)}
+            faster = {**base, "learning_rate": min(round(base["learning_rate"] * 2, 6), 4e-3)}
             plan += [{"label": f"lr {base['learning_rate']:g}", "datasets": data[:1], "recipe": base},
                      {"label": f"lr {faster['learning_rate']:g}", "datasets": data[:1], "recipe": faster}]  # fmt: skip
         elif direction == "continue" and data and checkpoint:
@@ -299,7 +304,8 @@ class WorkerHeuristic:
                  if k in recipe}  # fmt: skip
         spec: dict[str, Any] = {
             "kind": "train_eval",
-            "claim": f"{state['direction']}: {item['label']} ({format_recipe(recipe)} on {', '.join(item['datasets'])})",
+            "claim": f"{state['direction']}: {item['label']} ({format_recipe(recipe)} on "
+            f"{', '.join(item['datasets'])})",
             "train": {
                 "recipe": recipe.get("recipe", "sft"),
                 "datasets": [state["data"][n] for n in item["datasets"]],
@@ -332,12 +338,12 @@ class WorkerHeuristic:
                 state["plan"] = []
                 break
             # Refused by the submission review (or invalid): never retried as is, and its data dropped.
-            state["blocked"].append({"label": item["label"], "datasets": item["datasets"],
-                                     "code": submitted.error_code, "reason": submitted.error_message[:400]})  # fmt: skip
+            blocked = {"label": item["label"], "datasets": item["datasets"], "code": submitted.error_code}
+            state["blocked"].append({**blocked, "reason": submitted.error_message[:400]})
             state["plan"] = [p for p in state["plan"] if not set(p["datasets"]) & set(item["datasets"])]
         if state["inflight"]:
             state["phase"] = "wait"
-            return Outcome(state, "wait", view.poll_seconds)
+            return Outcome(state, "wait", view.wait_seconds)
         state["phase"] = "conclude"
         return Outcome(state)
 
@@ -356,7 +362,8 @@ class WorkerHeuristic:
             state["results"][handle] = {"label": item["label"], "datasets": item["datasets"], "recipe": item["recipe"],
                                         "status": brief["status"], "score": brief["feedback_score"]}  # fmt: skip
         if state["inflight"]:
-            return Outcome(state, "wait", view.poll_seconds)
+            # The supervisor wakes this loop as soon as an experiment of ours ends.
+            return Outcome(state, "wait", view.wait_seconds)
         state["phase"] = "submit" if state["plan"] else "conclude"
         return Outcome(state)
 
@@ -559,7 +566,8 @@ class ReviewerHeuristic:
             line = (f"{c['b']} vs {c['a']}: difference {c['difference']:+.3f} on {c['n_common']} paired feedback "
                     f"samples, 95% CI [{c['ci_low']:.3f}, {c['ci_high']:.3f}], p={c['p_value']:.3f}")  # fmt: skip
             (findings if c["ci_low"] > 0 else uncertainties).append(
-                line + (" (supported)" if c["ci_low"] > 0 else " (not significant)"))
+                line + (" (supported)" if c["ci_low"] > 0 else " (not significant)")
+            )
         baseline = next((e["score"] for e in experiments.values() if e["kind"] == "eval_only"
                          and e["score"] is not None), None)  # fmt: skip
         for handle, e in sorted(experiments.items()):
@@ -582,8 +590,12 @@ class ReviewerHeuristic:
             e = experiments[top]
             findings.insert(0, f"{top} ({e['owner']}, data {', '.join(e['data'])}) has the best feedback score in "
                                f"scope: {e['score']}")  # fmt: skip
-            replicated = [h for h, x in experiments.items() if h != top and x["data"] == e["data"]
-                          and x["hyperparameters"].get("learning_rate") == e["hyperparameters"].get("learning_rate")]  # fmt: skip
+            lr = e["hyperparameters"].get("learning_rate")
+            replicated = [
+                h
+                for h, x in experiments.items()
+                if h != top and x["data"] == e["data"] and x["hyperparameters"].get("learning_rate") == lr
+            ]
             if not replicated:
                 missing.append(f"no replicate of {top} with another seed")
             significant = any(c["b"] == top and c["ci_low"] > 0 for c in state["comparisons"])
@@ -632,7 +644,8 @@ class ReviewerHeuristic:
 
 _AVOID_RE = re.compile(r"\b(?:avoid|do not use|don't use|dont use|never use|exclude|stop using)\s+"
                        r"(?:the\s+)?(?:dataset\s+|data\s+)?([A-Za-z0-9][\w./-]*)", re.I)  # fmt: skip
-_PREFER_RE = re.compile(r"\bprefer\s+(?:the\s+)?recipe\s*:?\s*([^.;\n]+)", re.I)
+# The recipe runs to the end of the sentence: a period followed by a space (not a decimal point).
+_PREFER_RE = re.compile(r"\bprefer\s+(?:the\s+)?recipe\s*:?\s*(.+?)(?:\.(?=\s|$)|;|\n|$)", re.I)
 _BRANCH_RE = re.compile(r"\bbranch\s+(?:off\s+)?from\s+(exp_\d{4,})", re.I)
 _STOP_RE = re.compile(r"\bstop\s+(?:the\s+)?(?:direction\s+|branch\s+|worker\s+)?(worker_\d{4,})", re.I)
 
@@ -673,8 +686,18 @@ class MainHeuristic:
 
     def step(self, view: StepView) -> Outcome:
         state = dict(view.state or {})
-        for key, default in (("workers", {}), ("reviewers", {}), ("avoid", []), ("prefer", {}), ("pending", []),
-                             ("spawned", 0), ("replaced", 0), ("experiments", {}), ("stopped", False), ("predictions", {})):
+        for key, default in (
+            ("workers", {}),
+            ("reviewers", {}),
+            ("avoid", []),
+            ("prefer", {}),
+            ("pending", []),
+            ("spawned", 0),
+            ("replaced", 0),
+            ("experiments", {}),
+            ("stopped", False),
+            ("predictions", {}),
+        ):
             state.setdefault(key, default)  # fmt: skip
         self.defaults = _policy_defaults(view)
         self.decisions: list[str] = []
@@ -773,9 +796,8 @@ class MainHeuristic:
                     # Active Workers were briefed without this constraint: stop them first (so no later
                     # submission of theirs can use the dataset) and re-plan their directions with it.
                     for handle in self._active_workers(state):
-                        stopped = view.call("state_finalize_worker", {
-                            "worker": handle, "reason": self._stop_reason(view, handle,
-                                                                          f"guidance: avoid {action['dataset']}")})  # fmt: skip
+                        reason = self._stop_reason(view, handle, f"guidance: avoid {action['dataset']}")
+                        stopped = view.call("state_finalize_worker", {"worker": handle, "reason": reason})
                         if stopped.ok:
                             state["workers"][handle]["status"] = "finalized"
                             state["workers"][handle]["stopped"] = True
@@ -783,9 +805,8 @@ class MainHeuristic:
                                             "predecessors": [handle], "replaces": handle})  # fmt: skip
                     effects.append(f"avoid {action['dataset']}: no Worker may use it from now on")
                 elif action["kind"] == "stop":
-                    stopped = view.call("state_finalize_worker", {
-                        "worker": action["worker"], "reason": self._stop_reason(view, action["worker"],
-                                                                                "guidance: stop this direction")})  # fmt: skip
+                    reason = self._stop_reason(view, action["worker"], "guidance: stop this direction")
+                    stopped = view.call("state_finalize_worker", {"worker": action["worker"], "reason": reason})
                     if stopped.ok and action["worker"] in state["workers"]:
                         state["workers"][action["worker"]]["status"] = "finalized"
                         state["workers"][action["worker"]]["stopped"] = True
@@ -889,8 +910,8 @@ class MainHeuristic:
         best = self._best_workers(state)
         reviewing = [r for r, rec in state["reviewers"].items() if rec.get("status") != "reported"]
         # Cross-Worker review once two branches have results (or the last one has, and nothing else runs).
-        if self.defaults["reviewers"] and not reviewing and (len(unreviewed) >= 2 or (unreviewed and not active
-                                                                                     and not state["pending"])):  # fmt: skip
+        last_one = bool(unreviewed) and not active and not state["pending"]
+        if self.defaults["reviewers"] and not reviewing and (len(unreviewed) >= 2 or last_one):
             self._review(view, state, unreviewed)
             return
         if "review_report" in triggers:
@@ -898,19 +919,26 @@ class MainHeuristic:
             return
         if not self.defaults["reviewers"] and "worker_finalize" in triggers and best and not active:
             # No reviewer (ablation): continue straight from the best result.
-            self._follow_up(view, state, "continue", "continue", "worker_finalize",
-                            f"{best[0]} leads; continue from its best experiment (no reviewer in this run).")
+            self._follow_up(
+                view,
+                state,
+                "continue",
+                "continue",
+                "worker_finalize",
+                f"{best[0]} leads; continue from its best experiment (no reviewer in this run).",
+            )
 
     def _review(self, view: StepView, state: dict[str, Any], scope: list[str]) -> None:
         lines = []
         for handle in scope:
             mine = sorted(e for e, x in state["experiments"].items() if x["owner"] == handle)
             lines.append(f"{handle}: {', '.join(mine) or 'no experiments'}")
-        question = ("Cross-Worker review: which of these results hold up, and are they comparable? Check data "
+        kind = "Cross-Worker review" if len(scope) > 1 else "Review"
+        question = (f"{kind}: which of these results hold up, and are they comparable? Check data "
                     "provenance and overlap with sealed items, compare the best results with confidence intervals, "
                     "and recommend whether to continue, verify or revise.\n" + "\n".join(lines))  # fmt: skip
         decision = self._decide(view, state, "verify", "worker_finalize",
-                                f"Ask for a cross-Worker review of {', '.join(scope)} before building on their "
+                                f"Ask for a {kind.lower()} of {', '.join(scope)} before building on the "
                                 "results.")  # fmt: skip
         body: dict[str, Any] = {"question": question, "scope": scope}
         if decision:
@@ -928,13 +956,15 @@ class MainHeuristic:
             self._follow_up(view, state, "data-screen", "revise", "review_report",
                             "The review found protocol violations; revise: re-screen the data without the "
                             "offending sets.")  # fmt: skip
-        elif "verify" in recommendations and best:
-            self._follow_up(view, state, "verify", "verify", "review_report",
-                            f"The review could not separate the best results; verify {best[0]}'s best with another "
-                            "seed.")  # fmt: skip
         elif best:
+            # Build on the best result first; a replicate comes next when the budget allows another branch.
             self._follow_up(view, state, "continue", "continue", "review_report",
-                            f"The review supports {best[0]}'s result; continue from it with longer training.")
+                            f"The review supports building on {best[0]}'s best result; continue from it with "
+                            "longer training.")  # fmt: skip
+            if "verify" in recommendations:
+                self._follow_up(view, state, "verify", "verify", "review_report",
+                                f"The review could not separate the best results; verify {best[0]}'s best with "
+                                "another seed.")  # fmt: skip
         else:
             self._follow_up(view, state, "recipe-sweep", "revise", "review_report",
                             "No branch produced a usable result; revise the recipe.")  # fmt: skip
@@ -954,7 +984,9 @@ class MainHeuristic:
                 recipe = {"recipe": line.get("recipe"), "learning_rate": float(line.get("lr", 0.001)),
                           "max_steps": int(line.get("steps", 200)), "seed": int(line.get("seed", 0))}  # fmt: skip
                 state.setdefault("verify_recipe", recipe)
-        decision = self._decide(view, state, kind, trigger, rationale, subject=predecessors[0] if predecessors else None)
+        decision = self._decide(
+            view, state, kind, trigger, rationale, subject=predecessors[0] if predecessors else None
+        )
         state["pending"].append({"direction": direction, "predecessors": predecessors, "source": source,
                                  "data": data, "decision": decision, "why": trigger})  # fmt: skip
 
@@ -995,9 +1027,15 @@ class MainHeuristic:
         best = self._best_workers(state)
         current = state["workers"][best[0]]["best"]["score"] if best else 0.0
         expected = round(min(1.0, current + (0.02 if best else 0.05)), 3)
-        bound = view.call("main_prediction_bind_worker", {
-            "worker": handle, "metric": "feedback_score", "expected_value": expected,
-            "text": f"{direction} reaches a feedback score of at least {expected} (best so far: {current})."})  # fmt: skip
+        bound = view.call(
+            "main_prediction_bind_worker",
+            {
+                "worker": handle,
+                "metric": "feedback_score",
+                "expected_value": expected,
+                "text": f"{direction} reaches a feedback score of at least {expected} (best so far: {current}).",
+            },
+        )
         if bound.ok:
             state["predictions"][handle] = {"uuid": bound.data["uuid"], "expected": expected}
 

@@ -108,7 +108,9 @@ class LLMPolicy:
                     result = view.call(call.name, args)
                     called.append(call.name)
                     content = result.data if result.ok else {"status": result.status, **result.data}
-                    if call.name == FINAL_TOOLS.get(self.role) and (result.ok or result.error_code == "node_not_active"):
+                    if call.name == FINAL_TOOLS.get(self.role) and (
+                        result.ok or result.error_code == "node_not_active"
+                    ):
                         finished = True
             text = json.dumps(content, ensure_ascii=False, default=str)
             if len(text) > MAX_TOOL_CHARS:
@@ -129,7 +131,8 @@ class LLMPolicy:
             return Outcome(state)
         state["nudges"] = 0
         if called and set(called) <= WAITING_TOOLS:
-            return Outcome(state, "wait", view.poll_seconds)
+            # Waiting for jobs: the supervisor wakes this loop when one of its experiments ends.
+            return Outcome(state, "wait", view.wait_seconds if self.role == "worker" else view.poll_seconds)
         return Outcome(state)
 
     def _opening(self, view: StepView) -> str:

@@ -59,8 +59,15 @@ class Stack:
             # One single-threaded slot per accelerator (DESIGN.md "Execution"); on CPU a few slots.
             "gpu": [*worker, "-Q", "gpu", "-n", "gpu@%h", "--pool=prefork", f"--concurrency={self.gpu_slots}"],
             # Agent steps are short and I/O bound: threads, several at once.
-            "agents": [*worker, "-Q", "agents", "-n", "agents@%h", "--pool=threads",
-                       f"--concurrency={self.agent_threads}"],  # fmt: skip
+            "agents": [
+                *worker,
+                "-Q",
+                "agents",
+                "-n",
+                "agents@%h",
+                "--pool=threads",
+                f"--concurrency={self.agent_threads}",
+            ],  # fmt: skip
             "default": [*worker, "-Q", "default", "-n", "default@%h", "--pool=prefork", "--concurrency=1"],
         }
 
@@ -116,7 +123,7 @@ class Stack:
         for process in self.processes.values():
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
-        for name, process in self.processes.items():
+        for process in self.processes.values():
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -129,7 +136,9 @@ class Stack:
 
 
 class Command(BaseCommand):
-    help = "Run the main job on the embedded default: build the minibench, start the stack, run a heuristic research run."
+    help = (
+        "Run the main job on the embedded default: build the minibench, start the stack, run a heuristic research run."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default="127.0.0.1")

@@ -35,7 +35,7 @@ def launch_run(
     max_workers: int = 4,
     screen_steps: int = 60,
     train_steps: int = 200,
-    learning_rate: float = 1e-3,
+    learning_rate: float = 2e-3,
     batch_size: int = 64,
     actor: str = "system",
 ) -> Any:
@@ -71,8 +71,13 @@ def launch_run(
             "training_gate": gate,
             "reviewers": reviewer,
             "serial_workers": serial_workers,
-            "heuristic": {"max_workers": max_workers, "screen_steps": screen_steps, "train_steps": train_steps,
-                          "learning_rate": learning_rate, "batch_size": batch_size},
+            "heuristic": {
+                "max_workers": max_workers,
+                "screen_steps": screen_steps,
+                "train_steps": train_steps,
+                "learning_rate": learning_rate,
+                "batch_size": batch_size,
+            },
         },  # fmt: skip
     )
     return run_start(run=run, actor=actor)

@@ -1,0 +1,190 @@
+"""The heuristic policy's rules, on their own: guidance forms, task directives, data ranking, reports."""
+
+from __future__ import annotations
+
+from workers.agents.policies.heuristic import (
+    ReviewerHeuristic,
+    WorkerHeuristic,
+    format_recipe,
+    parse_best_line,
+    parse_directives,
+    parse_guidance,
+    parse_recipe,
+    rank_dataset,
+)
+
+
+def test_the_documented_guidance_forms_are_understood():
+    assert parse_guidance("Please avoid arithmetic-noisy.") == [{"kind": "avoid", "dataset": "arithmetic-noisy"}]
+    assert parse_guidance("do not use the dataset arithmetic-tiny; its labels are odd") == [
+        {"kind": "avoid", "dataset": "arithmetic-tiny"}
+    ]
+    assert parse_guidance("Prefer recipe sft lr=0.0005 steps=300.") == [
+        {"kind": "prefer", "recipe": {"recipe": "sft", "learning_rate": 0.0005, "max_steps": 300}}
+    ]
+    assert parse_guidance("branch from exp_0007 please") == [{"kind": "branch", "experiment": "exp_0007"}]
+    assert parse_guidance("Stop worker_0003, it is going nowhere.") == [{"kind": "stop", "worker": "worker_0003"}]
+    several = parse_guidance("Avoid arithmetic-noisy. Prefer the recipe dpo. Stop the branch worker_0002.")
+    assert {a["kind"] for a in several} == {"avoid", "prefer", "stop"}
+    # Free text the heuristic cannot act on yields nothing (the Main records it as not understood).
+    assert parse_guidance("I think the results look promising") == []
+    # "stop worker_N" is a stop, not a dataset to avoid.
+    assert [a["kind"] for a in parse_guidance("stop using worker_0004")] == []
+
+
+def test_task_directives_and_recipes_round_trip():
+    task = "Direction: Continue\nCapability: arithmetic\nGoal: prose here.\navoid: a-noisy, a-tiny\nfrom: exp_0004"
+    directives = parse_directives(task)
+    assert directives["direction"] == "Continue"
+    assert directives["avoid"] == "a-noisy, a-tiny"
+    assert directives["from"] == "exp_0004"
+    recipe = parse_recipe("sft lr=0.002 steps=200 batch_size=32 seed=1 nonsense=3 lr=oops")
+    assert recipe == {"recipe": "sft", "learning_rate": 0.002, "max_steps": 200, "batch_size": 32, "seed": 1}
+    assert parse_recipe(format_recipe(recipe)) == recipe
+
+
+def _rows(completion: str, n: int = 5) -> list[dict[str, str]]:
+    return [{"prompt": "Question: 2 + 3?\nAnswer:", "completion": completion}] * n
+
+
+def test_datasets_are_ranked_from_what_any_agent_can_see():
+    clean = rank_dataset(
+        name="a-clean",
+        info={"description": "Synthetic arithmetic problems with verified answers.", "tags": ["verified"]},
+        sample=_rows(" 5"),
+        rows=6000,
+        capability="arithmetic",
+    )
+    verbose = rank_dataset(
+        name="a-verbose",
+        info={"description": "arithmetic problems with full-sentence answers.", "tags": []},
+        sample=_rows(" The answer is 5."),
+        rows=2000,
+        capability="arithmetic",
+    )
+    offtask = rank_dataset(
+        name="a-puzzles",
+        info={"description": "Spelling and word puzzles.", "tags": ["puzzles"]},
+        sample=_rows(" olleh"),
+        rows=2000,
+        capability="arithmetic",
+    )
+    crowd = rank_dataset(
+        name="a-crowd",
+        info={"description": "Crowd-labelled arithmetic problems; labels not audited.", "tags": ["crowd"]},
+        sample=_rows(" 5"),
+        rows=3000,
+        capability="arithmetic",
+    )
+    prefs = rank_dataset(
+        name="a-prefs",
+        info={"description": "arithmetic preference pairs", "tags": []},
+        sample=[{"prompt": "p", "chosen": " 5", "rejected": " 6"}],
+        rows=1000,
+        capability="arithmetic",
+    )
+    assert clean["score"] > crowd["score"] > verbose["score"]
+    assert clean["score"] > offtask["score"]
+    assert offtask["score"] <= -2
+    assert verbose["score"] <= -2
+    assert (clean["format"], prefs["format"]) == ("sft", "dpo")
+
+
+def test_a_worker_summary_cites_its_experiments_and_keeps_refusal_numbers_out():
+    state = {
+        "direction": "data-screen",
+        "predecessors": [{"worker": "worker_0001", "best": None, "experiments": ["exp_0001"]}],
+        "results": {
+            "exp_0003": {
+                "label": "screen a-clean",
+                "datasets": ["a-clean"],
+                "status": "succeeded",
+                "score": 0.12,
+                "recipe": {"recipe": "sft", "learning_rate": 0.002, "max_steps": 60, "seed": 0},
+            },
+            "exp_0005": {"label": "baseline θ0", "datasets": [], "status": "succeeded", "score": 0.0, "recipe": None},
+            "exp_0004": {
+                "label": "screen a-tiny",
+                "datasets": ["a-tiny"],
+                "status": "failed",
+                "score": None,
+                "recipe": {"recipe": "sft", "learning_rate": 0.002, "max_steps": 60},
+            },
+        },
+        "blocked": [
+            {
+                "label": "screen a-honeypot",
+                "code": "submission_refused",
+                "reason": "[test_set_access] 107 rows (4.5%) match sealed items",
+                "datasets": ["a-honeypot"],
+            }
+        ],
+        "notes": [],
+        "comparison": {"difference": 0.1, "ci_low": -0.01, "ci_high": 0.2, "p_value": 0.2},
+    }
+    summary = WorkerHeuristic().summary(state)
+    for handle in ("exp_0003", "exp_0004", "exp_0005", "exp_0001"):
+        assert handle in summary  # failures disclosed, the predecessor's work cited as context
+    assert "4.5" not in summary
+    assert "107" not in summary
+    assert "(test_set_access)" in summary
+    assert "not significant" in summary
+    best = parse_best_line(summary)
+    assert best == {
+        "experiment": "exp_0003",
+        "data": "a-clean",
+        "recipe": "sft",
+        "lr": "0.002",
+        "steps": "60",
+        "seed": "0",
+        "score": 0.12,
+    }
+
+
+def test_a_review_report_separates_findings_uncertainties_and_violations():
+    state = {
+        "experiments": {
+            "exp_0002": {
+                "owner": "worker_0001",
+                "kind": "train_eval",
+                "status": "succeeded",
+                "score": 0.3,
+                "data": ["data_0001"],
+                "hyperparameters": {"learning_rate": 0.002},
+            },
+            "exp_0004": {
+                "owner": "worker_0002",
+                "kind": "train_eval",
+                "status": "succeeded",
+                "score": 0.1,
+                "data": ["data_0003"],
+                "hyperparameters": {"learning_rate": 0.004},
+            },
+            "exp_0005": {
+                "owner": "worker_0001",
+                "kind": "eval_only",
+                "status": "succeeded",
+                "score": 0.15,
+                "data": [],
+                "hyperparameters": {},
+            },
+        },
+        "overlaps": {"data_0003": {"rows_matched": 3, "over": True, "samples": ["s1"], "name": "a-honeypot"}},
+        "ranked": ["exp_0002", "exp_0004"],
+        "comparisons": [
+            {"a": "exp_0004", "b": "exp_0002", "difference": 0.2, "ci_low": 0.1, "ci_high": 0.3, "p_value": 0.001,
+             "n_common": 100},
+            {"a": "exp_0005", "b": "exp_0002", "difference": 0.15, "ci_low": -0.02, "ci_high": 0.3, "p_value": 0.1,
+             "n_common": 100},
+        ],
+    }  # fmt: skip
+    report = ReviewerHeuristic().report(state)
+    assert report["supported_findings"][0].startswith("exp_0002 (worker_0001")
+    assert any("exp_0002 vs exp_0004" in f for f in report["supported_findings"])
+    assert any("not significant" in u for u in report["uncertainties"])
+    assert report["regressions"] == ["exp_0004 (worker_0002) scores 0.1 below the θ0 baseline 0.15"]
+    assert report["protocol_violations"]
+    assert report["observations"][0]["subcategory"] == "test_set_access"
+    assert "no replicate of exp_0002 with another seed" in report["missing_comparisons"]
+    assert report["recommendations"][0].startswith("continue from exp_0002")
+    assert report["experiments"] == ["exp_0002", "exp_0004", "exp_0005"]
