@@ -39,10 +39,11 @@ def main() -> None:
         print(f"building ci minibench in {root} ...", flush=True)  # noqa: T201
         build_minibench(root, seed=0, profile="ci")
 
-    config = validate_train_config({"max_steps": args.steps, "batch_size": 64, "num_threads": args.threads,
-                                    "logging_steps": args.steps})  # fmt: skip
-    result = train(config, base_dir=root / "theta0",
-                   data_files=[root / "catalog" / "arithmetic-clean" / "data.jsonl"], out_dir=scratch / "trained")  # fmt: skip
+    hparams = {"max_steps": args.steps, "batch_size": 64, "num_threads": args.threads, "logging_steps": args.steps}
+    data = [root / "catalog" / "arithmetic-clean" / "data.jsonl"]
+    result = train(
+        validate_train_config(hparams), base_dir=root / "theta0", data_files=data, out_dir=scratch / "trained"
+    )
 
     task = json.loads((root / "tasks" / "arithmetic" / "task.json").read_text())
     lines = (root / "tasks" / "arithmetic" / "feedback.jsonl").read_text().splitlines()

@@ -10,8 +10,8 @@ The event contract, applied by ``static/dashboard/live.js`` (``applyEvent``):
 
 - ``run.*``: payload is ``run_live`` (or a subset); merged into the run.
 - ``node.*``, ``edge.*``, ``decision.*``, ``experiment.*``, ``guidance.*``, ``report.*``,
-  ``job.*``: payload is that record (or a subset with its ``uuid``; edges are keyed by ``id``);
-  merged into the record with that key, which is created when missing.
+  ``job.*``: payload is that record (or a subset with its ``uuid``; an edge is keyed by its
+  ends, ``"<source>><target>"``); merged into the record with that key, created when missing.
 - ``job.progress``: ``{"uuid", "progress"?, "metrics_point"?, "log_line"?}`` from the job
   engine; progress is merged, a metrics point is folded into ``metrics_last``, a log line is
   appended to the job page's log tail.
@@ -43,10 +43,10 @@ from apps.research.choices import NodeKind
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
 from apps.reviews.models import ReviewReport
 
-# Long texts are cut in the live records (the DAG needs a label, not an essay); the side panel
-# and the pages read the whole text.
-TASK_CHARS = 280
-RATIONALE_CHARS = 500
+# The live records carry what the run page draws and lists; long texts are cut (a decision's
+# rationale) or left to the side panel, which fetches a node's whole task and summary on click.
+# A 2,000-node run's snapshot is about 0.6 MB this way.
+RATIONALE_CHARS = 240
 SUMMARY_CHARS = 300
 LOG_TAIL_LINES = 200
 
@@ -151,7 +151,7 @@ def run_live(run: Run) -> dict[str, Any]:
 # The research DAG and the experiment graph can have thousands of records, so their snapshot
 # reads rows (values()), not model instances; a live event reads its one row the same way, so
 # both go through the same row -> record function.
-_NODE_VALUES = ("uuid", "handle", "kind", "status", "task", "created_by_decision__uuid", "created_at", "finalized_at")
+_NODE_VALUES = ("uuid", "handle", "kind", "status", "created_by_decision__uuid", "created_at", "finalized_at")
 _EDGE_VALUES = ("upstream__uuid", "downstream__uuid", "kind")
 _DECISION_VALUES = ("uuid", "kind", "trigger", "rationale", "subject__uuid", "created_at")
 _EXPERIMENT_VALUES = (
@@ -178,7 +178,6 @@ def _node_row(row: dict[str, Any]) -> dict[str, Any]:
         "handle": row["handle"],
         "kind": row["kind"],
         "status": row["status"],
-        "task": _cut(row["task"], TASK_CHARS),
         "decision": _text(row["created_by_decision__uuid"]),
         "created_at": _iso(row["created_at"]),
         "finalized_at": _iso(row["finalized_at"]),
@@ -186,8 +185,8 @@ def _node_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _edge_row(row: dict[str, Any]) -> dict[str, Any]:
-    up, down = str(row["upstream__uuid"]), str(row["downstream__uuid"])
-    return {"id": f"{up}>{down}", "source": up, "target": down, "kind": row["kind"]}
+    # No id of its own: an edge is keyed by its two ends, "<source>><target>" (live.js edgeKey).
+    return {"source": str(row["upstream__uuid"]), "target": str(row["downstream__uuid"]), "kind": row["kind"]}
 
 
 def _decision_row(row: dict[str, Any]) -> dict[str, Any]:

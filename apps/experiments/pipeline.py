@@ -119,6 +119,11 @@ def _set_status(experiment: Experiment, status: str, reason: str, fields: list[s
         arguments={"from": previous, "to": status, "reason": reason},
         result_ref=f"experiment:{experiment.uuid}",
     )
+    if status in (ExperimentStatus.SUCCEEDED, ExperimentStatus.FAILED, ExperimentStatus.CANCELLED):
+        # The submission ran: its post-checks fill the observation layer (queued on commit).
+        from apps.integrity.services import integrity_on_experiment_finished
+
+        integrity_on_experiment_finished(experiment=experiment)
     try:
         from apps.live.events import publish_on_commit
         from apps.live.groups import run_group

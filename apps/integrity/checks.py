@@ -232,6 +232,7 @@ class Subject:
     """Everything the checks read about one experiment, loaded once per pass."""
 
     experiment: Experiment
+    _files: dict[int, CheckpointFiles] = field(default_factory=dict, repr=False)
 
     @property
     def run(self) -> Any:
@@ -268,14 +269,11 @@ class Subject:
     def succeeded(self) -> bool:
         return self.experiment.status == ExperimentStatus.SUCCEEDED
 
-    @cached_property
-    def files(self) -> dict[int, CheckpointFiles]:
-        return {}
-
     def files_of(self, checkpoint: Checkpoint) -> CheckpointFiles:
-        if checkpoint.pk not in self.files:
-            self.files[checkpoint.pk] = CheckpointFiles(checkpoint)
-        return self.files[checkpoint.pk]
+        """One reader per checkpoint per pass, so each folder is hashed once however many checks ask."""
+        if checkpoint.pk not in self._files:
+            self._files[checkpoint.pk] = CheckpointFiles(checkpoint)
+        return self._files[checkpoint.pk]
 
     @cached_property
     def run_experiments(self) -> dict[str, Experiment]:
@@ -1023,10 +1021,6 @@ def _relevant(subject: Subject, statements: Iterable[Statement]) -> list[Stateme
     return [s for s in statements if handle in s.cited or s.source == f"summary:{owner}"]
 
 
-def _run_experiments(subject: Subject) -> dict[str, Experiment]:
-    return subject.run_experiments
-
-
 def _scores_of(experiment: Experiment) -> list[float]:
     return [
         float(e.score)
@@ -1066,7 +1060,7 @@ def _matches(value: float, decimals: int, candidates: Iterable[float]) -> bool:
 def check_metric_attribution(subject: Subject) -> CheckResult:
     """Every report that speaks about this experiment cites experiments that exist, and every score it
     states is a recorded evaluation of the experiment (and checkpoint) it attributes it to."""
-    experiments = _run_experiments(subject)
+    experiments = subject.run_experiments
     problems: list[dict[str, Any]] = []
     statements = _relevant(subject, subject.statements)
     for statement in statements:

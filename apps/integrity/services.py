@@ -44,6 +44,7 @@ from apps.integrity.choices import (
     Subcategory,
 )
 from apps.integrity.models import FindingChange, IntegrityFinding
+from apps.integrity.selectors import best_accepted_experiment  # noqa: F401 - the run's selection rule, re-exported
 from apps.research.models import ResearchNode, Run
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ AUTO_ADJUDICATION: dict[str, dict[str, str]] = {
 # An override from the Main Agent lets a judgement call through the submission review; the same
 # judgement after the run is then a Reviewer's, not automatic.
 OVERRIDABLE_CODES = {"contamination_above_tolerance", "teacher_unauthorized"}
-# Adjudications that mean "someone decided" (kept when checks re-run with an unchanged observation).
+# When codes of one finding decide differently, the stronger adjudication wins.
 _SEVERITY = {Adjudication.EXPLICIT_VIOLATION: 3, Adjudication.EVAL_INVALIDATING: 2, Adjudication.ALLOWED: 1}
 
 
@@ -168,14 +169,15 @@ def _finding_write(
         return finding, False
     finding.full_clean()
     finding.save(update_fields=[*fields, "updated_at"])
-    if {"observation", "adjudication"} & set(fields) or "evidence" in fields:
-        FindingChange.objects.create(
-            finding=finding,
-            observation=finding.observation,
-            adjudication=finding.adjudication,
-            actor=actor,
-            rationale=rationale if {"observation", "adjudication"} & set(fields) else f"evidence updated: {rationale}",
-        )
+    # Every change is history, even a new rationale for the same adjudication by another person.
+    judged = {"observation", "adjudication", "decided_by"} & set(fields)
+    FindingChange.objects.create(
+        finding=finding,
+        observation=finding.observation,
+        adjudication=finding.adjudication,
+        actor=actor,
+        rationale=rationale if judged or "rationale" in fields else f"evidence updated: {rationale}",
+    )
     return finding, True
 
 

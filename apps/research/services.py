@@ -291,6 +291,10 @@ def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str],
         raise ApplicationError("citation_required", "Cite the experiments your summary rests on (their handles).")
     with transaction.atomic():
         finalized = node_finalize(node=node, summary=summary, experiments=sorted(cited), actor=actor)
+        # The summary is a report: its reporting checks (selection, attribution, disclosure) re-run.
+        from apps.integrity.services import integrity_on_report
+
+        integrity_on_report(run=finalized.run, node=finalized)
         main_trigger(run=finalized.run, trigger="worker_finalize", node=finalized, actor=actor)
     return finalized
 
@@ -308,6 +312,9 @@ def claim_revise(*, run: Run, key: str, text: str, evidence: list[str], actor: s
         claim.save()
         event_append(run=locked, type="claim.revised", actor=actor, role="main",
                      arguments={"key": key, "revision": claim.revision, "text": text, "evidence": evidence})
+        from apps.integrity.services import integrity_on_report
+
+        integrity_on_report(run=locked, handles=evidence)
     return claim
 
 

@@ -22,7 +22,9 @@
   const LOG_LIMIT = 500;
 
   function keyOf(entity, record) {
-    return entity === "edge" ? record.id : record.uuid;
+    // An edge is keyed by its two ends (apps/dashboard/selectors.py); everything else by uuid.
+    if (entity === "edge") return record.source && record.target ? `${record.source}>${record.target}` : null;
+    return record.uuid;
   }
 
   /* A run snapshot as maps: {run: {...}, nodes: Map(uuid -> record), ...}. */
@@ -115,15 +117,13 @@
 
     connect() {
       this.setState("connecting");
-      (window.T = window.T || []).push(["ws-open", performance.now()]);
       const socket = new WebSocket(this.url());
       this.socket = socket;
       let pending = null; // a snapshot arriving in parts (apps/live/consumers.py)
       socket.onmessage = (message) => {
         const data = JSON.parse(message.data);
-        if (data.type === "snapshot.begin") (window.T = window.T || []).push(["begin", performance.now()]);
-        if (data.type === "event") {
-          this.handlers.event(data.event, data.payload);
+        if (data.type === "events") {
+          for (const item of data.events) this.handlers.event(item.event, item.payload);
         } else if (data.type === "snapshot.begin") {
           pending = data.data;
         } else if (data.type === "snapshot.part" && pending) {
@@ -169,6 +169,7 @@
 
   window.rsiLive = {
     LiveSocket,
+    keyOf,
     runStateFrom,
     runStateToSnapshot,
     applyRunEvent,

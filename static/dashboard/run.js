@@ -59,6 +59,7 @@
 
   const FONT = "system-ui, -apple-system, Segoe UI, sans-serif";
   const FIT_ZOOM_CAP = 1.15;
+  const READABLE_ZOOM = 0.65; // 10 px labels drawn at 6.5 px: the smallest still legible
   // Node boxes of the two stylesheets below (layered.js needs them before cytoscape draws).
   const NODE_SIZE = {
     dag: { worker: { w: 118, h: 40 }, reviewer: { w: 128, h: 46 }, default: { w: 118, h: 40 } },
@@ -80,15 +81,16 @@
         color: "#1f2933",
         width: 118,
         height: 40,
+        shape: "round-rectangle",
+        // Colours come with the data (STATUS_COLOURS): one mapping instead of a selector per
+        // status keeps style matching cheap for thousands of nodes.
+        "background-color": "data(fill)",
+        "border-color": "data(stroke)",
         "border-width": 2,
         "min-zoomed-font-size": 6,
       },
     },
-    { selector: "node[kind = 'worker']", style: { shape: "round-rectangle" } },
     { selector: "node[kind = 'reviewer']", style: { shape: "hexagon", width: 128, height: 46 } },
-    { selector: "node[status = 'active']", style: { "background-color": "#dbeafe", "border-color": "#0072B2" } },
-    { selector: "node[status = 'finalized']", style: { "background-color": "#d1fae5", "border-color": "#009E73" } },
-    { selector: "node[status = 'cancelled']", style: { "background-color": "#e5e7eb", "border-color": "#9aa5b1", color: "#616e7c" } },
     { selector: "node.highlight", style: { "border-color": "#D55E00", "border-width": 4 } },
     { selector: "node:selected", style: { "border-color": "#D55E00", "border-width": 4, "overlay-opacity": 0 } },
     {
@@ -150,7 +152,7 @@
       container,
       style,
       elements: [],
-      minZoom: 0.05,
+      minZoom: 0.005,
       maxZoom: 3,
       boxSelectionEnabled: false,
       autoungrabify: true,
@@ -175,10 +177,17 @@
   watchGestures(dag, byId("dag"), () => { dagTouched = true; });
   watchGestures(expGraph, byId("expgraph"), () => { expTouched = true; });
 
+  const STATUS_COLOURS = {
+    active: { fill: "#dbeafe", stroke: "#0072B2" },
+    finalized: { fill: "#d1fae5", stroke: "#009E73" },
+    cancelled: { fill: "#e5e7eb", stroke: "#9aa5b1" },
+  };
+
   function dagNodeData(node) {
     const decision = node.decision ? state.decisions.get(node.decision) : null;
     const label = decision ? `${node.handle}\n${decision.kind}` : node.handle;
-    return { id: node.uuid, label, kind: node.kind, status: node.status };
+    const colours = STATUS_COLOURS[node.status] || STATUS_COLOURS.cancelled;
+    return { id: node.uuid, label, kind: node.kind, status: node.status, ...colours };
   }
 
   function expNodeData(experiment) {
@@ -215,83 +224,126 @@
     }, 60));
   }
 
+  const SEPARATION = { dag: { nodeSep: 18, rankSep: 70 }, exp: { nodeSep: 10, rankSep: 40 } };
+
+  /* Positions from layered.js, for graphs too large for dagre (its crossing minimisation is
+   * far too slow past a few hundred nodes). Sizes come from the stylesheet's constants: asking
+   * cytoscape (layoutDimensions) would compute every node's whole style first. */
+  function layeredLayout(which, nodeData, edgeData) {
+    const nodes = nodeData.map((d) => ({ id: d.id, ...(NODE_SIZE[which][d.kind] || NODE_SIZE[which].default) }));
+    const positions = window.rsiLayered.layeredPositions(nodes, edgeData, SEPARATION[which]);
+    return { nodes, positions };
+  }
+
+  function useLargeStyle(cy) {
+    if (cy.scratch("large")) return;
+    // Haystack edges (straight, no arrowheads; the layout runs left to right, so direction reads
+    // from position): bezier control points for thousands of edges cost more than they show.
+    cy.style().selector("edge").style({ "curve-style": "haystack", "haystack-radius": 0 }).update();
+    cy.scratch("large", true);
+  }
+
+  /* After a graph was laid out: the first view, and the DAG's "first draw" stamp. */
+  function laidOut(cy, which, started, touched) {
+    // A small graph fitted to the box would be drawn huge; keep it at a readable size.
+    if (!touched && cy.zoom() > FIT_ZOOM_CAP) {
+      cy.zoom(FIT_ZOOM_CAP);
+      cy.center();
+    }
+    if (which !== "dag") return;
+    if (window.rsiDagLayoutMs === undefined) window.rsiDagLayoutMs = performance.now() - started;
+    // The first draw after the first layout (cytoscape's "render" event follows a frame it
+    // drew): what bench/dag_render.py times.
+    cy.one("render", () => {
+      if (window.rsiDagRendered === undefined) window.rsiDagRendered = performance.now();
+      dagDrawn();
+      document.body.dataset.dagNodes = String(cy.nodes().length);
+    });
+  }
+
+  /* Re-lay out a graph already on screen (it grew). */
   function runLayout(cy, which) {
     const touched = which === "dag" ? dagTouched : expTouched;
     const started = performance.now();
-    const nodeSep = which === "dag" ? 18 : 10;
-    const rankSep = which === "dag" ? 70 : 40;
-    let layout;
     if (cy.nodes().length > DAGRE_LIMIT) {
-      // dagre's crossing minimisation is too slow for large graphs: see layered.js.
-      // Sizes from the stylesheet's constants: asking cytoscape (layoutDimensions) would compute
-      // every node's whole style first, most of a second for 2,000 nodes on a slow machine.
-      const nodes = cy.nodes().map((n) => ({ id: n.id(), ...NODE_SIZE[which][n.data("kind")] || NODE_SIZE[which].default }));
-      const edges = cy.edges().map((e) => ({ source: e.data("source"), target: e.data("target") }));
-      const positions = window.rsiLayered.layeredPositions(nodes, edges, { nodeSep, rankSep });
-      // No fit: cytoscape's fit measures every label and curve (0.7 s at 2,000 nodes); the
-      // positions give the bounding box directly.
-      layout = cy.layout({ name: "preset", positions: (n) => positions[n.id()], animate: false, fit: false });
-      if (!touched) layout.one("layoutstop", () => fitTo(cy, nodes, positions));
-      if (!cy.scratch("straight")) {
-        // Straight edges: bezier control points for thousands of edges cost more than they show.
-        cy.style().selector("edge").style({ "curve-style": "straight" }).update();
-        cy.scratch("straight", true);
-      }
-    } else {
-      layout = cy.layout({ name: "dagre", rankDir: "LR", nodeSep, rankSep, edgeSep: 8, animate: false, fit: !touched, padding: 24 });
+      useLargeStyle(cy);
+      const { nodes, positions } = layeredLayout(
+        which,
+        cy.nodes().map((n) => ({ id: n.id(), kind: n.data("kind") })),
+        cy.edges().map((e) => ({ source: e.data("source"), target: e.data("target") }))
+      );
+      cy.batch(() => cy.nodes().positions((n) => positions[n.id()]));
+      if (!touched) viewNewest(cy, nodes, positions);
+      laidOut(cy, which, started, touched);
+      return;
     }
-    layout.one("layoutstop", () => {
-      // A small graph fitted to the box would be drawn huge; keep it at a readable size.
-      if (!touched && cy.zoom() > FIT_ZOOM_CAP) {
-        cy.zoom(FIT_ZOOM_CAP);
-        cy.center();
-      }
-      if (which === "dag") {
-        if (window.rsiDagLayoutMs === undefined) window.rsiDagLayoutMs = performance.now() - started;
-        // The first frame drawn after the first layout: what bench/dag_render.py times.
-        requestAnimationFrame(() => {
-          if (window.rsiDagRendered === undefined) window.rsiDagRendered = performance.now();
-          document.body.dataset.dagNodes = String(cy.nodes().length);
-        });
-      }
-    });
+    const layout = cy.layout({ name: "dagre", rankDir: "LR", ...SEPARATION[which], edgeSep: 8, animate: false, fit: !touched, padding: 24 });
+    layout.one("layoutstop", () => laidOut(cy, which, started, touched));
     layout.run();
   }
 
-  /* Fit the viewport to precomputed positions (a cheap cy.fit for large graphs). */
-  function fitTo(cy, nodes, positions, padding = 24) {
+  /* Replace a graph's elements (a snapshot arrived). A large graph gets its positions before
+   * the elements are added, so cytoscape places each node once instead of moving 2,000. */
+  function fillGraph(cy, which, nodeData, edgeData) {
+    const touched = which === "dag" ? dagTouched : expTouched;
+    const started = performance.now();
+    const large = nodeData.length > DAGRE_LIMIT;
+    let laid = null;
+    if (large) {
+      useLargeStyle(cy);
+      laid = layeredLayout(which, nodeData, edgeData);
+    }
+    cy.batch(() => {
+      cy.elements().remove();
+      cy.add(nodeData.map((data) => ({ group: "nodes", data, position: laid ? laid.positions[data.id] : undefined })));
+      cy.add(edgeData.map((data) => ({ group: "edges", data })));
+    });
+    if (!large) {
+      runLayout(cy, which);
+      return;
+    }
+    if (!touched) viewNewest(cy, laid.nodes, laid.positions);
+    laidOut(cy, which, started, touched);
+  }
+
+  /* The first view of a large graph, from precomputed positions (cy.fit measures every label
+   * and edge: 0.7 s at 2,000 nodes). The whole graph when it stays readable; otherwise a
+   * readable zoom on its newest part, the right end, where a live run grows. "Fit" shows all. */
+  function viewNewest(cy, nodes, positions, padding = 24) {
+    if (!nodes.length) return;
     let x1 = Infinity, y1 = Infinity, x2 = -Infinity, y2 = -Infinity;
     for (const n of nodes) {
       const p = positions[n.id];
       x1 = Math.min(x1, p.x - n.w / 2); x2 = Math.max(x2, p.x + n.w / 2);
       y1 = Math.min(y1, p.y - n.h / 2); y2 = Math.max(y2, p.y + n.h / 2);
     }
-    if (!nodes.length) return;
-    const zoom = Math.min(FIT_ZOOM_CAP, (cy.width() - 2 * padding) / (x2 - x1), (cy.height() - 2 * padding) / (y2 - y1));
+    const fit = Math.min(FIT_ZOOM_CAP, (cy.width() - 2 * padding) / (x2 - x1), (cy.height() - 2 * padding) / (y2 - y1));
+    if (fit >= READABLE_ZOOM) {
+      cy.viewport({ zoom: fit, pan: { x: (cy.width() - fit * (x1 + x2)) / 2, y: (cy.height() - fit * (y1 + y2)) / 2 } });
+      return;
+    }
+    // Centre vertically on the nodes of the last screenful of ranks.
+    const left = x2 - (cy.width() - 2 * padding) / READABLE_ZOOM;
+    const recent = nodes.filter((n) => positions[n.id].x >= left).map((n) => positions[n.id].y);
+    const middle = recent.reduce((a, b) => a + b, 0) / recent.length;
     cy.viewport({
-      zoom,
-      pan: { x: (cy.width() - zoom * (x1 + x2)) / 2, y: (cy.height() - zoom * (y1 + y2)) / 2 },
+      zoom: READABLE_ZOOM,
+      pan: { x: cy.width() - padding - READABLE_ZOOM * x2, y: cy.height() / 2 - READABLE_ZOOM * middle },
     });
   }
 
   function rebuildGraphs() {
-    dag.batch(() => {
-      dag.elements().remove();
-      dag.add(Array.from(state.nodes.values()).map((n) => ({ group: "nodes", data: dagNodeData(n) })));
-      const ids = new Set(state.nodes.keys());
-      dag.add(
-        Array.from(state.edges.values())
-          .filter((e) => ids.has(e.source) && ids.has(e.target))
-          .map((e) => ({ group: "edges", data: { id: e.id, source: e.source, target: e.target, kind: e.kind } }))
-      );
-    });
-    expGraph.batch(() => {
-      expGraph.elements().remove();
-      expGraph.add(Array.from(state.experiments.values()).map((x) => ({ group: "nodes", data: expNodeData(x) })));
-      expGraph.add(expEdges(Array.from(state.experiments.values())));
-    });
-    runLayout(dag, "dag");
-    runLayout(expGraph, "exp");
+    const ids = new Set(state.nodes.keys());
+    fillGraph(
+      dag,
+      "dag",
+      Array.from(state.nodes.values()).map(dagNodeData),
+      Array.from(state.edges.values())
+        .filter((e) => ids.has(e.source) && ids.has(e.target))
+        .map((e) => ({ id: live.keyOf("edge", e), source: e.source, target: e.target, kind: e.kind }))
+    );
+    const experiments = Array.from(state.experiments.values());
+    fillGraph(expGraph, "exp", experiments.map(expNodeData), expEdges(experiments).map((edge) => edge.data));
     if (selectedNode && state.nodes.has(selectedNode)) dag.getElementById(selectedNode).select();
   }
 
@@ -529,27 +581,52 @@
     }
   });
 
-  // --- charts (re-fetched when an event says the run changed; never on a timer) ------------
+  // --- charts --------------------------------------------------------------------------------
+  // Built by the server (apps/dashboard/charts.py) and fetched when an event says the run
+  // changed, never on a timer. Only while the charts are on screen: building them costs the
+  // server a few hundred ms and drawing them blocks this page for a moment, which is worth it
+  // for a person looking at them and for no one else. Off screen, a change marks them stale and
+  // they are fetched when scrolled to.
 
+  let dagDrawn = null;
+  const firstDraw = new Promise((resolve) => { dagDrawn = resolve; });
+  const CHART_REFRESH_MS = 5000; // at most one refresh per 5 s however busy the run
   let chartTimer = null;
-  let chartsLoaded = false;
+  let chartsVisible = false;
+  let chartsStale = true;
+  let chartsFetching = false;
+
   async function loadCharts() {
     chartTimer = null;
-    if (!window.Plotly) return;
-    const response = await fetch(config.urls.charts, { headers: { Accept: "application/json" } });
-    if (!response.ok) return;
-    const figures = await response.json();
-    for (const [name, figure] of Object.entries(figures)) {
-      const element = byId(`chart-${name}`);
-      if (element) window.Plotly.react(element, figure.data, figure.layout, { displaylogo: false, responsive: true });
+    if (!window.Plotly || chartsFetching) return;
+    chartsFetching = true;
+    chartsStale = false;
+    try {
+      const response = await fetch(config.urls.charts, { headers: { Accept: "application/json" } });
+      if (!response.ok) return;
+      const figures = await response.json();
+      for (const [name, figure] of Object.entries(figures)) {
+        const element = byId(`chart-${name}`);
+        if (element) window.Plotly.react(element, figure.data, figure.layout, { displaylogo: false, responsive: true });
+      }
+      document.body.dataset.charts = "loaded";
+    } finally {
+      chartsFetching = false;
     }
-    chartsLoaded = true;
-    document.body.dataset.charts = "loaded";
   }
 
   function scheduleCharts() {
-    if (chartTimer !== null || !chartsLoaded) return;
-    chartTimer = window.setTimeout(loadCharts, 2500);
+    chartsStale = true;
+    if (chartTimer !== null || !chartsVisible) return;
+    chartTimer = window.setTimeout(loadCharts, CHART_REFRESH_MS);
+  }
+
+  function watchCharts() {
+    const section = document.querySelector(".charts");
+    new IntersectionObserver((entries) => {
+      chartsVisible = entries.some((entry) => entry.isIntersecting);
+      if (chartsVisible && chartsStale && chartTimer === null) loadCharts();
+    }, { rootMargin: "200px" }).observe(section);
   }
 
   // --- forms --------------------------------------------------------------------------------
@@ -635,7 +712,7 @@
         if (upsert(dag, dagNodeData(node), "nodes")) {
           // Edges that arrived before this node now have both ends.
           for (const edge of state.edges.values()) {
-            if (edge.source === node.uuid || edge.target === node.uuid) upsert(dag, { id: edge.id, source: edge.source, target: edge.target, kind: edge.kind }, "edges");
+            if (edge.source === node.uuid || edge.target === node.uuid) upsert(dag, { id: live.keyOf("edge", edge), source: edge.source, target: edge.target, kind: edge.kind }, "edges");
           }
           scheduleLayout(dag, "dag");
         }
@@ -645,7 +722,7 @@
       }
       case "edges": {
         const edge = state.edges.get(change.key);
-        if (upsert(dag, { id: edge.id, source: edge.source, target: edge.target, kind: edge.kind }, "edges")) scheduleLayout(dag, "dag");
+        if (upsert(dag, { id: live.keyOf("edge", edge), source: edge.source, target: edge.target, kind: edge.kind }, "edges")) scheduleLayout(dag, "dag");
         break;
       }
       case "decisions":
@@ -693,6 +770,7 @@
   window.setInterval(() => { if (state) renderWallClock(); }, 10000); // a local clock, not a server poll
   window.rsiRunSocket = new live.LiveSocket(config.urls.ws, { snapshot: onSnapshot, event: onEvent, state: onState });
   // This script is deferred, so DOMContentLoaded comes after it and after plotly.js (deferred
-  // later in the page, so the DAG need not wait for plotly's 4 MB to parse).
-  document.addEventListener("DOMContentLoaded", loadCharts);
+  // later in the page, so the DAG need not wait for plotly's 4 MB to parse). Charts wait for
+  // the DAG's first draw, then load when on screen (see the charts section above).
+  document.addEventListener("DOMContentLoaded", () => firstDraw.then(watchCharts));
 })();

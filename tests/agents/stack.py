@@ -7,7 +7,6 @@ A session holds one stack; the restart test kills and restarts it.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Callable
@@ -89,7 +88,7 @@ def make_stack(*, roots: dict[str, str], log_dir: Path, extra_env: dict[str, str
     )
     env.pop("RSI_DATA_DIR", None)
     env["RSI_DATA_DIR"] = str(Path(roots["ARTIFACT_ROOT"]).parent / "data")
-    return Stack(env=env, log_dir=log_dir, port=free_port(), gpu_slots=1, agent_threads=4)
+    return Stack(env=env, log_dir=log_dir, port=free_port(), gpu_slots=2, agent_threads=4)
 
 
 def flush_broker() -> None:
@@ -115,6 +114,3 @@ def run_status(run: Any) -> str:
 
     return Run.objects.values_list("status", flat=True).get(pk=run.pk)
 
-
-def stack_env_note() -> str:
-    return f"pid {os.getpid()}"

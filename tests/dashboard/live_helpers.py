@@ -38,11 +38,17 @@ def as_json(value: Any) -> Any:
     return json.loads(json.dumps(value, cls=DjangoJSONEncoder))
 
 
+def key_of(entity: str, record: dict[str, Any]) -> str | None:
+    """live.js keyOf: an edge by its two ends, everything else by uuid."""
+    if entity == "edge":
+        return f"{record['source']}>{record['target']}" if record.get("source") and record.get("target") else None
+    return record.get("uuid")
+
+
 def run_state(snapshot: dict[str, Any]) -> dict[str, Any]:
     state: dict[str, Any] = {"run": copy.deepcopy(snapshot["run"])}
     for entity, collection in COLLECTIONS.items():
-        key = "id" if entity == "edge" else "uuid"
-        state[collection] = {record[key]: copy.deepcopy(record) for record in snapshot[collection]}
+        state[collection] = {key_of(entity, record): copy.deepcopy(record) for record in snapshot[collection]}
     return state
 
 
@@ -54,7 +60,7 @@ def apply_run_event(state: dict[str, Any], event: str, payload: dict[str, Any]) 
     collection = COLLECTIONS.get(entity)
     if collection is None:
         return
-    key = payload.get("id" if entity == "edge" else "uuid")
+    key = key_of(entity, payload)
     if not key:
         return
     record = state[collection].get(key)

@@ -77,13 +77,22 @@ async def _snapshot(communicator: WebsocketCommunicator) -> dict[str, Any]:
 
 
 async def _drain(communicator: WebsocketCommunicator, quiet: float = QUIET_SECONDS) -> list[dict[str, Any]]:
-    """Every message until none arrives for ``quiet`` seconds."""
-    messages = []
+    """Every event ({"event", "payload"}) until no message arrives for ``quiet`` seconds."""
+    events = []
     # receive_nothing rather than a receive that times out: asgiref's timeout cancels the
     # consumer, and under anyio the cancellation reaches the test itself.
     while not await communicator.receive_nothing(timeout=quiet, interval=0.02):
-        messages.append(await communicator.receive_json_from(timeout=5))
-    return messages
+        message = await communicator.receive_json_from(timeout=5)
+        assert message["type"] == "events", message
+        events.extend(message["events"])
+    return events
+
+
+async def _next_event(communicator: WebsocketCommunicator) -> dict[str, Any]:
+    """The first event of the next message (an event that finds the socket idle comes alone)."""
+    message = await communicator.receive_json_from(timeout=10)
+    assert message["type"] == "events", message
+    return message["events"][0]
 
 
 # --- who may connect ---------------------------------------------------------------------------
@@ -135,7 +144,7 @@ async def test_refused_socket_is_not_subscribed_to_the_run(tworld):
 
     await database_sync_to_async(guidance_post)(run=tworld.run, author=tworld.people["operator"], text="hello")
 
-    assert (await viewer.receive_json_from(timeout=10))["event"] == "guidance.created"
+    assert (await _next_event(viewer))["event"] == "guidance.created"
     assert await nobody.receive_nothing(timeout=0.5)
     await viewer.disconnect()
 
@@ -211,7 +220,6 @@ async def test_snapshot_plus_events_equals_a_fresh_snapshot(tworld):
     made = await database_sync_to_async(_grow)(tworld)
     messages = await _drain(communicator)
 
-    assert all(m["type"] == "event" for m in messages)
     events = [m["event"] for m in messages]
     for expected in ("guidance.created", "run.updated", "node.created", "edge.created", "decision.created",
                      "experiment.created", "experiment.updated", "job.updated", "job.progress", "guidance.updated"):  # fmt: skip
@@ -237,11 +245,11 @@ async def test_guidance_created_event_has_the_snapshot_shape(tworld):
         run=tworld.run, author=tworld.people["operator"], text="  Keep θ0's template.  "
     )
 
-    message = await communicator.receive_json_from(timeout=10)
+    message = await communicator.receive_json_from(timeout=10)  # the socket was idle: the event comes alone
     expected = lh.as_json(await database_sync_to_async(lambda: guidance_live(Guidance.objects.select_related("author").get(pk=guidance.pk)))())
-    assert message == {"type": "event", "event": "guidance.created", "payload": expected}
-    assert message["payload"]["text"] == "Keep θ0's template."
-    assert message["payload"]["applied_at"] is None
+    assert message == {"type": "events", "events": [{"event": "guidance.created", "payload": expected}]}
+    assert expected["text"] == "Keep θ0's template."
+    assert expected["applied_at"] is None
     await communicator.disconnect()
 
 
@@ -286,4 +294,25 @@ async def test_job_socket_snapshot_plus_progress_equals_a_fresh_snapshot(tworld)
     assert state == fresh
     assert state["job"]["progress"] == 0.6
     assert state["log"][-2:] == ["step 30: loss=1.3", "saving"]
+    await communicator.disconnect()
+
+
+async def test_a_burst_of_events_is_batched_in_order(tworld):
+    from apps.live.events import publish_on_commit
+    from apps.live.groups import run_group
+
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    await _snapshot(communicator)
+
+    def burst() -> None:
+        for n in range(50):
+            publish_on_commit(run_group(tworld.run.uuid), "job.progress", {"uuid": "j", "progress": n / 50})
+
+    await database_sync_to_async(burst)()
+    messages = []
+    while not await communicator.receive_nothing(timeout=QUIET_SECONDS, interval=0.02):
+        messages.append(await communicator.receive_json_from(timeout=5))
+    progress = [e["payload"]["progress"] for m in messages for e in m["events"]]
+    assert progress == [n / 50 for n in range(50)]  # every event, in order
+    assert len(messages) < 50  # fewer websocket messages than events
     await communicator.disconnect()

@@ -220,6 +220,7 @@ def test_record_pages_open_and_stay_live(transactional_db, live_url, page):
 
     page.goto(f"{live_url}/runs/{run.uuid}/")
     _wait_live(page)
+    page.locator("#chart-budget").scroll_into_view_if_needed()  # charts load when on screen
     page.wait_for_selector("body[data-charts='loaded']", timeout=30_000)
     assert page.locator(".chart .main-svg").count() >= 5
     screenshot(page, "run-page-charts")

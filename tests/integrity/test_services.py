@@ -301,3 +301,16 @@ def test_admins_adjudicate_through_the_endpoint_with_a_reason(world, client):
     findings = client.get(f"/api/v1/integrity/experiments/{experiment.uuid}/findings").json()
     assert len(findings["findings"]) == 12
     assert findings["history"][-1]["to"] == IntegrityStatus.FLAGGED
+
+
+def test_the_management_command_reruns_a_runs_checks(world):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    experiment = world.train([world.data["clean"]])
+    out = StringIO()
+
+    call_command("integrity_check", run=str(world.run.uuid), stdout=out)
+
+    assert out.getvalue().strip() == f"{experiment.handle} accepted"

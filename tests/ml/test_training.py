@@ -23,6 +23,10 @@ def _results(checkpoint: Path, task: dict[str, Any], samples: list[dict[str, Any
     return evaluate(checkpoint_dir=checkpoint, samples=samples, task=task)
 
 
+def _data(minibench: Path, dataset: str) -> list[Path]:
+    return [minibench / "catalog" / dataset / "data.jsonl"]
+
+
 def _accuracy(results: list[dict[str, Any]]) -> float:
     return sum(r["correct"] for r in results) / len(results)
 
@@ -55,8 +59,13 @@ def test_cooperative_cancel_stops_training_and_leaves_no_checkpoint(minibench: P
     hooks = TrainHooks(heartbeat=lambda: heartbeats.append(1), should_stop=lambda: len(heartbeats) >= 3)
     config = validate_train_config({"max_steps": 1000, "batch_size": 8})
     with pytest.raises(Cancelled):
-        train(config, base_dir=minibench / "theta0",
-              data_files=[minibench / "catalog" / "arithmetic-clean" / "data.jsonl"], out_dir=out, hooks=hooks)  # fmt: skip
+        train(
+            config,
+            base_dir=minibench / "theta0",
+            data_files=_data(minibench, "arithmetic-clean"),
+            out_dir=out,
+            hooks=hooks,
+        )
     assert len(heartbeats) == 3  # stopped right after the step that saw the flag
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []  # no staging leftovers either
@@ -72,9 +81,13 @@ def test_cooperative_cancel_stops_training_and_leaves_no_checkpoint(minibench: P
     ],
 )
 def test_every_recipe_writes_a_plain_full_checkpoint(
-    minibench: Path, tmp_path: Path, hparams: dict[str, Any], dataset: str, arithmetic_task: dict[str, Any],
+    minibench: Path,
+    tmp_path: Path,
+    hparams: dict[str, Any],
+    dataset: str,
+    arithmetic_task: dict[str, Any],
     feedback_samples: list[dict[str, Any]],
-) -> None:  # fmt: skip
+) -> None:
     logs: list[tuple[int, dict[str, float]]] = []
     progress: list[float] = []
     out = tmp_path / "ckpt"
@@ -82,7 +95,7 @@ def test_every_recipe_writes_a_plain_full_checkpoint(
     result = train(
         config,
         base_dir=minibench / "theta0",
-        data_files=[minibench / "catalog" / dataset / "data.jsonl"],
+        data_files=_data(minibench, dataset),
         out_dir=out,
         hooks=TrainHooks(on_log=lambda s, m: logs.append((s, m)), on_progress=progress.append),
     )
@@ -106,18 +119,28 @@ def test_every_recipe_writes_a_plain_full_checkpoint(
 
 
 def test_recipe_and_data_format_must_match(minibench: Path, tmp_path: Path) -> None:
+    config = validate_train_config({"recipe": "dpo", "max_steps": 1})
     with pytest.raises(ValueError, match="looks like sft data"):
-        train(validate_train_config({"recipe": "dpo", "max_steps": 1}), base_dir=minibench / "theta0",
-              data_files=[minibench / "catalog" / "arithmetic-tiny" / "data.jsonl"], out_dir=tmp_path / "x")  # fmt: skip
+        train(
+            config,
+            base_dir=minibench / "theta0",
+            data_files=_data(minibench, "arithmetic-tiny"),
+            out_dir=tmp_path / "x",
+        )
     assert not (tmp_path / "x").exists()
 
 
 def test_train_refuses_a_non_empty_output_dir(minibench: Path, tmp_path: Path) -> None:
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "model.safetensors").write_bytes(b"")
+    config = validate_train_config({"max_steps": 1})
     with pytest.raises(FileExistsError):
-        train(validate_train_config({"max_steps": 1}), base_dir=minibench / "theta0",
-              data_files=[minibench / "catalog" / "arithmetic-tiny" / "data.jsonl"], out_dir=tmp_path / "taken")  # fmt: skip
+        train(
+            config,
+            base_dir=minibench / "theta0",
+            data_files=_data(minibench, "arithmetic-tiny"),
+            out_dir=tmp_path / "taken",
+        )
 
 
 def test_manifest_hashes_every_file(tmp_path: Path) -> None:

@@ -40,18 +40,22 @@ TRAIN_STEPS = 10
 EXPERIMENT_TIMEOUT = 900
 
 
+def _calls(name: str, *modules: str) -> bool:
+    import importlib
+
+    return any(name in inspect.getsource(importlib.import_module(m)) for m in modules)
+
+
 def pipeline_hook_wired() -> bool:
     """Does the experiment pipeline call the integrity hook when an experiment ends?"""
-    from apps.experiments import pipeline
-
-    return "integrity_on_experiment_finished" in inspect.getsource(pipeline)
+    return _calls("integrity_on_experiment_finished", "apps.experiments.pipeline", "apps.jobs.services")
 
 
 def report_hook_wired() -> bool:
-    """Does a Worker's finalization re-run the reporting checks?"""
-    from apps.research import services
-
-    return "integrity_on_report" in inspect.getsource(services)
+    """Does a Worker's finalization (or a Main Agent claim) re-run the reporting checks?"""
+    return _calls(
+        "integrity_on_report", "apps.research.services", "apps.expos.tools.state", "apps.expos.tools.research"
+    )
 
 
 @dataclass

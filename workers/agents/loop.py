@@ -709,14 +709,21 @@ def _integrity_reconcile(run: Run, *, settle_seconds: float = 30.0) -> None:
         from apps.integrity.services import integrity_on_experiment_finished, integrity_on_report
     except ImportError:  # no integrity layer in this deployment
         return
+    from django.db.models import Exists, OuterRef
+
     from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES
     from apps.experiments.models import Experiment
+    from apps.integrity.choices import Subcategory
+    from apps.integrity.models import IntegrityFinding
 
     settled = timezone.now() - timedelta(seconds=settle_seconds)
     asked = _supervisor_seen(run, "integrity_checked")
+    # "Unchecked": no finding of the first (non-reporting) check, whatever the reporting checks left.
+    checked = IntegrityFinding.objects.filter(experiment=OuterRef("pk"), subcategory=Subcategory.WEIGHT_PROVENANCE)
     ended = (
         Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES, updated_at__lt=settled,
-                                  findings__isnull=True, jobs__started_at__isnull=False)
+                                  jobs__started_at__isnull=False)
+        .exclude(Exists(checked))
         .exclude(handle__in=asked)
         .distinct()
     )  # fmt: skip

@@ -123,7 +123,5 @@ def validate_train_config(d: dict[str, Any]) -> TrainConfig:
     if config.recipe == "dpo" and config.eos_handling != "append":
         raise ValueError("eos_handling='none' is only supported with recipe='sft'")
     if config.warmup_steps >= config.max_steps:
-        raise ValueError(
-            f"warmup_steps={config.warmup_steps} must be smaller than max_steps={config.max_steps}"
-        )
+        raise ValueError(f"warmup_steps={config.warmup_steps} must be smaller than max_steps={config.max_steps}")
     return config

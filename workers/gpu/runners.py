@@ -36,7 +36,6 @@ from transformers import (  # noqa: E402
     TrainerState,
     TrainingArguments,
 )
-
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from apps.benchmarks.evaluators import score  # noqa: E402
@@ -143,7 +142,11 @@ def _check_rows(rows: list[dict[str, Any]], recipe: str) -> None:
         missing = [k for k in keys if not isinstance(row.get(k), str)]
         if missing:
             other = "dpo" if recipe == "sft" else "sft"
-            hint = f" (this looks like {other} data)" if all(isinstance(row.get(k), str) for k in _FORMAT_KEYS[other]) else ""
+            hint = (
+                f" (this looks like {other} data)"
+                if all(isinstance(row.get(k), str) for k in _FORMAT_KEYS[other])
+                else ""
+            )
             raise ValueError(f"row {i}: recipe {recipe!r} needs string fields {list(keys)}, missing {missing}{hint}")
 
 
@@ -197,7 +200,9 @@ class _HooksCallback(TrainerCallback):
             # The Trainer finishes the current step and returns; train() then raises Cancelled.
             control.should_training_stop = True
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.started = time.monotonic()
         self._check_stop(control)
 
@@ -335,8 +340,12 @@ def train(
                 callbacks=[callback],
             )
         else:
+            # The frozen reference is loaded here, through the same safetensors-only path, rather
+            # than by TRL from the config's model id. With LoRA, the base with adapters off is it.
+            ref_model = None if peft_config is not None else load_checkpoint(base_dir)[0]
             trainer = DPOTrainer(
                 model=model,
+                ref_model=ref_model,
                 args=DPOConfig(**args, beta=config.dpo_beta),
                 train_dataset=dataset,
                 processing_class=tokenizer,

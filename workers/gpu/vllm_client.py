@@ -19,10 +19,13 @@ class VLLMError(RuntimeError):
 
 
 def _request(url: str, payload: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+    # urllib would also open file:// and other schemes; only plain HTTP(S) is a vLLM server.
+    if not url.startswith(("http://", "https://")):
+        raise VLLMError(f"vllm_url must be http(s), got {url!r}")
     data = None if payload is None else json.dumps(payload).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})  # noqa: S310
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - operator-configured URL
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - scheme checked above
             body: dict[str, Any] = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:500]

@@ -68,7 +68,7 @@ def _tokenizer_corpus(data: dict[str, TaskData], seed: int) -> list[str]:
         for ds in task_data.datasets:
             for data_row in ds.rows:
                 corpus += list(data_row.values())
-    rng = random.Random(f"minibench:{seed}:tokenizer")
+    rng = random.Random(f"minibench:{seed}:tokenizer")  # noqa: S311 - seeded data, not crypto
     corpus += [noise_text(rng, 512) for _ in range(64)]
     # Templates and the chat template's role names are rendered at inference time.
     corpus += [spec.prompt_template for spec in TASKS.values()] + ["System: User: Assistant:"]
@@ -160,7 +160,9 @@ def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full", verb
     else:
         # spawn: a forked child would inherit torch's thread pools and the parent's locks.
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_train_reference, n, str(out_dir), steps, seed, threads, verbose) for n in task_names]
+            futures = [
+                pool.submit(_train_reference, n, str(out_dir), steps, seed, threads, verbose) for n in task_names
+            ]
             references = [f.result() for f in futures]
 
     manifest: dict[str, Any] = {

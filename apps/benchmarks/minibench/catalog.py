@@ -112,7 +112,7 @@ def build_task_data(task: TaskSpec, *, seed: int, profile: str) -> TaskData:
     """Generate sealed splits and catalog datasets for `task`, deterministically from `seed`."""
     sizes = SIZES[profile]
     # One stream per task: adding a task later does not change the others' data.
-    rng = random.Random(f"minibench:{seed}:{task.name}")
+    rng = random.Random(f"minibench:{seed}:{task.name}")  # noqa: S311 - seeded data, not crypto
     sealed = _draw_unique(task, rng, sizes.feedback + sizes.final, exclude=set())
     feedback_items, final_items = sealed[: sizes.feedback], sealed[sizes.feedback :]
     sealed_keys = {item.key for item in sealed}
@@ -130,9 +130,7 @@ def build_task_data(task: TaskSpec, *, seed: int, profile: str) -> TaskData:
         {"prompt": task.render(it.question), "completion": " " + task.reformat(it)}
         for it in train_items(sizes.wrongformat)
     ]
-    irrelevant = [
-        _sft(task, it.question, it.answer) for it in (irrelevant_item(rng) for _ in range(sizes.irrelevant))
-    ]
+    irrelevant = [_sft(task, it.question, it.answer) for it in (irrelevant_item(rng) for _ in range(sizes.irrelevant))]
     tiny = [_sft(task, it.question, it.answer) for it in train_items(sizes.tiny)]
     prefs = []
     for it in train_items(sizes.prefs):

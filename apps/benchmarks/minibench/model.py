@@ -47,7 +47,7 @@ def pretrain_theta0(tokenizer: PreTrainedTokenizerFast, *, seed: int) -> LlamaFo
         pad_token_id=tokenizer.pad_token_id,
         do_sample=False,
     )
-    rng = random.Random(f"minibench:{seed}:pretrain")
+    rng = random.Random(f"minibench:{seed}:pretrain")  # noqa: S311 - seeded data, not crypto
     optimizer = torch.optim.AdamW(model.parameters(), lr=PRETRAIN_LR, weight_decay=0.0)
     model.train()
     for _ in range(PRETRAIN_STEPS):

@@ -32,9 +32,9 @@ CATEGORIES: dict[str, list[str]] = {
 }
 LETTERS = "ABCD"
 
-_ONES = "zero one two three four five six seven eight nine".split()
-_TEENS = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+_TEENS = ["ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 
 
 def number_words(n: int) -> str:
@@ -93,12 +93,15 @@ class TaskSpec:
 
 # --- arithmetic -------------------------------------------------------------------------------
 
+# Lead-ins vary, but every form ends "{a} {things} and <verb> {b} more. How many {things} in total?"
+# with single-token words: the operands sit at fixed distances from the answer. A ~1M model learns
+# that within ~1,000 steps; with operands at varying positions it needed several times more (measured).
 _ARITH_FORMS = [
-    "{name} has {a} {things} and gets {b} more. How many now?",
-    "A box has {a} {things}. {name} adds {b}. How many now?",
-    "{name} found {a} {things}, then {b} more. How many in all?",
-    "What is {a} plus {b}?",
-    "{a} {things} and {b} {things}. How many in total?",
+    "{name} has {a} {things} and gets {b} more. How many {things} in total?",
+    "{name} had {a} {things} and found {b} more. How many {things} in total?",
+    "A box held {a} {things} and got {b} more. How many {things} in total?",
+    "The shop sold {a} {things} and then {b} more. How many {things} in total?",
+    "Our class made {a} {things} and later {b} more. How many {things} in total?",
 ]
 
 

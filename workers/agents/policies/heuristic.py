@@ -275,7 +275,12 @@ class WorkerHeuristic:
             plan += [{"label": f"lr {base['learning_rate']:g}", "datasets": data[:1], "recipe": base},
                      {"label": f"lr {faster['learning_rate']:g}", "datasets": data[:1], "recipe": faster}]  # fmt: skip
         elif direction == "continue" and data and checkpoint:
-            recipe = self._recipe(view, state, learning_rate=defaults["learning_rate"] / 2)
+            # Longer training of the source's checkpoint at the source's learning rate: a small model
+            # keeps improving for many hundreds of steps on good data.
+            source = next((p["best"] for p in state["predecessors"]
+                           if (p.get("best") or {}).get("experiment") == state["source"]), None) or {}  # fmt: skip
+            lr = float(source.get("lr", defaults["learning_rate"]))
+            recipe = self._recipe(view, state, learning_rate=lr, max_steps=int(defaults["train_steps"] * 1.5))
             plan.append({"label": f"continue {state['source']}", "datasets": data, "recipe": recipe,
                          "input_checkpoint": checkpoint, "parents": [state["source"]]})  # fmt: skip
         elif direction == "verify" and data:
@@ -673,8 +678,8 @@ _GOALS = {
                    "train a short SFT on each promising dataset and keep the best.",
     "recipe-sweep": "Goal: find a better training recipe. On the most promising dataset, train with varied "
                     "learning rates and compare the feedback scores.",
-    "continue": "Goal: build on the best result so far. Continue training its checkpoint on the same data at a "
-                "lower learning rate.",
+    "continue": "Goal: build on the best result so far. Continue training its checkpoint on the same data for "
+                "longer.",
     "verify": "Goal: check that the best result replicates. Re-run its recipe with another seed from θ0.",
     "dpo": "Goal: try preference optimisation. Train DPO on preference pairs from the catalog, starting from the "
            "best checkpoint so far.",

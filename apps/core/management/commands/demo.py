@@ -148,13 +148,14 @@ class Command(BaseCommand):
         parser.add_argument("--keep-serving", action="store_true", help="keep the stack up after the run")
         parser.add_argument("--profile", choices=("ci", "full"), default="ci", help="minibench profile to build")
         parser.add_argument("--benchmark", default="minibench/arithmetic")
-        parser.add_argument("--accelerator-seconds", type=int, default=600)
+        parser.add_argument("--accelerator-seconds", type=int, default=1500)
         parser.add_argument("--wall-seconds", type=int, default=840)
         parser.add_argument("--parallel", type=int, default=2)
         parser.add_argument("--max-workers", type=int, default=3)
-        parser.add_argument("--screen-steps", type=int, default=60)
-        parser.add_argument("--train-steps", type=int, default=150)
-        parser.add_argument("--gpu-slots", type=int, default=1)
+        parser.add_argument("--screen-steps", type=int, default=40)
+        parser.add_argument("--train-steps", type=int, default=250)
+        # On a CPU host, one single-threaded training slot per core (DESIGN.md "Execution").
+        parser.add_argument("--gpu-slots", type=int, default=max(1, min(2, os.cpu_count() or 1)))
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
