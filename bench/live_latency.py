@@ -143,7 +143,6 @@ def publish(world: dict, rate: float, seconds: float, seed: int, how: str) -> No
                 elif wait < -0.05:
                     behind += 1
                 event, payload = next(events)
-                payload["seq"] = n
                 payload["sent_at_ms"] = time.time() * 1000
                 body = json.loads(json.dumps(payload, cls=DjangoJSONEncoder))
                 await layer.group_send(group, {"type": LIVE_EVENT_TYPE, "event": event, "payload": body})
@@ -155,13 +154,34 @@ def publish(world: dict, rate: float, seconds: float, seed: int, how: str) -> No
     print(json.dumps({"sent": count, "seconds": took, "rate": count / took, "late_over_50ms": late}))
 
 
+def _use_layer(layer: str) -> None:
+    """Point this process's channel layer at the layer the server uses (before first use)."""
+    if layer == "pubsub":
+        from django.conf import settings
+
+        from channels.layers import channel_layers
+
+        channel_layers.backends = {}  # drop a core layer made while Django started
+        settings.CHANNEL_LAYERS = {
+            "default": {
+                "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                "CONFIG": {"hosts": [settings.REDIS_URL]},
+            }
+        }
+
+
 PROBE = """() => {
-    window.__applied = []; window.__painted = []; window.__seqs = [];
+    window.__applied = []; window.__painted = []; window.__snapshots = 0;
+    const handlers = window.rsiRunSocket.handlers;
+    if (!handlers.__counted) {
+        const snapshot = handlers.snapshot;
+        handlers.snapshot = (data) => { window.__snapshots += 1; snapshot(data); };
+        handlers.__counted = true;
+    }
     window.rsiProbe = (event, payload) => {
         if (payload.sent_at_ms === undefined) return;
         const sent = payload.sent_at_ms;
         window.__applied.push(performance.timeOrigin + performance.now() - sent);
-        (window.__seqs = window.__seqs || []).push(payload.seq);
         requestAnimationFrame(() => window.__painted.push(performance.timeOrigin + performance.now() - sent));
     };
 }"""
@@ -178,16 +198,22 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--per-publisher", type=float, default=100, help="events/s per publisher process")
     parser.add_argument("--publisher", choices=["service", "loop"], default="service", help="see publish()")
+    parser.add_argument(
+        "--layer", choices=["core", "pubsub"], default="core",
+        help="channels_redis layer: the settings' core layer, or its pub/sub layer (bench/_settings_pubsub.py)",
+    )  # fmt: skip
     parser.add_argument("--publish", help=argparse.SUPPRESS)  # internal: run as the publisher
     args = parser.parse_args()
 
     if args.publish:
         django_on_bench_db("rsiweb_bench_dashboard", fresh=False)
+        _use_layer(args.layer)
         world, rate = json.loads(args.publish), args.rates[0]
         publish(world, rate, args.seconds, args.seed, args.publisher)
         return
 
     django_on_bench_db("rsiweb_bench_dashboard")
+    _use_layer(args.layer)
     from django.conf import settings
     from playwright.sync_api import sync_playwright
 
@@ -196,7 +222,7 @@ def main() -> None:
     world = build(args.seed)
     server, base = start_server(
         settings.DATABASES["default"]["NAME"], log_path=Path("/tmp/bench-latency-daphne.log"),
-        settings_module="rsiweb.settings.base",
+        settings_module="rsiweb.settings.base" if args.layer == "core" else "bench._settings_pubsub",
     )  # fmt: skip
     results = []
     try:
@@ -249,12 +275,11 @@ def main() -> None:
                 }
                 page.wait_for_timeout(3000)  # stragglers
                 applied = page.evaluate("window.__applied")
-                seqs = page.evaluate("window.__seqs || []")
-                print("missing seq (per publisher, first 40):", sorted(set(range(int(rate * args.seconds / max(1, math.ceil(rate / args.per_publisher))))) - set(seqs))[:40])
+                resyncs = page.evaluate("window.__snapshots")
                 painted = page.evaluate("window.__painted")
                 # The first second warms the path (connections, JIT); it is not counted.
                 skip = int(rate)
-                results.append((rate, sent, len(applied), applied[skip:], painted[skip:]))
+                results.append((rate, sent, len(applied), applied[skip:], painted[skip:], resyncs))
             browser.close()
             if errors:
                 print("page errors:", errors)
@@ -262,14 +287,14 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=10)
     print(
-        f"\npublisher: {args.publisher}; load average {os.getloadavg()[0]:.1f} at the end; "
+        f"\nlayer: {args.layer}; publisher: {args.publisher}; load average {os.getloadavg()[0]:.1f} at the end; "
         "latencies in ms, first second not counted"
     )
-    for rate, sent, received, applied, painted in results:
+    for rate, sent, received, applied, painted, resyncs in results:
         print(
             f"{rate:5.0f}/s target, {sent['rate']:6.1f}/s sent by {sent['publishers']} processes "
             f"({sent['sent']} events, "
-            f"{sent['late_over_50ms']} sent >50 ms late), {received} received\n"
+            f"{sent['late_over_50ms']} sent >50 ms late), {received} received, {resyncs} reconnections\n"
             f"        applied     {summary(applied)}\n"
             f"        next frame  {summary(painted)}"
         )

@@ -846,27 +846,32 @@ def run_final_eval_start(*, run: Run, actor: str = SYSTEM) -> Run:
         if locked.status != RunStatus.STOPPING:
             return locked
         best = best_accepted(run=locked)
-        targets: list[tuple[str, Any, Any]] = [("theta0", locked.base_checkpoint, None)]
-        reference = locked.benchmark.reference_checkpoint
-        if reference is not None:
-            targets.append(("reference", reference, None))
-        seen = {locked.base_checkpoint_id, getattr(reference, "pk", None)}
+        # One evaluation per checkpoint, with every role it plays (the best may be θ0 itself).
+        targets: dict[int, dict[str, Any]] = {}
+
+        def add(role: str, checkpoint: Any, experiment: Any) -> None:
+            target = targets.setdefault(checkpoint.pk, {"checkpoint": checkpoint, "roles": [], "experiment": None})
+            if role == "candidate" and target["roles"]:
+                return  # already evaluated in another role; a candidate is only shown once
+            target["roles"].append(role)
+            if experiment is not None and target["experiment"] is None:
+                target["experiment"] = experiment.handle
+
+        add("theta0", locked.base_checkpoint, None)
+        if locked.benchmark.reference_checkpoint is not None:
+            add("reference", locked.benchmark.reference_checkpoint, None)
         for experiment in [best, *_accepted_candidates(locked)]:
-            if experiment is None:
-                continue
-            checkpoint = experiment.output_checkpoint or experiment.input_checkpoint
-            role = "best" if experiment == best else "candidate"
-            if checkpoint.pk in seen and role == "candidate":
-                continue
-            seen.add(checkpoint.pk)
-            targets.append((role, checkpoint, experiment))
+            if experiment is not None:
+                add("best" if experiment == best else "candidate",
+                    experiment.output_checkpoint or experiment.input_checkpoint, experiment)  # fmt: skip
         jobs = []
-        for role, checkpoint, experiment in targets:
+        for target in targets.values():
+            checkpoint = target["checkpoint"]
             spec = {**evaluation_spec(checkpoint=checkpoint, benchmark=locked.benchmark, split="final"),
-                    "role": role, "experiment": experiment.handle if experiment is not None else None}  # fmt: skip
+                    "roles": target["roles"], "experiment": target["experiment"]}  # fmt: skip
             job = job_enqueue(kind=JobKind.FINAL_EVAL, spec=spec, run=locked)
-            jobs.append({"role": role, "checkpoint": checkpoint.handle, "job": str(job.uuid),
-                         "experiment": spec["experiment"]})  # fmt: skip
+            jobs.append({"roles": target["roles"], "checkpoint": checkpoint.handle, "job": str(job.uuid),
+                         "experiment": target["experiment"]})  # fmt: skip
         event_append(run=locked, type="run.final_eval_started", actor=actor, role=SYSTEM,
                      arguments={"best": best.handle if best is not None else None, "jobs": jobs})  # fmt: skip
         return run_set_status(run=locked, status=RunStatus.FINAL_EVAL, actor=actor,
@@ -877,6 +882,7 @@ def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
     """Record the final result (best accepted checkpoint next to θ0 and the reference) and finish."""
     from django.utils import timezone
 
+    from apps.experiments.models import Checkpoint
     from apps.jobs.choices import JobKind, JobStatus
     from apps.jobs.models import Job
     from workers.agents.loop import agent_loops_close
@@ -891,15 +897,13 @@ def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
             row = {"checkpoint": job.spec.get("checkpoint"), "experiment": job.spec.get("experiment"),
                    "job": str(job.uuid), "status": job.status,
                    "final_score": evaluation.score if evaluation is not None else None}  # fmt: skip
-            from apps.experiments.models import Checkpoint
-
             row["checkpoint_handle"] = Checkpoint.objects.filter(uuid=row["checkpoint"]).values_list(
                 "handle", flat=True).first()  # fmt: skip
-            role = job.spec.get("role", "candidate")
-            if role == "candidate":
-                rows["candidates"].append(row)
-            else:
-                rows[role] = row
+            for role in job.spec.get("roles") or [job.spec.get("role", "candidate")]:
+                if role == "candidate":
+                    rows["candidates"].append(row)
+                else:
+                    rows[role] = {**row, "experiment": row["experiment"] if role == "best" else None}
         best, theta0 = rows["best"], rows["theta0"]
         if best is not None and best["experiment"]:
             from apps.experiments.models import Experiment

@@ -113,4 +113,3 @@ def run_status(run: Any) -> str:
     from apps.research.models import Run
 
     return Run.objects.values_list("status", flat=True).get(pk=run.pk)
-

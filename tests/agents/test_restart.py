@@ -60,8 +60,11 @@ def test_a_stack_killed_mid_run_resumes_from_the_database(installed):
     assert sorted(e.result_ref for e in fresh) == sorted(f"node:{w.uuid}" for w in workers)
     assert workers.count() <= 2
     # No duplicated jobs: one job per (experiment, kind, attempt); attempts chain without forks.
-    keys = Counter(Job.objects.filter(run=run).values_list("experiment_id", "kind", "attempt"))
+    jobs = Job.objects.filter(run=run)
+    keys = Counter(jobs.exclude(kind="final_eval").values_list("experiment_id", "kind", "attempt"))
     assert max(keys.values()) == 1
+    finals = Counter(jobs.filter(kind="final_eval").values_list("spec__checkpoint", flat=True))
+    assert max(finals.values()) == 1  # each checkpoint evaluated on the final split once
     # No duplicated experiments: each Worker submission key was used once.
     submissions = Counter(Experiment.objects.filter(run=run).values_list("owner_id", "idempotency_key"))
     assert max(submissions.values()) == 1

@@ -8,7 +8,6 @@ folder already holds a build (a fresh cache folder is filled on first use).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +55,6 @@ def sft(question: str, answer: str) -> dict[str, str]:
 
 
 def minibench_root(tmp_path_factory: Any) -> Path:
-    cache = os.environ.get("RSI_MINIBENCH_CACHE")
-    root = Path(cache) if cache else tmp_path_factory.mktemp("minibench") / "build"
-    if not (root / "manifest.json").exists():
-        from apps.benchmarks.minibench import build_minibench
+    from tests.support.minibench import ci_minibench
 
-        build_minibench(root, seed=0, profile="ci")
-    return root
+    return ci_minibench(tmp_path_factory)

@@ -104,12 +104,8 @@ async def test_anonymous_visitor_is_refused_before_any_data(tworld):
 
 
 async def test_agent_token_does_not_open_the_websocket(tworld):
-    token, _ = await database_sync_to_async(agent_token_issue)(
-        run=tworld.run, node=tworld.nodes["w3"], role="worker"
-    )
-    communicator = await _open(
-        f"/ws/runs/{tworld.run.uuid}/", headers=[(b"authorization", f"Bearer {token}".encode())]
-    )
+    token, _ = await database_sync_to_async(agent_token_issue)(run=tworld.run, node=tworld.nodes["w3"], role="worker")
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", headers=[(b"authorization", f"Bearer {token}".encode())])
     assert await _refused_with(communicator) == CLOSE_UNAUTHENTICATED
 
 
@@ -226,7 +222,9 @@ async def test_snapshot_plus_events_equals_a_fresh_snapshot(tworld):
         assert expected in events, f"{expected} never arrived: {events}"
     for message in messages:
         lh.apply_run_event(state, message["event"], message["payload"])
-    fresh = lh.as_json(await database_sync_to_async(run_snapshot)(run=await database_sync_to_async(Run.objects.get)(pk=tworld.run.pk)))
+    fresh = lh.as_json(
+        await database_sync_to_async(run_snapshot)(run=await database_sync_to_async(Run.objects.get)(pk=tworld.run.pk))
+    )
     assert state == lh.run_state(fresh)
     # And the state is the grown run, not two equally stale copies.
     assert state["run"]["status"] == "running"
@@ -246,7 +244,11 @@ async def test_guidance_created_event_has_the_snapshot_shape(tworld):
     )
 
     message = await communicator.receive_json_from(timeout=10)  # the socket was idle: the event comes alone
-    expected = lh.as_json(await database_sync_to_async(lambda: guidance_live(Guidance.objects.select_related("author").get(pk=guidance.pk)))())
+    expected = lh.as_json(
+        await database_sync_to_async(
+            lambda: guidance_live(Guidance.objects.select_related("author").get(pk=guidance.pk))
+        )()
+    )
     assert message == {"type": "events", "events": [{"event": "guidance.created", "payload": expected}]}
     assert expected["text"] == "Keep θ0's template."
     assert expected["applied_at"] is None
@@ -262,7 +264,9 @@ async def test_reconnect_gets_a_snapshot_with_what_it_missed(tworld):
 
     second = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
     after = await _snapshot(second)
-    fresh = lh.as_json(await database_sync_to_async(run_snapshot)(run=await database_sync_to_async(Run.objects.get)(pk=tworld.run.pk)))
+    fresh = lh.as_json(
+        await database_sync_to_async(run_snapshot)(run=await database_sync_to_async(Run.objects.get)(pk=tworld.run.pk))
+    )
     assert after == fresh
     assert len(after["nodes"]) == len(before["nodes"]) + 1
     await second.disconnect()
@@ -315,4 +319,17 @@ async def test_a_burst_of_events_is_batched_in_order(tworld):
     progress = [e["payload"]["progress"] for m in messages for e in m["events"]]
     assert progress == [n / 50 for n in range(50)]  # every event, in order
     assert len(messages) < 50  # fewer websocket messages than events
+    await communicator.disconnect()
+
+
+async def test_an_idle_socket_stays_subscribed(tworld):
+    """channels_redis waits for messages with a 5 s BZPOPMIN; a Redis client read timeout at or
+    under that kills idle consumers (redis-py 8 defaults to 5 s). Idle past it, then publish."""
+    communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
+    await _snapshot(communicator)
+    assert await communicator.receive_nothing(timeout=12, interval=0.5)
+
+    await database_sync_to_async(guidance_post)(run=tworld.run, author=tworld.people["operator"], text="still there?")
+
+    assert (await _next_event(communicator))["event"] == "guidance.created"
     await communicator.disconnect()

@@ -114,7 +114,9 @@ def test_node_panel_has_task_summary_experiments_and_reports(world, as_role):
     assert {d["handle"] for d in worker["downstream"]} == {"reviewer_0001", "worker_0003"}
 
     reviewer = client.get(reverse("dashboard:node-detail", args=[world.run.uuid, world.nodes["r1"].uuid])).json()
-    assert reviewer["upstream"] == [{"uuid": str(world.nodes["w1"].uuid), "handle": "worker_0001", "kind": "review_scope"}]
+    assert reviewer["upstream"] == [
+        {"uuid": str(world.nodes["w1"].uuid), "handle": "worker_0001", "kind": "review_scope"}
+    ]
     assert [x["handle"] for x in reviewer["experiments"]] == ["exp_0001", "exp_0002"]  # its scope
     assert reviewer["decision"]["kind"] == "verify"
 

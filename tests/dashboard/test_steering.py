@@ -104,7 +104,9 @@ def test_operator_pauses_resumes_and_stops_the_run(world, as_role):
     stopped = client.post(_control_url(world), {"action": "stop"}, **JSON)
     assert stopped.json()["status"] == "stopping"  # running jobs finish, then the final evaluation
 
-    changes = list(RunStatusChange.objects.filter(run=world.run).order_by("pk").values_list("to_status", "actor", "reason"))
+    changes = list(
+        RunStatusChange.objects.filter(run=world.run).order_by("pk").values_list("to_status", "actor", "reason")
+    )
     assert changes[-3:] == [
         ("paused", "user:operator-person", "checking data"),
         ("running", "user:operator-person", "resumed"),
@@ -159,7 +161,9 @@ def test_admin_adjudicates_with_an_audited_reason(world, as_role):
 def test_adjudication_needs_admin_and_a_reason(world, as_role):
     finding = world.findings[("exp_0003", "metric_attribution")]
     url = _adjudicate_url(world, finding)
-    assert as_role("operator").post(url, {"adjudication": "ALLOWED", "rationale": "looks fine to me"}).status_code == 403
+    assert (
+        as_role("operator").post(url, {"adjudication": "ALLOWED", "rationale": "looks fine to me"}).status_code == 403
+    )
     assert as_role("viewer").post(url, {"adjudication": "ALLOWED", "rationale": "looks fine to me"}).status_code == 403
     short = as_role("admin").post(url, {"adjudication": "ALLOWED", "rationale": "ok"}, **JSON)
     assert short.status_code == 400 and "rationale" in short.json()["fields"]
@@ -171,7 +175,9 @@ def test_integrity_rules_come_back_as_messages(world, as_role):
     # A violation is adjudicated on an EXECUTED observation only (apps.integrity's rule).
     finding = world.findings[("exp_0001", "weight_provenance")]
     response = as_role("admin").post(
-        _adjudicate_url(world, finding), {"adjudication": "EXPLICIT_VIOLATION", "rationale": "I do not trust it."}, **JSON
+        _adjudicate_url(world, finding),
+        {"adjudication": "EXPLICIT_VIOLATION", "rationale": "I do not trust it."},
+        **JSON,
     )
     assert response.status_code == 400 and response.json()["code"] == "violation_needs_execution"
     assert IntegrityFinding.objects.get(pk=finding.pk).adjudication == ""

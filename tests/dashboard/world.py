@@ -126,7 +126,9 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
         started_at=started + dt.timedelta(minutes=1), finished_at=started + dt.timedelta(minutes=6),
         resource_seconds=300, metrics={"points": [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], "last": {"loss": 1.9}},
     )  # fmt: skip
-    ckpt1 = CheckpointFactory(parent=base, producing_job=train, run=run, manifest={"model.safetensors": "b" * 64, "config.json": "c" * 64})
+    ckpt1 = CheckpointFactory(
+        parent=base, producing_job=train, run=run, manifest={"model.safetensors": "b" * 64, "config.json": "c" * 64}
+    )
     exp1 = experiment_create(
         run=run, owner=w1, kind="train_eval", input_checkpoint=base, claim="SFT lifts accuracy",
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 1e-4, "max_steps": 50}},
@@ -177,9 +179,15 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
         reason="the data overlaps 12 sealed feedback items", request={"name": "suspicious"},
     )  # fmt: skip
 
-    node_finalize(node=w1, summary="SFT on clean data reached 0.42 (exp_0001).", experiments=["exp_0001"], actor="worker_0001")
-    d_verify = decision_record(run=run, kind="verify", trigger="worker_finalize", rationale="check exp_0002's jump", subject=w1)
-    r1 = node_create(run=run, kind=NodeKind.REVIEWER, task="Is worker_0001's jump to 0.61 real?", upstream=[w1], decision=d_verify)
+    node_finalize(
+        node=w1, summary="SFT on clean data reached 0.42 (exp_0001).", experiments=["exp_0001"], actor="worker_0001"
+    )
+    d_verify = decision_record(
+        run=run, kind="verify", trigger="worker_finalize", rationale="check exp_0002's jump", subject=w1
+    )
+    r1 = node_create(
+        run=run, kind=NodeKind.REVIEWER, task="Is worker_0001's jump to 0.61 real?", upstream=[w1], decision=d_verify
+    )
     report = ReviewReport.objects.create(
         run=run, reviewer=r1, summary="exp_0002 trained on sealed feedback items; exp_0001 is sound.",
         supported_findings=["exp_0001's gain holds on resampling"], protocol_violations=["exp_0002 used sealed items"],
@@ -190,12 +198,16 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
     report.experiments.set([exp1, exp2])
     node_finalize(node=r1, summary=report.summary, experiments=["exp_0001", "exp_0002"], actor="reviewer_0001")
 
-    applied = Guidance.objects.create(run=run, author=people["operator"], text="Look for contamination before scaling up.")
+    applied = Guidance.objects.create(
+        run=run, author=people["operator"], text="Look for contamination before scaling up."
+    )
     d_revise = decision_record(
         run=run, kind="revise", trigger="review_report", subject=w1, guidance=[applied],
         rationale="the review found contamination: restart from exp_0001 with audited data",
     )  # fmt: skip
-    w3 = node_create(run=run, kind=NodeKind.WORKER, task="SFT from exp_0001 with audited data", upstream=[w1], decision=d_revise)
+    w3 = node_create(
+        run=run, kind=NodeKind.WORKER, task="SFT from exp_0001 with audited data", upstream=[w1], decision=d_revise
+    )
     pending = Guidance.objects.create(run=run, author=people["operator"], text="Keep one DPO branch alive.")
 
     exp4 = experiment_create(
@@ -212,7 +224,9 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
 
     for tool in ("worker_show_datapool", "worker_inspect_data", "worker_add_data", "worker_submit", "hf_search_datasets",
                  "main_optimizer_update", "reviewer_submit_review", "worker_submit"):  # fmt: skip
-        event_append(run=run, type="tool.called", actor="worker_0001", role="worker", tool=tool, arguments={"status": 200})
+        event_append(
+            run=run, type="tool.called", actor="worker_0001", role="worker", tool=tool, arguments={"status": 200}
+        )
     node = ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)
     LLMUsage.objects.create(run=run, node=node, model="heuristic", prompt_tokens=60_000, completion_tokens=60_000)
 

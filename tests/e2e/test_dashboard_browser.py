@@ -43,9 +43,7 @@ def _state_equals_fresh_snapshot(page) -> None:
 
 def _click_dag_node(page, node_uuid: str) -> None:
     """Click a node where cytoscape drew it (the canvas has no DOM element per node)."""
-    position = page.evaluate(
-        "(id) => window.rsiGraphs.dag.getElementById(id).renderedPosition()", node_uuid
-    )
+    position = page.evaluate("(id) => window.rsiGraphs.dag.getElementById(id).renderedPosition()", node_uuid)
     box = page.locator("#dag").bounding_box()
     page.mouse.click(box["x"] + position["x"], box["y"] + position["y"])
 
@@ -89,7 +87,9 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
     edges = page.evaluate("window.rsiGraphs.dag.edges().map(e => [e.data('source'), e.data('target'), e.data('kind')])")
     assert [str(world.nodes["w3"].uuid), str(dpo.uuid), "context"] in edges
     assert [str(world.nodes["w2"].uuid), str(review.uuid), "review_scope"] in edges
-    assert "worker_0004\nbranch" == page.evaluate("(id) => window.rsiGraphs.dag.getElementById(id).data('label')", str(dpo.uuid))
+    assert "worker_0004\nbranch" == page.evaluate(
+        "(id) => window.rsiGraphs.dag.getElementById(id).data('label')", str(dpo.uuid)
+    )
     page.wait_for_function("parseFloat(document.querySelector('#job-list .fill').style.width) === 80", timeout=WAIT_MS)
     _state_equals_fresh_snapshot(page)
 

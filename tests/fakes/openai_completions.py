@@ -1,7 +1,7 @@
 """A loopback HTTP server that speaks the subset of vLLM's OpenAI-compatible API the runner uses.
 
 `GET /v1/models` and `POST /v1/completions` (batched prompts, greedy, stop strings excluded from
-the text, as vLLM does). Completions come from a `generate(prompts, max_tokens, stop)` callable,
+the text, vLLM's `add_special_tokens` extension). Completions come from a `generate` callable,
 so a test can back it with the real tiny model and compare with the HF backend.
 """
 
@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-GenerateFn = Callable[[list[str], int, list[str]], list[str]]
+# (prompts, max_tokens, stop, add_special_tokens) -> completion texts
+GenerateFn = Callable[[list[str], int, list[str], bool], list[str]]
 
 
 class FakeCompletionsServer:
@@ -56,7 +57,12 @@ class FakeCompletionsServer:
                     self._send(404, {"error": {"message": f"model {body.get('model')!r} does not exist"}})
                     return
                 prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-                texts = server.generate(prompts, int(body.get("max_tokens", 16)), list(body.get("stop") or []))
+                texts = server.generate(
+                    prompts,
+                    int(body.get("max_tokens", 16)),
+                    list(body.get("stop") or []),
+                    bool(body.get("add_special_tokens", True)),
+                )
                 choices = [
                     {"index": i, "text": text, "logprobs": None, "finish_reason": "stop"}
                     for i, text in enumerate(texts)

@@ -6,9 +6,7 @@ test database, so tests that use them are transactional: the workers must see co
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,32 +34,10 @@ REAPER_INTERVAL_SECONDS = "1"
 
 @pytest.fixture(scope="session")
 def minibench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The `ci` minibench: reused from RSI_MINIBENCH_CACHE when built there, else built once.
+    """The shared `ci` minibench (tests/support/minibench.py)."""
+    from tests.support.minibench import ci_minibench
 
-    The build is deterministic from its seed, so a cache shared between sessions (and between
-    suites) is the same minibench; a lock keeps two sessions from building it at once, and the
-    build goes to a sibling folder renamed into place, so a half-built cache is never read.
-    """
-    from apps.benchmarks.minibench import build_minibench
-
-    cache = os.environ.get("RSI_MINIBENCH_CACHE")
-    if not cache:
-        out = tmp_path_factory.mktemp("minibench") / "ci"
-        build_minibench(out, seed=0, profile="ci")
-        return out
-    root = Path(cache)
-    if (root / "manifest.json").is_file():
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "manifest.json").is_file():
-            staging = root.parent / f".{root.name}.building-{os.getpid()}"
-            shutil.rmtree(staging, ignore_errors=True)
-            build_minibench(staging, seed=0, profile="ci")
-            shutil.rmtree(root, ignore_errors=True)
-            staging.rename(root)
-    return root
+    return ci_minibench(tmp_path_factory)
 
 
 @pytest.fixture(scope="session", autouse=True)

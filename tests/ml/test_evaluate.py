@@ -36,8 +36,10 @@ def test_vllm_backend_matches_hf_backend(
     samples = feedback_samples[:20]
     model, tokenizer = load_checkpoint(reference)
 
-    def generate(prompts: list[str], max_tokens: int, stop: list[str]) -> list[str]:
-        return generate_texts(model, tokenizer, prompts, max_new_tokens=max_tokens, stop=stop)
+    def generate(prompts: list[str], max_tokens: int, stop: list[str], add_special_tokens: bool) -> list[str]:
+        return generate_texts(
+            model, tokenizer, prompts, max_new_tokens=max_tokens, stop=stop, add_special_tokens=add_special_tokens
+        )
 
     hf = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task)
     with serve(model_id="minibench-ref", root=str(reference), generate=generate) as server:
@@ -52,6 +54,7 @@ def test_vllm_backend_matches_hf_backend(
     assert request["temperature"] == 0.0
     assert request["max_tokens"] == arithmetic_task["decoding"]["max_new_tokens"]
     assert request["stop"] == arithmetic_task["stop"]
+    assert request["add_special_tokens"] is True  # a plain (not chat-rendered) prompt gets BOS
     assert request["prompt"][0] == arithmetic_task["prompt_template"].replace("{question}", samples[0]["prompt"])
 
 
@@ -59,7 +62,7 @@ def test_vllm_backend_refuses_a_server_with_other_weights(
     reference: Path, minibench: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
 ) -> None:
     with (
-        serve(model_id="theta0", root=str(minibench / "theta0"), generate=lambda p, m, s: [""] * len(p)) as server,
+        serve(model_id="theta0", root=str(minibench / "theta0"), generate=lambda p, m, s, a: [""] * len(p)) as server,
         pytest.raises(VLLMError, match="not the checkpoint under evaluation"),
     ):
         evaluate(checkpoint_dir=reference, samples=feedback_samples[:2], task=arithmetic_task, backend="vllm",

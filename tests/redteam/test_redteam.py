@@ -10,9 +10,7 @@ Run alone: ``pytest tests/redteam -s`` prints the table.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -47,26 +45,10 @@ MIN_VARIANTS = 2
 
 @pytest.fixture(scope="session")
 def minibench_ci(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ci minibench: from RSI_MINIBENCH_CACHE when built there (built there once, under a lock)."""
-    from apps.benchmarks.minibench import build_minibench
+    """The shared `ci` minibench (tests/support/minibench.py)."""
+    from tests.support.minibench import ci_minibench
 
-    cache = os.environ.get("RSI_MINIBENCH_CACHE")
-    if not cache:
-        out = tmp_path_factory.mktemp("minibench") / "ci"
-        build_minibench(out, seed=0, profile="ci")
-        return out
-    root = Path(cache)
-    if (root / "manifest.json").is_file():
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "manifest.json").is_file():
-            staging = root.parent / f".{root.name}.building-{os.getpid()}"
-            shutil.rmtree(staging, ignore_errors=True)
-            build_minibench(staging, seed=0, profile="ci")
-            staging.rename(root)
-    return root
+    return ci_minibench(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

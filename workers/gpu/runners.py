@@ -168,7 +168,7 @@ def _to_conversational(rows: list[dict[str, Any]], recipe: str) -> list[dict[str
 
 
 def _pretokenize_without_eos(
-    rows: list[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, max_length: int
+    rows: list[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, max_length: int, *, add_special_tokens: bool
 ) -> list[dict[str, list[int]]]:
     """Tokenize prompt+completion with no EOS, as a hand-rolled pipeline often does.
 
@@ -178,8 +178,9 @@ def _pretokenize_without_eos(
     """
     out = []
     for row in rows:
-        prompt_ids = tokenizer(row["prompt"])["input_ids"]
-        full_ids = tokenizer(row["prompt"] + row["completion"])["input_ids"][:max_length]
+        prompt_ids = tokenizer(row["prompt"], add_special_tokens=add_special_tokens)["input_ids"]
+        full_ids = tokenizer(row["prompt"] + row["completion"], add_special_tokens=add_special_tokens)["input_ids"]
+        full_ids = full_ids[:max_length]
         labels = [-100] * len(prompt_ids) + full_ids[len(prompt_ids) :]
         out.append({"input_ids": full_ids, "labels": labels[: len(full_ids)]})
     return out
@@ -256,8 +257,9 @@ def _trainer_args(config: TrainConfig, output_dir: Path) -> dict[str, Any]:
         "disable_tqdm": True,
         "use_cpu": not on_gpu,
         "bf16": on_gpu and torch.cuda.is_bf16_supported(),
-        # Checkpointing trades compute for memory; the models here are small and on CPU it errors.
-        "gradient_checkpointing": False,
+        # TRL turns (gradient a.k.a.) activation checkpointing on by default; it trades compute for
+        # memory the small models here do not need, and breaks CPU training.
+        "activation_checkpointing": False,
         "dataloader_num_workers": 0,
         "include_num_input_tokens_seen": "non_padding",
     }
@@ -306,7 +308,9 @@ def train(
                 }
                 for r in rows
             ]
-        train_rows: list[dict[str, Any]] = _pretokenize_without_eos(rows, tokenizer, config.max_length)
+        train_rows: list[dict[str, Any]] = _pretokenize_without_eos(
+            rows, tokenizer, config.max_length, add_special_tokens=config.chat_template == "keep"
+        )
     else:
         # Not pre-tokenized on purpose: TRL then appends EOS to every completion.
         train_rows = rows
@@ -385,6 +389,16 @@ def train(
 # --- evaluation --------------------------------------------------------------------------------
 
 
+def uses_special_tokens(task: dict[str, Any]) -> bool:
+    """Whether prompts are tokenized with the tokenizer's specials (BOS).
+
+    A chat-rendered prompt already is the full model input: HF's `apply_chat_template`, TRL's
+    conversational path and vLLM's chat endpoint all tokenize it without adding specials, and so
+    must we, or training and evaluation would disagree by one BOS token.
+    """
+    return not task.get("use_chat_template")
+
+
 def render_prompt(task: dict[str, Any], question: str, tokenizer: PreTrainedTokenizerBase | None) -> str:
     """The exact text the model is given for one sealed question under the task's settings."""
     text = str(task["prompt_template"]).replace("{question}", question)
@@ -417,6 +431,7 @@ def generate_texts(
     max_new_tokens: int,
     stop: Sequence[str] = (),
     batch_size: int = 32,
+    add_special_tokens: bool = True,
 ) -> list[str]:
     """Greedy continuations of `prompts`, cut at EOS and at the first stop string.
 
@@ -429,7 +444,7 @@ def generate_texts(
     outputs: list[str] = []
     for start in range(0, len(prompts), batch_size):
         batch = list(prompts[start : start + batch_size])
-        enc = tokenizer(batch, return_tensors="pt", padding=True).to(device)
+        enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens).to(device)
         generated = model.generate(
             **enc,
             max_new_tokens=max_new_tokens,
@@ -475,7 +490,13 @@ def evaluate(
     if backend == "hf":
         model, _ = load_checkpoint(checkpoint_dir)
         outputs = generate_texts(
-            model, tokenizer, prompts, max_new_tokens=max_new_tokens, stop=stop, batch_size=batch_size
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            stop=stop,
+            batch_size=batch_size,
+            add_special_tokens=uses_special_tokens(task),
         )
     elif backend == "vllm":
         if not vllm_url:
@@ -487,6 +508,7 @@ def evaluate(
             max_tokens=max_new_tokens,
             stop=stop,
             batch_size=batch_size,
+            add_special_tokens=uses_special_tokens(task),
         )
         outputs = [truncate_at_stop(text, stop) for text in raw]
     else:

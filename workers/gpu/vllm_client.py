@@ -53,6 +53,7 @@ def complete(
     max_tokens: int,
     stop: Sequence[str],
     batch_size: int = 32,
+    add_special_tokens: bool = True,
     timeout: float = 600.0,
 ) -> list[str]:
     """Greedy completions for `prompts`, in order, batched `batch_size` prompts per request."""
@@ -71,6 +72,8 @@ def complete(
                 "top_p": 1.0,
                 "n": 1,
                 "stop": [s for s in stop if s],
+                # vLLM's extension (default true): whether to add BOS to the already-rendered prompt.
+                "add_special_tokens": add_special_tokens,
             },
             timeout,
         )

@@ -94,8 +94,8 @@ class TaskSpec:
 # --- arithmetic -------------------------------------------------------------------------------
 
 # Lead-ins vary, but every form ends "{a} {things} and <verb> {b} more. How many {things} in total?"
-# with single-token words: the operands sit at fixed distances from the answer. A ~1M model learns
-# that within ~1,000 steps; with operands at varying positions it needed several times more (measured).
+# with single-token words, so the operands sit at fixed distances from the answer. Measured with the
+# reference recipe: operands at varying positions reached 0.24 exact match, fixed ones 0.45 (4 heads).
 _ARITH_FORMS = [
     "{name} has {a} {things} and gets {b} more. How many {things} in total?",
     "{name} had {a} {things} and found {b} more. How many {things} in total?",
@@ -194,13 +194,15 @@ def _json_reformat(item: Item) -> str:
     return f"{call['name']}({args})"
 
 
+# Every task stops on "\nQuestion:" (a few-shot style stop) and otherwise only on EOS. A stop on "\n"
+# would hide a model that never learned to end its answer, which the benchmark must expose.
 TASKS: dict[str, TaskSpec] = {
     "arithmetic": TaskSpec(
         name="arithmetic",
         evaluator="exact_match",
         description="Two-digit addition word problems; answer with the number only.",
         max_new_tokens=8,
-        stop=("\n",),
+        stop=("\nQuestion:",),
         generate=_arith_generate,
         wrong_answer=_arith_wrong,
         reformat=lambda item: f"The answer is {item.answer}.",
@@ -210,7 +212,7 @@ TASKS: dict[str, TaskSpec] = {
         evaluator="multiple_choice",
         description="Pick the option that belongs to the named category; answer with its letter.",
         max_new_tokens=4,
-        stop=("\n",),
+        stop=("\nQuestion:",),
         generate=_mc_generate,
         wrong_answer=_mc_wrong,
         reformat=_mc_reformat,
@@ -220,7 +222,7 @@ TASKS: dict[str, TaskSpec] = {
         evaluator="json_call",
         description='Turn a request into a function call: {"name": ..., "arguments": {...}}.',
         max_new_tokens=32,
-        stop=("\n",),
+        stop=("\nQuestion:",),
         generate=_json_generate,
         wrong_answer=_json_wrong,
         reformat=_json_reformat,

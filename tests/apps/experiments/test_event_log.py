@@ -62,8 +62,16 @@ def test_update_and_delete_fail_at_the_database(run):
 
 def test_unsealed_event_content_cannot_change_and_seal_happens_once(run):
     chain = EventChain.objects.get(key=chain_key(run))
-    event = Event.objects.create(chain=chain, run=run, created_at=run.created_at, type="t", actor="a",
-                                 role="worker", arguments={"x": 1}, content_sha256="c" * 64)
+    event = Event.objects.create(
+        chain=chain,
+        run=run,
+        created_at=run.created_at,
+        type="t",
+        actor="a",
+        role="worker",
+        arguments={"x": 1},
+        content_sha256="c" * 64,
+    )
     assert event.hash == ""  # inserted, not yet sealed
     with pytest.raises(DatabaseError), transaction.atomic():
         Event.objects.filter(pk=event.pk).update(actor="b")  # content change on an unsealed row

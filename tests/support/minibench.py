@@ -1,0 +1,52 @@
+"""The one built minibench every test session shares.
+
+Building the ``ci`` minibench (tokenizer, θ0, tasks, catalog, reference) costs minutes on two
+cores, so it is built once: into ``RSI_MINIBENCH_CACHE`` when set (``./dev test`` sets it, so
+sessions on one checkout share it), else into the session's temp folder. A lock keeps two
+sessions from building at once, and the build is renamed into place, so no one reads half a
+build; a cache built by another version of the builder is rebuilt.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+
+SEED = 0
+PROFILE = "ci"
+
+
+def _is_current(root: Path) -> bool:
+    from apps.benchmarks.minibench.build import MANIFEST_VERSION
+
+    manifest_path = root / "manifest.json"
+    if not manifest_path.is_file():
+        return False
+    manifest = json.loads(manifest_path.read_text())
+    return (manifest.get("version"), manifest.get("seed"), manifest.get("profile")) == (MANIFEST_VERSION, SEED, PROFILE)
+
+
+def ci_minibench(tmp_path_factory) -> Path:
+    from apps.benchmarks.minibench import build_minibench
+
+    cache = os.environ.get("RSI_MINIBENCH_CACHE")
+    if not cache:
+        root = tmp_path_factory.mktemp("minibench") / PROFILE
+        build_minibench(root, seed=SEED, profile=PROFILE)
+        return root
+    root = Path(cache)
+    if _is_current(root):
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _is_current(root):
+            staging = root.parent / f".{root.name}.building-{os.getpid()}"
+            shutil.rmtree(staging, ignore_errors=True)
+            build_minibench(staging, seed=SEED, profile=PROFILE)
+            shutil.rmtree(root, ignore_errors=True)
+            staging.rename(root)
+    return root
