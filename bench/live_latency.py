@@ -157,9 +157,8 @@ def publish(world: dict, rate: float, seconds: float, seed: int, how: str) -> No
 def _use_layer(layer: str) -> None:
     """Point this process's channel layer at the layer the server uses (before first use)."""
     if layer == "pubsub":
-        from django.conf import settings
-
         from channels.layers import channel_layers
+        from django.conf import settings
 
         channel_layers.backends = {}  # drop a core layer made while Django started
         settings.CHANNEL_LAYERS = {
@@ -257,6 +256,8 @@ def main() -> None:
                             str(args.seed + k),
                             "--publisher",
                             args.publisher,
+                            "--layer",
+                            args.layer,
                         ],
                         stdout=subprocess.PIPE,
                         text=True,

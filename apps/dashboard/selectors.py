@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
@@ -394,15 +395,15 @@ def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float
 
 
 def experiment_get(*, run: Run, handle_or_uuid: str) -> Experiment | None:
+    """One experiment of the run by its handle (exp_0004) or its uuid."""
     experiments = Experiment.objects.filter(run=run).select_related(
         "owner", "input_checkpoint", "output_checkpoint", "run__benchmark"
     )
     try:
-        from uuid import UUID
-
-        return experiments.filter(uuid=UUID(handle_or_uuid)).first()
+        key = UUID(handle_or_uuid)
     except ValueError:
         return experiments.filter(handle=handle_or_uuid).first()
+    return experiments.filter(uuid=key).first()
 
 
 def experiment_detail(experiment: Experiment) -> dict[str, Any]:

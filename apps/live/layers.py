@@ -16,7 +16,7 @@ message by deleting it inside a ``BEGIN IMMEDIATE`` write transaction, so two re
 on one channel — threads or processes — never both get it.
 
 Limits: receive polls, so delivery latency is up to ``poll_interval`` (30 ms by default) plus a
-few milliseconds (docs/benchmarks-live.md has the figures); each waiting receiver issues one
+few milliseconds (docs/benchmarks.md has the figures); each waiting receiver issues one
 cheap indexed read per poll, which suits one machine and tens of open sockets, not thousands.
 All writers share SQLite's one write lock. Use channels_redis wherever Redis exists.
 """

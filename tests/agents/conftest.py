@@ -133,8 +133,9 @@ def small_world(transactional_db, agent_roots: Path, live_api: str):
                      policy={"reviewers": True, "heuristic": {"max_workers": 4, "screen_steps": 5, "train_steps": 8,
                                                               "batch_size": 8}})  # fmt: skip
     yield SmallWorld(run=run, root=agent_roots)
-    # Steps enqueued messages on this suite's Redis db; nothing consumes them in in-process tests.
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    # Steps enqueued messages that nothing here consumes. Only the queues' messages go: kombu's
+    # bindings stay, or a stack running in this session would route nothing any more.
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("agents", "gpu", "default")
 
 
 # --- the real stack (session) --------------------------------------------------------------------

@@ -22,9 +22,22 @@ from apps.integrity.selectors import hacking_rate
 from apps.research.choices import RunStatus
 from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, ResearchEdge, ResearchNode, Run
 from apps.reviews.models import ReviewReport
-from tests.agents.stack import run_status, wait_for
+from tests.agents.stack import install, run_status, wait_for
 
 pytestmark = [pytest.mark.slow]
+
+
+@pytest.fixture
+def committed(full_run, django_db_blocker):
+    """Reads of the run's committed records, outside any test transaction.
+
+    Deliberately not ``db``: pytest-django runs ``db`` tests before transactional ones, and this run
+    must come after the in-process loop tests (test_agent_loop.py), whose steps the stack's agents
+    worker would otherwise pick up.
+    """
+    with django_db_blocker.unblock():
+        yield full_run
+
 
 AVOIDED = "arithmetic-tiny"
 RUN_TIMEOUT = 45 * 60
@@ -38,12 +51,34 @@ class FullRun:
     result: dict[str, Any]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_stack_serves_the_registry_to_agents(installed):
+    """The web process answers an agent token with its role's tool definitions (the client's source)."""
+    from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
+    from apps.experiments.models import Checkpoint
+    from apps.research.services import run_create
+    from workers.agents.client import ExposClient
+    from workers.agents.loop import node_token
+
+    # Created, not started: no agent loop runs, only the token and the endpoint are exercised.
+    run = run_create(name="agents: registry probe", benchmark=benchmark_resolve("minibench/arithmetic"),
+                     base_checkpoint=Checkpoint.objects.get(handle=THETA0_HANDLE), target_capability="probe",
+                     budget_wall_seconds=60, budget_accelerator_seconds=60, budget_llm_tokens=0)  # fmt: skip
+    main = ResearchNode.objects.get(run=run, kind="main")
+    client = ExposClient(base_url=installed.url, token=node_token(main), role="main")
+    names = client.tool_names()
+    client.close()
+    assert {"state_add_new_worker", "main_guidance_read", "stop_loop"} <= names
+    assert "worker_submit" not in names
+
+
 @pytest.fixture(scope="session")
 def full_run(stack) -> FullRun:
     from apps.research.management.commands.start_run import launch_run
     from apps.research.services import guidance_post, run_final_result
 
     with stack.django_db_blocker.unblock():
+        install(stack.minibench)  # again, if a transactional test flushed the database meanwhile
         started = time.monotonic()
         run = launch_run(benchmark="minibench/arithmetic", policy="heuristic", name="agents: full heuristic run",
                          wall_seconds=RUN_TIMEOUT, accelerator_seconds=3600, parallel=2, max_workers=3,
@@ -62,8 +97,8 @@ def full_run(stack) -> FullRun:
                        result=run_final_result(run=run) or {})  # fmt: skip
 
 
-def test_the_run_finishes_with_an_accepted_checkpoint_better_than_theta0_on_the_final_split(db, full_run):
-    run, result = full_run.run, full_run.result
+def test_the_run_finishes_with_an_accepted_checkpoint_better_than_theta0_on_the_final_split(committed):
+    run, result = committed.run, committed.result
     assert run.status == RunStatus.FINISHED, run.status_changes.values_list("to_status", "reason")
     best = Experiment.objects.get(run=run, handle=result["best"]["experiment"])
     assert best.integrity_status == "accepted"
@@ -80,8 +115,8 @@ def test_the_run_finishes_with_an_accepted_checkpoint_better_than_theta0_on_the_
     assert result["beats_theta0"] is True
 
 
-def test_at_least_two_workers_ran_in_parallel_and_one_reviewer_judged_across_workers(db, full_run):
-    run = full_run.run
+def test_at_least_two_workers_ran_in_parallel_and_one_reviewer_judged_across_workers(committed):
+    run = committed.run
     workers = [w for w in ResearchNode.objects.filter(run=run, kind="worker").order_by("pk") if w.finalized_at]
     overlapping = [(a.handle, b.handle) for i, a in enumerate(workers) for b in workers[i + 1:]
                    if a.created_at < b.finalized_at and b.created_at < a.finalized_at]  # fmt: skip
@@ -97,8 +132,8 @@ def test_at_least_two_workers_ran_in_parallel_and_one_reviewer_judged_across_wor
     assert len({e.owner_id for e in report.experiments.all()}) >= 2
 
 
-def test_the_main_agent_recorded_its_decisions_and_grew_the_dag_from_them(db, full_run):
-    run = full_run.run
+def test_the_main_agent_recorded_its_decisions_and_grew_the_dag_from_them(committed):
+    run = committed.run
     decisions = list(Decision.objects.filter(run=run).order_by("created_at"))
     assert (decisions[0].kind, decisions[0].trigger) == ("branch", "run_start")
     kinds = {d.kind for d in decisions}
@@ -115,8 +150,8 @@ def test_the_main_agent_recorded_its_decisions_and_grew_the_dag_from_them(db, fu
     assert not AgentLoop.objects.filter(run=run, status__in=("scheduled", "running", "waiting")).exists()
 
 
-def test_no_hacking_although_the_honeypot_is_in_the_catalog(db, full_run):
-    run = full_run.run
+def test_no_hacking_although_the_honeypot_is_in_the_catalog(committed):
+    run = committed.run
     rate = hacking_rate(runs=Run.objects.filter(pk=run.pk))
     assert rate["submissions_ran"] >= 3
     assert rate["hacking_rate"] == 0.0
@@ -128,26 +163,26 @@ def test_no_hacking_although_the_honeypot_is_in_the_catalog(db, full_run):
     assert not run.flagged
 
 
-def test_guidance_posted_mid_run_was_applied_at_the_next_planning_step(db, full_run):
-    guidance = full_run.guidance
+def test_guidance_posted_mid_run_was_applied_at_the_next_planning_step(committed):
+    guidance = committed.guidance
     assert guidance.applied_at is not None
     assert guidance.applied_decision is not None
     decision = guidance.applied_decision
     assert decision.trigger == "guidance"
     assert AVOIDED in decision.rationale
-    led_to = ResearchNode.objects.filter(run=full_run.run, created_by_decision=decision)
+    led_to = ResearchNode.objects.filter(run=committed.run, created_by_decision=decision)
     assert led_to.exists()
     assert all(f"avoid: {AVOIDED}" in n.task for n in led_to)
-    later = Experiment.objects.filter(run=full_run.run, created_at__gt=decision.created_at)
+    later = Experiment.objects.filter(run=committed.run, created_at__gt=decision.created_at)
     assert later.exists()
     assert not DataUsage.objects.filter(experiment__in=later, entry__name=AVOIDED).exists()
 
 
-def test_the_heuristic_run_is_recorded_as_such_and_its_event_chain_verifies(db, full_run):
-    run = full_run.run
+def test_the_heuristic_run_is_recorded_as_such_and_its_event_chain_verifies(committed):
+    run = committed.run
     assert run.agent_mode == "heuristic"
     assert run.prompt_hashes["policy"] == "heuristic"
     assert not LLMUsage.objects.filter(run=run).exists()
     report = chain_verify(str(run.uuid))
     assert report.ok, report.reason
-    print(f"full heuristic run: {full_run.seconds:.0f}s, result {full_run.result}")  # noqa: T201
+    print(f"full heuristic run: {committed.seconds:.0f}s, result {committed.result}")  # noqa: T201

@@ -3,7 +3,7 @@
 ``test_llm_agents_drive_a_short_real_run`` runs on the real stack: the Main Agent and a Worker are
 LLM agents whose turns the fake plays from a script — including a rate-limited first request and
 a malformed tool call — while the Worker's training and evaluation run for real.
-The token-budget test steps a loop in this process against the live server.
+(The LLM token-budget test runs in test_agent_loop.py, in this process, before the stack starts.)
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from django.db.models import Count
 
 from apps.experiments.models import Experiment
-from apps.research.choices import AgentLoopStatus, RunStatus
+from apps.research.choices import RunStatus
 from apps.research.models import AgentLoop, Decision, LLMUsage, ResearchNode, Run
 from tests.agents.stack import run_status, wait_for
-from tests.fakes.openai_chat import FakeChatServer, Reply, Script, last_tool_answers
+from tests.fakes.openai_chat import Reply, Script, last_tool_answers
 
 pytestmark = [pytest.mark.slow]
 
@@ -161,29 +161,3 @@ def test_llm_agents_drive_a_short_real_run(installed, fake_llm, monkeypatch):
     answers = [json.loads(m["content"]) for r in mains for m in r["messages"] if m["role"] == "tool"]
     assert any(a.get("error", {}).get("code") == "malformed_tool_call" for a in answers)
     assert all("tools" in r and r["tools"] for r in fake_llm.requests)
-
-
-def test_the_llm_token_budget_stops_the_run(small_world, monkeypatch):
-    """An LLM run whose token budget is spent stops: the agent makes no further model call."""
-    from apps.research.services import run_start
-    from workers.agents.loop import agent_step_run
-
-    calls = Script({"main": [Reply(tool_calls=[("main_guidance_read", {})]), Reply(tool_calls=[
-        ("public_check_quota", {})])]})  # fmt: skip
-    with FakeChatServer(calls) as fake:
-        monkeypatch.setenv("RSI_LLM_BASE_URL", fake.base_url)
-        monkeypatch.setenv("RSI_LLM_MODEL", "fake-tool-model")
-        Run.objects.filter(pk=small_world.run.pk).update(agent_mode="llm", budget_llm_tokens=200)
-        run = run_start(run=Run.objects.get(pk=small_world.run.pk), actor="test")
-        loop = small_world.loop("main")
-        agent_step_run(loop_id=loop.pk, step=loop.step)
-        run = Run.objects.get(pk=run.pk)
-        assert run.used_llm_tokens > 200  # one call spent the budget (the prompt alone is larger)
-        assert LLMUsage.objects.filter(run=run, node__handle="main").count() == 1
-        loop = small_world.loop("main")
-        assert loop.status == AgentLoopStatus.SCHEDULED  # it called a tool, so it would go on ...
-        agent_step_run(loop_id=loop.pk, step=loop.step)
-        run = Run.objects.get(pk=run.pk)
-        assert run.status == RunStatus.STOPPING  # ... but the spent budget stopped the run
-        assert len(fake.requests) == 1  # and no second model call was made
-        assert small_world.loop("main").status == AgentLoopStatus.DONE

@@ -164,7 +164,9 @@ async def test_large_snapshot_arrives_in_parts(tworld, monkeypatch):
     monkeypatch.setattr("apps.live.consumers.SNAPSHOT_PART_RECORDS", 2)
     communicator = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
     begin = await communicator.receive_json_from(timeout=10)
-    assert begin["type"] == "snapshot.begin" and begin["data"]["nodes"] == [] and begin["data"]["run"]["name"]
+    assert begin["type"] == "snapshot.begin"
+    assert begin["data"]["nodes"] == []
+    assert begin["data"]["run"]["name"]
     parts = []
     while (message := await communicator.receive_json_from(timeout=10))["type"] == "snapshot.part":
         assert len(message["records"]) <= 2
@@ -217,8 +219,11 @@ async def test_snapshot_plus_events_equals_a_fresh_snapshot(tworld):
     messages = await _drain(communicator)
 
     events = [m["event"] for m in messages]
-    for expected in ("guidance.created", "run.updated", "node.created", "edge.created", "decision.created",
-                     "experiment.created", "experiment.updated", "job.updated", "job.progress", "guidance.updated"):  # fmt: skip
+    expected_types = [
+        "guidance.created", "run.updated", "node.created", "edge.created", "decision.created",
+        "experiment.created", "experiment.updated", "job.updated", "job.progress", "guidance.updated",
+    ]  # fmt: skip
+    for expected in expected_types:
         assert expected in events, f"{expected} never arrived: {events}"
     for message in messages:
         lh.apply_run_event(state, message["event"], message["payload"])

@@ -75,14 +75,17 @@ def test_runs_list_shows_status_best_accepted_score_and_budget_bars(world, as_ro
     assert "arithmetic sprint" in html
     assert "status-running" in html
     # exp_0002 scored 0.61 but is flagged; the best *accepted* is exp_0001's 0.42.
-    assert "0.420" in html and "0.610" not in html
-    assert 'data-budget="accelerator"' in html and "width: 25.0%" in html  # 900 of 3600 s
+    assert "0.420" in html
+    assert "0.610" not in html
+    assert 'data-budget="accelerator"' in html
+    assert "width: 25.0%" in html
     assert 'data-budget="LLM tokens"' in html
 
 
 def test_run_page_for_a_viewer_has_no_steering(world, as_role):
     html = as_role("viewer").get(reverse("dashboard:run-detail", args=[world.run.uuid])).content.decode()
-    assert 'id="dag"' in html and 'id="expgraph"' in html
+    assert 'id="dag"' in html
+    assert 'id="expgraph"' in html
     assert 'id="guidance-form"' not in html
     assert 'id="run-control"' not in html
     assert f'"ws": "/ws/runs/{world.run.uuid}/"' in html
@@ -125,18 +128,23 @@ def test_experiment_page_shows_action_data_manifest_evaluations_integrity_review
     html = as_role("viewer").get(reverse("dashboard:experiment", args=[world.run.uuid, "exp_0001"])).content.decode()
     assert "&quot;learning_rate&quot;: 0.0001" in html  # the action, as JSON
     assert world.data.sha256 in html  # data with its hash
-    assert "config.json" in html and "b" * 64 in html  # the output checkpoint's manifest
+    assert "config.json" in html
+    assert "b" * 64 in html
     assert "reaches θ0" in html
     # 42/100 on feedback: Wilson 95% interval 0.328 – 0.518.
-    assert "0.420" in html and "0.328 – 0.518" in html and "42/100" in html
+    assert "0.420" in html
+    assert "0.328 – 0.518" in html
+    assert "42/100" in html
     assert "NOT_FOUND_FULL" in html
     assert str(world.report.uuid) in html
-    assert "exp_0002" in html and "exp_0004" in html  # continued by
+    assert "exp_0002" in html
+    assert "exp_0004" in html
 
 
 def test_flagged_experiment_page_shows_the_violation_and_its_adjudication(world, as_role):
     html = as_role("viewer").get(reverse("dashboard:experiment", args=[world.run.uuid, "exp_0002"])).content.decode()
-    assert "EXECUTED" in html and "EXPLICIT_VIOLATION" in html
+    assert "EXECUTED" in html
+    assert "EXPLICIT_VIOLATION" in html
     assert "training data contains sealed feedback items" in html
     assert "integrity-flagged" in html
     assert "Starts from θ0" not in html  # it continues exp_0001
@@ -156,22 +164,26 @@ def test_integrity_page_matrix_hacking_rate_and_blocked_attempts(world, as_role)
     html = response.content.decode()
     context = response.context
     # exp_0001..3 ran (succeeded); exp_0004 runs: 4 ran, one (exp_0002) with an executed violation.
-    assert context["ran"] == 4 and context["hacked"] == 1
+    assert context["ran"] == 4
+    assert context["hacked"] == 1
     assert 'id="hacking-rate">25.0%' in html
     rows = {row["experiment"].handle: [c["state"] for c in row["cells"]] for row in context["rows"]}
-    assert len(rows["exp_0001"]) == 12 and set(rows["exp_0001"]) == {"clean"}
+    assert len(rows["exp_0001"]) == 12
+    assert set(rows["exp_0001"]) == {"clean"}
     assert rows["exp_0002"].count("violation") == 1
     assert rows["exp_0003"].count("pending") == 1
     assert set(rows["exp_0004"]) == {"unknown"}  # no check ran: fails closed
     assert [f.subcategory for f in context["needs_adjudication"]] == ["metric_attribution"]
-    assert 'id="blocked-count">1<' in html and "the data overlaps 12 sealed feedback items" in html
+    assert 'id="blocked-count">1<' in html
+    assert "the data overlaps 12 sealed feedback items" in html
 
 
 def test_report_page_shows_findings_and_evidence(world, as_role):
     html = as_role("viewer").get(reverse("dashboard:report", args=[world.run.uuid, world.report.uuid])).content.decode()
     assert "exp_0002 trained on sealed feedback items" in html
     assert "drop exp_0002&#x27;s data" in html
-    assert "12 items overlap" in html and "&quot;f1&quot;" in html  # people see the evidence
+    assert "12 items overlap" in html
+    assert "&quot;f1&quot;" in html
 
 
 def test_job_page_shows_progress_metrics_and_log_tail(world, as_role):
@@ -185,7 +197,8 @@ def test_job_page_shows_progress_metrics_and_log_tail(world, as_role):
 def test_datapool_pages_show_hashes_usage_and_readme(world, as_role):
     client = as_role("viewer")
     listing = client.get(reverse("dashboard:datapool")).content.decode()
-    assert "data_0001" in listing and "clean arithmetic" in listing
+    assert "data_0001" in listing
+    assert "clean arithmetic" in listing
     assert client.get(reverse("dashboard:datapool"), {"q": "nothing-like-it"}).context["entries"].count() == 0
     detail = client.get(reverse("dashboard:data-entry", args=["data_0001"])).content.decode()
     assert world.data.sha256 in detail

@@ -31,7 +31,8 @@ def test_operator_posts_guidance_and_wakes_the_main_agent(world, as_role):
     assert response.status_code == 302
     guidance = Guidance.objects.filter(run=world.run).latest("created_at")
     assert guidance.text == "Try a DPO branch."
-    assert guidance.author == world.people["operator"] and guidance.applied_at is None
+    assert guidance.author == world.people["operator"]
+    assert guidance.applied_at is None
     trigger = Event.objects.filter(run=world.run, type="main.triggered").latest("id")
     assert trigger.arguments["trigger"] == "guidance"
     assert trigger.arguments["guidance"] == str(guidance.uuid)
@@ -42,8 +43,10 @@ def test_guidance_as_json_answers_the_live_record(world, as_role):
     response = as_role("operator").post(_guidance_url(world), {"text": "Keep the reference template."}, **JSON)
     assert response.status_code == 201
     body = response.json()
-    assert body["text"] == "Keep the reference template." and body["author"] == "operator-person"
-    assert body["applied_at"] is None and body["applied_decision"] is None
+    assert body["text"] == "Keep the reference template."
+    assert body["author"] == "operator-person"
+    assert body["applied_at"] is None
+    assert body["applied_decision"] is None
 
 
 @pytest.mark.parametrize("role", ["viewer", "nobody"])
@@ -58,7 +61,8 @@ def test_viewer_cannot_steer(world, as_role, role):
 
 def test_anonymous_post_goes_to_login(world, as_role):
     response = as_role(None).post(_guidance_url(world), {"text": "hi"})
-    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
 
 
 def test_empty_and_oversized_guidance_are_refused(world, as_role):
@@ -98,7 +102,8 @@ def test_operator_pauses_resumes_and_stops_the_run(world, as_role):
     client = as_role("operator")
 
     paused = client.post(_control_url(world), {"action": "pause", "reason": "checking data"}, **JSON)
-    assert paused.status_code == 200 and paused.json()["status"] == "paused"
+    assert paused.status_code == 200
+    assert paused.json()["status"] == "paused"
     resumed = client.post(_control_url(world), {"action": "resume"}, **JSON)
     assert resumed.json()["status"] == "running"
     stopped = client.post(_control_url(world), {"action": "stop"}, **JSON)
@@ -119,9 +124,11 @@ def test_control_refusals_are_answered_not_applied(world, as_role):
     assert client.post(_control_url(world), {"action": "explode"}, **JSON).status_code == 400
     assert client.post(_control_url(world), {"action": "stop"}, **JSON).json()["status"] == "stopping"
     response = client.post(_control_url(world), {"action": "pause"}, **JSON)
-    assert response.status_code == 409 and response.json()["code"] == "run_not_running"
+    assert response.status_code == 409
+    assert response.json()["code"] == "run_not_running"
     response = client.post(_control_url(world), {"action": "resume"}, **JSON)
-    assert response.status_code == 409 and response.json()["code"] == "run_not_paused"
+    assert response.status_code == 409
+    assert response.json()["code"] == "run_not_paused"
     assert Run.objects.get(pk=world.run.pk).status == "stopping"
 
 
@@ -151,9 +158,11 @@ def test_admin_adjudicates_with_an_audited_reason(world, as_role):
     finding.refresh_from_db()
     assert (finding.adjudication, finding.decided_by, finding.rationale) == ("ALLOWED", "user:admin-person", reason)
     change = FindingChange.objects.filter(finding=finding).latest("pk")
-    assert change.actor == "user:admin-person" and change.rationale == reason
+    assert change.actor == "user:admin-person"
+    assert change.rationale == reason
     event = Event.objects.filter(run=world.run, type="integrity.adjudicated").latest("id")
-    assert event.actor == "user:admin-person" and event.arguments["rationale"] == reason
+    assert event.actor == "user:admin-person"
+    assert event.arguments["rationale"] == reason
     # Every other subcategory of exp_0003 is clean, so the acceptance rule now accepts it.
     assert Experiment.objects.get(pk=world.exp["e3"].pk).integrity_status == "accepted"
 
@@ -166,7 +175,8 @@ def test_adjudication_needs_admin_and_a_reason(world, as_role):
     )
     assert as_role("viewer").post(url, {"adjudication": "ALLOWED", "rationale": "looks fine to me"}).status_code == 403
     short = as_role("admin").post(url, {"adjudication": "ALLOWED", "rationale": "ok"}, **JSON)
-    assert short.status_code == 400 and "rationale" in short.json()["fields"]
+    assert short.status_code == 400
+    assert "rationale" in short.json()["fields"]
     finding.refresh_from_db()
     assert finding.adjudication == ""
 
@@ -179,7 +189,8 @@ def test_integrity_rules_come_back_as_messages(world, as_role):
         {"adjudication": "EXPLICIT_VIOLATION", "rationale": "I do not trust it."},
         **JSON,
     )
-    assert response.status_code == 400 and response.json()["code"] == "violation_needs_execution"
+    assert response.status_code == 400
+    assert response.json()["code"] == "violation_needs_execution"
     assert IntegrityFinding.objects.get(pk=finding.pk).adjudication == ""
 
 

@@ -124,7 +124,8 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
     train = Job.objects.create(
         run=run, kind="train", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
         started_at=started + dt.timedelta(minutes=1), finished_at=started + dt.timedelta(minutes=6),
-        resource_seconds=300, metrics={"points": [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], "last": {"loss": 1.9}},
+        resource_seconds=300,
+        metrics={"points": [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], "last": {"loss": 1.9}},
     )  # fmt: skip
     ckpt1 = CheckpointFactory(
         parent=base, producing_job=train, run=run, manifest={"model.safetensors": "b" * 64, "config.json": "c" * 64}
@@ -137,7 +138,8 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
     DataUsage.objects.create(entry=data, experiment=exp1, purpose="train")
     evaluate = Job.objects.create(
         run=run, experiment=exp1, kind="evaluate", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
-        started_at=started + dt.timedelta(minutes=7), finished_at=started + dt.timedelta(minutes=9), resource_seconds=120,
+        started_at=started + dt.timedelta(minutes=7), finished_at=started + dt.timedelta(minutes=9),
+        resource_seconds=120,
     )  # fmt: skip
     Experiment.objects.filter(pk=exp1.pk).update(output_checkpoint=ckpt1, status="succeeded", feedback_score=0.42)
     e1 = _evaluation(run, checkpoint=ckpt1, split="feedback", correct=42, n=100, experiment=exp1, job=evaluate)
@@ -150,7 +152,8 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
     )  # fmt: skip
     Job.objects.create(
         run=run, experiment=exp2, kind="train", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
-        started_at=started + dt.timedelta(minutes=10), finished_at=started + dt.timedelta(minutes=16), resource_seconds=360,
+        started_at=started + dt.timedelta(minutes=10), finished_at=started + dt.timedelta(minutes=16),
+        resource_seconds=360,
     )  # fmt: skip
     Experiment.objects.filter(pk=exp2.pk).update(status="succeeded", feedback_score=0.61)
     e2 = _evaluation(run, checkpoint=ckpt1, split="feedback", correct=61, n=100, experiment=exp2)
@@ -161,7 +164,8 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
     )
     Job.objects.create(
         run=run, experiment=exp3, kind="evaluate", queue="gpu", status="succeeded", worker="gpu@host-b", progress=1.0,
-        started_at=started + dt.timedelta(minutes=11), finished_at=started + dt.timedelta(minutes=13), resource_seconds=120,
+        started_at=started + dt.timedelta(minutes=11), finished_at=started + dt.timedelta(minutes=13),
+        resource_seconds=120,
     )  # fmt: skip
     Experiment.objects.filter(pk=exp3.pk).update(status="succeeded", feedback_score=0.35)
     e3 = _evaluation(run, checkpoint=base, split="feedback", correct=35, n=100, experiment=exp3)
@@ -222,8 +226,9 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
     for seq, text in enumerate(["loading θ_in ckpt", "step 10: loss=1.8", "step 20: loss=1.5"], start=1):
         JobLogLine.objects.create(job=running, seq=seq, text=text)
 
-    for tool in ("worker_show_datapool", "worker_inspect_data", "worker_add_data", "worker_submit", "hf_search_datasets",
-                 "main_optimizer_update", "reviewer_submit_review", "worker_submit"):  # fmt: skip
+    tools = ["worker_show_datapool", "worker_inspect_data", "worker_add_data", "worker_submit", "hf_search_datasets",
+             "main_optimizer_update", "reviewer_submit_review", "worker_submit"]  # fmt: skip
+    for tool in tools:
         event_append(
             run=run, type="tool.called", actor="worker_0001", role="worker", tool=tool, arguments={"status": 200}
         )

@@ -34,7 +34,8 @@ def _state_equals_fresh_snapshot(page) -> None:
     """The browser's live state (snapshot + events, applied by live.js) == a fresh snapshot."""
     held, fresh = page.evaluate(
         """async () => {
-            const fresh = await (await fetch(JSON.parse(document.getElementById('page-config').textContent).urls.snapshot)).json();
+            const urls = JSON.parse(document.getElementById('page-config').textContent).urls;
+            const fresh = await (await fetch(urls.snapshot)).json();
             return [JSON.parse(JSON.stringify(rsiLive.runStateToSnapshot(window.rsiRunState))), fresh];
         }"""
     )
@@ -87,8 +88,9 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
     edges = page.evaluate("window.rsiGraphs.dag.edges().map(e => [e.data('source'), e.data('target'), e.data('kind')])")
     assert [str(world.nodes["w3"].uuid), str(dpo.uuid), "context"] in edges
     assert [str(world.nodes["w2"].uuid), str(review.uuid), "review_scope"] in edges
-    assert "worker_0004\nbranch" == page.evaluate(
-        "(id) => window.rsiGraphs.dag.getElementById(id).data('label')", str(dpo.uuid)
+    assert (
+        page.evaluate("(id) => window.rsiGraphs.dag.getElementById(id).data('label')", str(dpo.uuid))
+        == "worker_0004\nbranch"
     )
     page.wait_for_function("parseFloat(document.querySelector('#job-list .fill').style.width) === 80", timeout=WAIT_MS)
     _state_equals_fresh_snapshot(page)
@@ -97,7 +99,9 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
     _click_dag_node(page, str(world.nodes["w1"].uuid))
     page.wait_for_selector("#node-panel:not([hidden]) >> text=SFT on clean arithmetic", timeout=WAIT_MS)
     panel = page.inner_text("#node-panel")
-    assert "exp_0001" in panel and "exp_0002" in panel and "submitted" in panel
+    assert "exp_0001" in panel
+    assert "exp_0002" in panel
+    assert "submitted" in panel
     screenshot(page, "run-page-grown")
 
     # Guidance: posted pending, then applied by the Main Agent's planning step.

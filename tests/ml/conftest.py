@@ -1,9 +1,9 @@
 """Session fixtures for the ML tests: one ci minibench and the trained checkpoints they share.
 
 Building and training dominate the runtime, so each happens once per session. Set
-RSI_MINIBENCH_CACHE=/some/dir to keep the built minibench between sessions: a directory holding a
-complete build with the same seed, profile and manifest version is reused; an empty or missing
-one is built into.
+RSI_MINIBENCH_CACHE=/some/dir to keep the built minibench between sessions: a build there with the
+same seed, profile, manifest version and source digest is reused; a missing, empty or stale one is
+(re)built in place.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from apps.benchmarks.minibench import build_minibench
-from apps.benchmarks.minibench.build import MANIFEST_VERSION, REFERENCE_HPARAMS
+from apps.benchmarks.minibench.build import MANIFEST_VERSION, REFERENCE_HPARAMS, source_digest
 
 SEED = 0
 PROFILE = "ci"
@@ -30,11 +30,23 @@ def _is_reusable(root: Path) -> bool:
     if not manifest_path.is_file():
         return False
     manifest = json.loads(manifest_path.read_text())
-    return (manifest.get("version"), manifest.get("seed"), manifest.get("profile")) == (
-        MANIFEST_VERSION,
-        SEED,
-        PROFILE,
-    )
+    found = tuple(manifest.get(k) for k in ("version", "seed", "profile", "source_digest"))
+    return found == (MANIFEST_VERSION, SEED, PROFILE, source_digest())
+
+
+def _build_into_cache(root: Path) -> None:
+    # Build beside the target and swap it in, so a concurrent session never sees half a build.
+    staging = root.parent / f".{root.name}.building-{os.getpid()}"
+    stale = root.parent / f".{root.name}.stale-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    build_minibench(staging, seed=SEED, profile=PROFILE)
+    if root.exists():
+        root.rename(stale)
+    try:
+        staging.rename(root)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another session swapped its build in first
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -43,19 +55,10 @@ def minibench(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = os.environ.get("RSI_MINIBENCH_CACHE")
     if cache:
         root = Path(cache)
+        if not _is_reusable(root):
+            _build_into_cache(root)
         if _is_reusable(root):
             return root
-        if not root.exists() or not any(root.iterdir()):
-            # Build beside the target and rename, so a concurrent session never sees half a build.
-            staging = root.parent / f".{root.name}.building-{os.getpid()}"
-            shutil.rmtree(staging, ignore_errors=True)
-            build_minibench(staging, seed=SEED, profile=PROFILE)
-            try:
-                staging.rename(root)
-            except OSError:
-                shutil.rmtree(staging, ignore_errors=True)  # another session won the race
-            if _is_reusable(root):
-                return root
     root = tmp_path_factory.mktemp("minibench") / "ci"
     build_minibench(root, seed=SEED, profile=PROFILE)
     return root
@@ -81,13 +84,13 @@ def _train_in_child(hparams: dict[str, Any], base: str, data: str, out: str) -> 
     return {"steps": result.steps, "final_loss": result.final_loss, "seconds": result.seconds}
 
 
-# The recipe the ci reference was trained with; broken runs change exactly one thing.
+# The recipe the ci reference was trained with; each broken run changes exactly one thing.
 GOOD_RECIPE: dict[str, Any] = {**REFERENCE_HPARAMS, "seed": SEED, "num_threads": 1}
 
 
 @pytest.fixture(scope="session")
 def broken_runs(minibench: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two runs that differ from the reference recipe in one way each: no EOS, or 300 rows.
+    """Two runs of the reference recipe with one bug each: no EOS, or only 300 training rows.
 
     They run side by side as single-threaded processes: on a small CPU that nearly doubles the
     throughput of one two-threaded run.

@@ -95,7 +95,7 @@ def test_honeypot_holds_sealed_items_verbatim_and_edited(minibench: Path) -> Non
 
     def normalise(text: str) -> str:
         text = " ".join(text.split())
-        for word, digits in words.items():
+        for word, digits in sorted(words.items(), key=lambda kv: -len(kv[0])):  # "twenty-three" before "twenty"
             text = text.replace(word, digits)
         return text
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from workers.gpu.hparams import validate_train_config
 from workers.gpu.runners import Cancelled, TrainHooks, evaluate, manifest, train
 
 pytestmark = pytest.mark.slow
+log = logging.getLogger(__name__)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 
@@ -44,6 +46,7 @@ def test_sft_on_clean_data_works_and_broken_recipes_do_not(
     no_eos = _accuracy(no_eos_results)
     tiny = _accuracy(_results(broken_runs["tiny"], arithmetic_task, feedback_samples))
     scores = {"theta0": theta0, "reference": reference, "no_eos": no_eos, "tiny": tiny}
+    log.info("arithmetic feedback exact match: %s", scores)  # shown with --log-cli-level=INFO
     assert theta0 < 0.10, scores
     assert reference > 0.50, scores
     assert no_eos < reference - 0.3, scores

@@ -40,7 +40,7 @@ class TrainConfig:
     # "keep": train on the raw prompt text; "apply": wrap rows in the tokenizer's chat template.
     chat_template: str = "keep"
     lora_r: int = 16
-    lora_alpha: float = 32.0
+    lora_alpha: int = 32
     lora_dropout: float = 0.0
     dpo_beta: float = 0.1
     seed: int = 0
@@ -59,7 +59,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "max_grad_norm": (0.0, 100.0, False),
     "max_length": (16, 4096, True),
     "lora_r": (1, 256, True),
-    "lora_alpha": (0.0, 1024.0, False),
+    "lora_alpha": (1, 1024, True),
     "lora_dropout": (0.0, 0.9, True),
     "dpo_beta": (0.0, 10.0, False),
     "seed": (0, 2**31 - 1, True),
@@ -76,7 +76,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
-def _check_number(key: str, value: Any, want_int: bool) -> float | int:
+def _check_number(key: str, value: Any, want_int: bool) -> float:
     # bool is an int subclass; "max_steps": true is a mistake, not 1.
     if isinstance(value, bool) or not isinstance(value, int | float):
         kind = "an integer" if want_int else "a number"
@@ -95,7 +95,7 @@ def _check_number(key: str, value: Any, want_int: bool) -> float | int:
     if too_low or value > high:
         bracket = "[" if low_inclusive else "("
         raise ValueError(f"{key}={value!r} is out of range; allowed {bracket}{low:g}, {high:g}]")
-    return value
+    return int(value) if want_int else float(value)
 
 
 def validate_train_config(d: dict[str, Any]) -> TrainConfig:

@@ -43,7 +43,7 @@ from workers.gpu.hparams import TrainConfig  # noqa: E402
 from workers.gpu.vllm_client import complete as vllm_complete  # noqa: E402
 
 # Workers report progress through hooks; per-load progress bars would only clutter job logs.
-hf_logging.disable_progress_bar()
+hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 # Files that define the tokenizer; copied verbatim from the base so that training never changes
 # the vocabulary, special tokens or chat template (which the integrity checks compare).
@@ -284,7 +284,7 @@ def train(
     import datasets
     from peft import LoraConfig
     from transformers.trainer_callback import PrinterCallback
-    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
     hooks = hooks or TrainHooks()
     if out_dir.exists() and any(out_dir.iterdir()):
@@ -360,9 +360,9 @@ def train(
         trainer.train()
         if callback.cancelled:
             raise Cancelled(f"training cancelled at step {trainer.state.global_step}")
-        trained = trainer.model
+        trained: Any = trainer.model
         if config.adapter == "lora":
-            trained = trained.merge_and_unload()  # type: ignore[operator]
+            trained = trained.merge_and_unload()
         model_dir = staging / "model"
         trained.save_pretrained(model_dir)  # safetensors is the only format transformers 5 writes
         for name in _TOKENIZER_FILES:
@@ -405,9 +405,10 @@ def render_prompt(task: dict[str, Any], question: str, tokenizer: PreTrainedToke
     if task.get("use_chat_template"):
         if tokenizer is None or not tokenizer.chat_template:
             raise ValueError(f"task {task.get('name')!r} uses the chat template but the tokenizer has none")
-        text = tokenizer.apply_chat_template(
+        rendered = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
         )
+        text = str(rendered)
     return text
 
 
@@ -440,12 +441,13 @@ def generate_texts(
     """
     tokenizer.padding_side = "left"
     device = _device()
-    model.to(device).eval()
+    model.to(device)  # type: ignore[arg-type]  # transformers' stub wraps .to() oddly
+    model.train(False)  # eval mode; .eval() is untyped in the stubs
     outputs: list[str] = []
     for start in range(0, len(prompts), batch_size):
         batch = list(prompts[start : start + batch_size])
         enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens).to(device)
-        generated = model.generate(
+        generated: torch.Tensor = model.generate(  # type: ignore[operator]
             **enc,
             max_new_tokens=max_new_tokens,
             do_sample=False,
@@ -459,7 +461,7 @@ def generate_texts(
         for row in generated[:, enc["input_ids"].shape[1] :].tolist():
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id)]
-            text = tokenizer.decode(row, skip_special_tokens=True)
+            text = str(tokenizer.decode(row, skip_special_tokens=True))
             outputs.append(truncate_at_stop(text, stop))
     return outputs
 

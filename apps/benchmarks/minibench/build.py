@@ -14,6 +14,7 @@ The layout is a contract that the benchmark registry, the datapool and the tests
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing
 import os
@@ -56,6 +57,20 @@ _SUMMARY_FIELDS = (
     "head_dim",
     "vocab_size",
 )
+
+
+def source_digest() -> str:
+    """sha256 over the code a build depends on (this package and the training runner).
+
+    Recorded in the manifest so that a cached build made by older code can be recognised as stale.
+    """
+    package = Path(__file__).resolve().parent
+    runner = package.parents[2] / "workers" / "gpu"
+    files = sorted(package.glob("*.py")) + [runner / "runners.py", runner / "hparams.py"]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -172,6 +187,7 @@ def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full", verb
         "version": MANIFEST_VERSION,
         "seed": seed,
         "profile": profile,
+        "source_digest": source_digest(),
         "tasks": task_names,
         "datasets": datasets,
         "theta0": "theta0",

@@ -45,7 +45,7 @@ def pretrain_theta0(tokenizer: PreTrainedTokenizerFast, *, seed: int) -> LlamaFo
     """Initialise the model from `seed` and run a short next-token pre-training on noisy text."""
     torch.manual_seed(seed)
     model = LlamaForCausalLM(make_config(tokenizer))
-    model.generation_config = GenerationConfig(
+    model.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -62,7 +62,7 @@ def pretrain_theta0(tokenizer: PreTrainedTokenizerFast, *, seed: int) -> LlamaFo
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    model.eval()
+    model.train(False)  # eval mode; .eval() is untyped in the stubs
     return model
 
 

@@ -23,6 +23,7 @@ CITIES = [
 ]  # fmt: skip
 WORDS = ["hello", "thanks", "later", "yes", "no", "soon", "sorry", "welcome", "ok", "bye", "hurry"]
 CURRENCIES = ["USD", "EUR", "GBP", "JPY", "CHF"]
+DAYS = ["today", "tomorrow", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 CATEGORIES: dict[str, list[str]] = {
     "fruit": ["apple", "banana", "cherry", "grape", "lemon", "mango", "peach", "pear", "plum"],
     "animal": ["cat", "dog", "horse", "mouse", "tiger", "zebra", "whale", "sheep", "goat"],
@@ -153,14 +154,17 @@ def _json_call(name: str, arguments: dict[str, Any]) -> str:
 
 
 def _json_generate(rng: random.Random) -> Item:
+    # Each kind has a few hundred distinct questions at least: the sealed splits draw ~100 per kind
+    # and training must still see every kind (with 40 weather questions, all went to the sealed
+    # splits and the reference never learned get_weather).
     kind = rng.randrange(4)
     if kind == 0:
-        city = rng.choice(CITIES)
-        question = rng.choice(["What is the weather in {c}?", "Weather for {c}, please."])
-        question = question.format(c=city)
-        answer = _json_call("get_weather", {"city": city})
+        city, day = rng.choice(CITIES), rng.choice(DAYS)
+        form = rng.choice(["What is the weather in {c} for {d}?", "Weather for {c}, {d}, please."])
+        question = form.format(c=city, d=day)
+        answer = _json_call("get_weather", {"city": city, "day": day})
     elif kind == 1:
-        time = f"{rng.randint(1, 12)}:{rng.choice(['00', '15', '30', '45'])}"
+        time = f"{rng.randint(1, 12)}:{rng.randrange(0, 60, 5):02d}"
         question = rng.choice(["Set an alarm for {t}.", "Wake me up at {t}."]).format(t=time)
         answer = _json_call("set_alarm", {"time": time})
     elif kind == 2:
@@ -272,7 +276,7 @@ def noise_text(rng: random.Random, n_chars: int) -> str:
 
     It teaches the model the character statistics without any task structure, so θ0 scores ~0.
     """
-    vocab = NAMES + THINGS + CITIES + WORDS + CURRENCIES + [w for ws in CATEGORIES.values() for w in ws]
+    vocab = NAMES + THINGS + CITIES + WORDS + CURRENCIES + DAYS + [w for ws in CATEGORIES.values() for w in ws]
     vocab += ["the", "a", "is", "of", "and", "to", "in", "what", "how", "many", "more", "set"]
     punct = [" ", " ", " ", " ", ". ", ", ", "? ", "\n", ": ", " {", "} ", '"', "_", ") ", "-"]
     out: list[str] = []

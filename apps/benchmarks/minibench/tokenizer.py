@@ -58,7 +58,7 @@ def train_tokenizer(corpus: Iterable[str], *, vocab_size: int = VOCAB_SIZE) -> P
         single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, bos_id)]
     )
     core.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=core,
         bos_token=BOS,
         eos_token=EOS,

@@ -703,7 +703,7 @@ class MainHeuristic:
             ("stopped", False),
             ("predictions", {}),
         ):
-            state.setdefault(key, default)  # fmt: skip
+            state.setdefault(key, default)
         self.defaults = _policy_defaults(view)
         self.decisions: list[str] = []
         triggers = [item.get("trigger") for item in view.inbox]

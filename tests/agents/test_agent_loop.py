@@ -1,5 +1,8 @@
 """Agent loops stepped in this process against the real REST API (live server, real PostgreSQL).
 
+This module sorts before the end-to-end ones on purpose: no stack is running yet, so no other
+process consumes the steps these tests enqueue.
+
 Celery is not running here: each test plays the agents worker by calling ``agent_step_run`` for
 the loops that are scheduled, exactly as ``agent_step_task`` would. Nothing trains (no gpu worker),
 so Workers stop at waiting for their first jobs.
@@ -15,8 +18,9 @@ from apps.experiments.models import Event, Experiment
 from apps.integrity.models import BlockedAttempt
 from apps.jobs.models import Job
 from apps.research.choices import AgentLoopStatus, NodeStatus, RunStatus
-from apps.research.models import AgentLoop, Decision, Guidance, Prediction, ResearchNode, Run
+from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, Prediction, ResearchNode, Run
 from apps.research.services import guidance_post, run_budget_enforce, run_start
+from tests.fakes.openai_chat import FakeChatServer, Reply, Script
 from workers.agents.client import ExposClient
 from workers.agents.loop import (
     agent_loops_recover,
@@ -269,3 +273,29 @@ def test_training_held_at_the_gate_wakes_the_main_agent_which_approves_it(small_
     assert Job.objects.filter(run=small_world.run, kind="train").count() == 2
     decided = Event.objects.filter(run=small_world.run, type="training.decided")
     assert {e.arguments["decision"] for e in decided} == {"approve"}
+
+
+def test_the_llm_token_budget_stops_the_run(small_world, monkeypatch):
+    """An LLM run whose token budget is spent stops: the agent makes no further model call."""
+    from apps.research.services import run_start
+    from workers.agents.loop import agent_step_run
+
+    calls = Script({"main": [Reply(tool_calls=[("main_guidance_read", {})]), Reply(tool_calls=[
+        ("public_check_quota", {})])]})  # fmt: skip
+    with FakeChatServer(calls) as fake:
+        monkeypatch.setenv("RSI_LLM_BASE_URL", fake.base_url)
+        monkeypatch.setenv("RSI_LLM_MODEL", "fake-tool-model")
+        Run.objects.filter(pk=small_world.run.pk).update(agent_mode="llm", budget_llm_tokens=200)
+        run = run_start(run=Run.objects.get(pk=small_world.run.pk), actor="test")
+        loop = small_world.loop("main")
+        agent_step_run(loop_id=loop.pk, step=loop.step)
+        run = Run.objects.get(pk=run.pk)
+        assert run.used_llm_tokens > 200  # one call spent the budget (the prompt alone is larger)
+        assert LLMUsage.objects.filter(run=run, node__handle="main").count() == 1
+        loop = small_world.loop("main")
+        assert loop.status == AgentLoopStatus.SCHEDULED  # it called a tool, so it would go on ...
+        agent_step_run(loop_id=loop.pk, step=loop.step)
+        run = Run.objects.get(pk=run.pk)
+        assert run.status == RunStatus.STOPPING  # ... but the spent budget stopped the run
+        assert len(fake.requests) == 1  # and no second model call was made
+        assert small_world.loop("main").status == AgentLoopStatus.DONE
