@@ -240,4 +240,8 @@ def test_a_tampered_sealed_file_makes_the_next_evaluation_refuse(celery_worker, 
     assert refused.score is None
     assert not EvaluationSample.objects.filter(evaluation=refused).exists()
     assert Experiment.objects.get(pk=after.experiment_id).status == ExperimentStatus.FAILED
-    assert Event.objects.filter(type="benchmark.seal_broken").count() == 1
+    # The refusing evaluation records the broken seal; the failed experiment's integrity checks,
+    # which re-verify the benchmark on the default queue, may record it again.
+    first_seal_event = Event.objects.filter(type="benchmark.seal_broken").order_by("id").first()
+    assert first_seal_event is not None
+    assert "feedback.jsonl" in first_seal_event.arguments["reason"]
