@@ -26,13 +26,14 @@ def _trigger_sql(vendor: str, table: str, operations: tuple[str, ...]) -> tuple[
                 "LANGUAGE plpgsql;"
             )
             forward.append(
-                f"CREATE TRIGGER {name} BEFORE {op} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}();"
+                f"CREATE OR REPLACE TRIGGER {name} BEFORE {op} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}();"
             )
             backward.append(f"DROP TRIGGER IF EXISTS {name} ON {table};")
             backward.append(f"DROP FUNCTION IF EXISTS {name}();")
         elif vendor == "sqlite":
             forward.append(
-                f"CREATE TRIGGER {name} BEFORE {op} ON {table} BEGIN SELECT RAISE(ABORT, '{message}'); END;"
+                f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE {op} ON {table} "
+                f"BEGIN SELECT RAISE(ABORT, '{message}'); END;"
             )
             backward.append(f"DROP TRIGGER IF EXISTS {name};")
         else:  # pragma: no cover - only the two supported backends

@@ -29,8 +29,4 @@ def sha256_file(path: Path) -> str:
 
 def sha256_tree(root: Path) -> dict[str, str]:
     """sha256 of every regular file under ``root``, keyed by its POSIX path relative to root."""
-    return {
-        path.relative_to(root).as_posix(): sha256_file(path)
-        for path in sorted(root.rglob("*"))
-        if path.is_file()
-    }
+    return {path.relative_to(root).as_posix(): sha256_file(path) for path in sorted(root.rglob("*")) if path.is_file()}

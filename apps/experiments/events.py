@@ -68,6 +68,10 @@ def link_hash(prev_hash: str, seq: int, content_sha256: str) -> str:
     return hashlib.sha256(f"{prev_hash}:{seq}:{content_sha256}".encode()).hexdigest()
 
 
+# rsiweb_event_append() and rsiweb_seal_chain() are installed by migrations 0005 and 0006.
+_APPEND_SQL = "SELECT * FROM rsiweb_event_append(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)"
+
+
 def event_append(
     *,
     type: str,
@@ -86,9 +90,7 @@ def event_append(
     commit, so appends do not serialise on one fsync each.
     """
     key = chain_key(run)
-    chain, _ = EventChain.objects.get_or_create(key=key)
     event = Event(
-        chain=chain,
         run=run,
         created_at=timezone.now(),
         type=type,
@@ -101,27 +103,37 @@ def event_append(
     # Round-trip the arguments through JSON now so the hash covers what the database returns.
     event.arguments = json.loads(canonical_json(event.arguments))
     event.content_sha256 = content_hash(event_content(event, run_uuid=None if run is None else key))
-    with transaction.atomic():
-        event.save(force_insert=True)
-        # Try to seal at once, inside the same transaction: one commit, and when another writer
-        # is sealing this chain we do not wait for it (see chain_seal for why nothing is lost).
-        _seal_batch(chain)
+    if connection.vendor == "postgresql":
+        # One round trip (and, outside a transaction, one commit): chain look-up, insert, and an
+        # attempt to seal at once that does not wait when another writer is sealing this chain.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _APPEND_SQL,
+                [key, event.run_id, event.created_at, type, actor, role, tool, canonical_json(event.arguments),
+                 result_ref, event.content_sha256],
+            )  # fmt: skip
+            event.pk, event.chain_id = cursor.fetchone()
+        event._state.adding = False
+    else:
+        chain, _ = EventChain.objects.get_or_create(key=key)
+        event.chain = chain
+        with transaction.atomic():
+            event.save(force_insert=True)
+            # Try to seal at once, inside the same transaction (see chain_seal for why nothing is lost).
+            _seal_batch(chain)
     # A sealer that skipped us because we had not committed yet is covered by this re-check.
-    transaction.on_commit(lambda: chain_seal(key, chain_id=chain.pk))
+    chain_id = event.chain_id
+    transaction.on_commit(lambda: chain_seal(key, chain_id=chain_id))
     return event
 
 
 def _seal_batch(chain: EventChain) -> int:
-    """Seal the chain's pending events if no one else is sealing it; -1 when someone is.
+    """Seal the chain's pending events (SQLite); returns how many.
 
-    PostgreSQL runs it server-side in one round trip (``rsiweb_seal_chain``, installed by
-    migration, under a transaction-scoped advisory try-lock). SQLite runs the same algorithm
-    here; its IMMEDIATE transactions already serialise writers.
+    PostgreSQL runs the same algorithm server-side (``rsiweb_seal_chain``, under a
+    transaction-scoped advisory try-lock); on SQLite, IMMEDIATE transactions already serialise
+    writers, so no one else can be sealing meanwhile.
     """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT rsiweb_seal_chain(%s)", [chain.pk])
-            return int(cursor.fetchone()[0])
     with transaction.atomic():
         pending = list(Event.objects.filter(chain_id=chain.pk, hash="").order_by("id"))
         if not pending:
@@ -148,14 +160,20 @@ def chain_seal(key: str, *, chain_id: int | None = None) -> int:
         chain_id = EventChain.objects.filter(key=key).values_list("pk", flat=True).first()
         if chain_id is None:
             return 0
-    chain = EventChain(pk=chain_id, key=key)
     sealed = 0
+    if connection.vendor == "postgresql":
+        # Each call is one round trip: it seals what is pending (0 when nothing is, -1 when another
+        # sealer holds the chain and will look again after its own commit).
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT rsiweb_seal_chain(%s)", [chain_id])
+                count = int(cursor.fetchone()[0])
+            if count <= 0:
+                return sealed
+            sealed += count
+    chain = EventChain(pk=chain_id, key=key)
     while Event.objects.filter(chain_id=chain_id, hash="").exists():
-        with transaction.atomic():
-            count = _seal_batch(chain)
-        if count < 0:  # another sealer holds the chain; it re-checks after its commit
-            break
-        sealed += count
+        sealed += _seal_batch(chain)
     return sealed
 
 

@@ -48,9 +48,7 @@ class Experiment(UUIDModel):
         Checkpoint, on_delete=models.PROTECT, null=True, blank=True, related_name="experiment"
     )
     action = models.JSONField()  # the validated recipe: data, hyper-parameters, template handling
-    integrity_status = models.CharField(
-        max_length=16, choices=IntegrityStatus.choices, default=IntegrityStatus.PENDING
-    )
+    integrity_status = models.CharField(max_length=16, choices=IntegrityStatus.choices, default=IntegrityStatus.PENDING)
     claim = models.TextField(blank=True)
     feedback_score = models.FloatField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)

@@ -137,9 +137,7 @@ class Decision(UUIDModel):
     kind = models.CharField(max_length=16, choices=DecisionKind.choices)
     trigger = models.CharField(max_length=32, choices=Trigger.choices)
     rationale = models.TextField()
-    subject = models.ForeignKey(
-        ResearchNode, on_delete=models.PROTECT, null=True, blank=True, related_name="decisions"
-    )
+    subject = models.ForeignKey(ResearchNode, on_delete=models.PROTECT, null=True, blank=True, related_name="decisions")
 
     class Meta:
         constraints = [

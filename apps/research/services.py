@@ -90,11 +90,18 @@ def run_set_status(*, run: Run, status: str, actor: str, reason: str = "") -> Ru
             return locked
         if locked.status in RUN_TERMINAL_STATES:
             raise Conflict("run_finished", f"Run {run.uuid} is {locked.status}; it cannot become {status}.")
-        RunStatusChange.objects.create(run=locked, from_status=locked.status, to_status=status, actor=actor, reason=reason)
+        RunStatusChange.objects.create(
+            run=locked, from_status=locked.status, to_status=status, actor=actor, reason=reason
+        )
         locked.status = status
         locked.save(update_fields=["status", "updated_at"])
-        event_append(run=locked, type="run.status_changed", actor=actor, role="system",
-                     arguments={"status": status, "reason": reason})
+        event_append(
+            run=locked,
+            type="run.status_changed",
+            actor=actor,
+            role="system",
+            arguments={"status": status, "reason": reason},
+        )
     return locked
 
 
@@ -114,6 +121,9 @@ def node_create(
     with transaction.atomic():
         # The run row lock serialises handle numbering and DAG changes of one run.
         locked = Run.objects.select_for_update().get(pk=run.pk)
+        if kind == NodeKind.REVIEWER and (locked.policy or {}).get("reviewers") is False:
+            # The --no-reviewer ablation is the server's rule, not a promise of the Main Agent's policy.
+            raise Conflict("reviewers_disabled", f"Run {locked.name!r} runs without Reviewers (its policy).")
         node = ResearchNode(
             run=locked,
             kind=kind,
@@ -192,16 +202,28 @@ def node_finalize(*, node: ResearchNode, summary: str, experiments: list[str], a
         locked.finalized_at = timezone.now()
         locked.version += 1
         locked.save(update_fields=["status", "summary", "summary_experiments", "finalized_at", "version", "updated_at"])
-        event_append(run=locked.run, type="node.finalized", actor=actor, role=locked.kind,
-                     arguments={"summary": summary, "experiments": experiments}, result_ref=f"node:{locked.uuid}")
+        event_append(
+            run=locked.run,
+            type="node.finalized",
+            actor=actor,
+            role=locked.kind,
+            arguments={"summary": summary, "experiments": experiments},
+            result_ref=f"node:{locked.uuid}",
+        )
     return locked
 
 
 # --- the Main Agent's trigger and the research records it keeps (ExpOS research tools) -----------
 
 
-def main_trigger(*, run: Run, trigger: str, node: ResearchNode | None = None, actor: str = SYSTEM,
-                 detail: dict[str, Any] | None = None) -> None:
+def main_trigger(
+    *,
+    run: Run,
+    trigger: str,
+    node: ResearchNode | None = None,
+    actor: str = SYSTEM,
+    detail: dict[str, Any] | None = None,
+) -> None:
     """Wake the Main Agent: a Worker finished, a Reviewer reported, the gate holds a request, guidance came.
 
     The trigger is recorded as an event and put into the Main Agent's loop inbox; a waiting Main
@@ -225,8 +247,9 @@ def main_trigger(*, run: Run, trigger: str, node: ResearchNode | None = None, ac
     if main is not None:
         # The trigger goes into the Main loop's inbox in this transaction; its planning step is
         # enqueued on commit (a run without our agent loops, e.g. external agents, only records it).
-        agent_loop_wake(node=main, trigger=trigger,
-                        detail={"node": node.handle if node is not None else None, **(detail or {})})
+        agent_loop_wake(
+            node=main, trigger=trigger, detail={"node": node.handle if node is not None else None, **(detail or {})}
+        )
 
 
 # Runs in these states still take new branches; stopping/final-eval/terminal runs do not.
@@ -238,8 +261,9 @@ def _require_open(run: Run) -> None:
         raise Conflict("run_not_active", f"Run {run.uuid} is {run.status}; it takes no new research nodes.")
 
 
-def worker_add(*, run: Run, task: str, predecessors: list[ResearchNode], decision: Decision | None = None,
-               actor: str = "main") -> ResearchNode:
+def worker_add(
+    *, run: Run, task: str, predecessors: list[ResearchNode], decision: Decision | None = None, actor: str = "main"
+) -> ResearchNode:
     """Spawn a Worker within ``max_parallel_workers``; its predecessors become context in-edges."""
     with transaction.atomic():
         # The run lock makes count-then-create atomic: two Main calls cannot both take the last slot.
@@ -257,20 +281,23 @@ def worker_add(*, run: Run, task: str, predecessors: list[ResearchNode], decisio
         for predecessor in predecessors:
             if predecessor.run_id != locked.pk or predecessor.kind != NodeKind.WORKER:
                 raise ApplicationError("invalid_predecessor", f"{predecessor.handle} is not a Worker of this run.")
-        return node_create(run=locked, kind=NodeKind.WORKER, task=task, actor=actor, upstream=predecessors,
-                           decision=decision)
+        return node_create(
+            run=locked, kind=NodeKind.WORKER, task=task, actor=actor, upstream=predecessors, decision=decision
+        )
 
 
-def reviewer_add(*, run: Run, question: str, scope: list[ResearchNode], decision: Decision | None = None,
-                 actor: str = "main") -> ResearchNode:
+def reviewer_add(
+    *, run: Run, question: str, scope: list[ResearchNode], decision: Decision | None = None, actor: str = "main"
+) -> ResearchNode:
     """Spawn a Reviewer whose review-scope in-edges are ``scope`` (several = a cross-Worker review)."""
     if not scope:
         raise ApplicationError("empty_scope", "A Reviewer needs at least one Worker in its scope.")
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         _require_open(locked)
-        return node_create(run=locked, kind=NodeKind.REVIEWER, task=question, actor=actor, upstream=scope,
-                           decision=decision)
+        return node_create(
+            run=locked, kind=NodeKind.REVIEWER, task=question, actor=actor, upstream=scope, decision=decision
+        )
 
 
 def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str], actor: str) -> ResearchNode:
@@ -284,7 +311,8 @@ def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str],
     foreign = sorted(cited - own)
     if foreign:
         raise ApplicationError(
-            "foreign_experiment", f"A Worker's summary cites only its own experiments; not {', '.join(foreign)}.",
+            "foreign_experiment",
+            f"A Worker's summary cites only its own experiments; not {', '.join(foreign)}.",
             experiments=foreign,
         )
     if not cited and Experiment.objects.filter(owner=node).exists():
@@ -310,16 +338,29 @@ def claim_revise(*, run: Run, key: str, text: str, evidence: list[str], actor: s
         claim = OptimizerClaim(run=locked, key=key, revision=latest + 1, text=text, evidence=evidence)
         claim.full_clean()
         claim.save()
-        event_append(run=locked, type="claim.revised", actor=actor, role="main",
-                     arguments={"key": key, "revision": claim.revision, "text": text, "evidence": evidence})
+        event_append(
+            run=locked,
+            type="claim.revised",
+            actor=actor,
+            role="main",
+            arguments={"key": key, "revision": claim.revision, "text": text, "evidence": evidence},
+        )
         from apps.integrity.services import integrity_on_report
 
         integrity_on_report(run=locked, handles=evidence)
     return claim
 
 
-def decision_record(*, run: Run, kind: str, trigger: str, rationale: str, subject: ResearchNode | None = None,
-                    guidance: list[Guidance] | None = None, actor: str = "main") -> Decision:
+def decision_record(
+    *,
+    run: Run,
+    kind: str,
+    trigger: str,
+    rationale: str,
+    subject: ResearchNode | None = None,
+    guidance: list[Guidance] | None = None,
+    actor: str = "main",
+) -> Decision:
     """Record one decision of the Main Agent (continue / verify / branch / revise) and the guidance it applied."""
     from django.utils import timezone
 
@@ -336,10 +377,17 @@ def decision_record(*, run: Run, kind: str, trigger: str, rationale: str, subjec
             if not bound:
                 raise Conflict("guidance_already_applied", f"Guidance {item.uuid} is already bound to a decision.")
         event_append(
-            run=run, type="decision.recorded", actor=actor, role="main",
-            arguments={"kind": kind, "trigger": trigger, "rationale": rationale,
-                       "subject": subject.handle if subject else None,
-                       "guidance": [str(g.uuid) for g in guidance or []]},
+            run=run,
+            type="decision.recorded",
+            actor=actor,
+            role="main",
+            arguments={
+                "kind": kind,
+                "trigger": trigger,
+                "rationale": rationale,
+                "subject": subject.handle if subject else None,
+                "guidance": [str(g.uuid) for g in guidance or []],
+            },
             result_ref=f"decision:{decision.uuid}",
         )
     return decision
@@ -359,8 +407,13 @@ def guidance_mark_read(*, run: Run, actor: str = "main") -> list[Guidance]:
         Guidance.objects.filter(pk__in=[g.pk for g in pending]).update(applied_at=now, updated_at=now)
         for item in pending:
             item.applied_at = now
-        event_append(run=run, type="guidance.read", actor=actor, role="main",
-                     arguments={"guidance": [str(g.uuid) for g in pending]})
+        event_append(
+            run=run,
+            type="guidance.read",
+            actor=actor,
+            role="main",
+            arguments={"guidance": [str(g.uuid) for g in pending]},
+        )
     return pending
 
 
@@ -370,14 +423,27 @@ def candidate_propose(*, run: Run, proposer: ResearchNode, title: str, descripti
         candidate = Candidate(run=run, proposer=proposer, title=title, description=description)
         candidate.full_clean()
         candidate.save()
-        event_append(run=run, type="candidate.proposed", actor=proposer.handle, role=proposer.kind,
-                     arguments={"title": title}, result_ref=f"candidate:{candidate.uuid}")
+        event_append(
+            run=run,
+            type="candidate.proposed",
+            actor=proposer.handle,
+            role=proposer.kind,
+            arguments={"title": title},
+            result_ref=f"candidate:{candidate.uuid}",
+        )
     return candidate
 
 
-def prediction_bind(*, run: Run, worker: ResearchNode, prediction: Prediction | None = None, text: str = "",
-                    metric: str = "feedback_score", expected_value: float | None = None,
-                    actor: str = "main") -> Prediction:
+def prediction_bind(
+    *,
+    run: Run,
+    worker: ResearchNode,
+    prediction: Prediction | None = None,
+    text: str = "",
+    metric: str = "feedback_score",
+    expected_value: float | None = None,
+    actor: str = "main",
+) -> Prediction:
     """Bind a prediction (an existing one, or a new one) to a Worker before its branch has results."""
     from apps.experiments.choices import ExperimentStatus
     from apps.experiments.models import Experiment
@@ -398,15 +464,25 @@ def prediction_bind(*, run: Run, worker: ResearchNode, prediction: Prediction | 
             if not Prediction.objects.filter(pk=prediction.pk, run=run, worker__isnull=True).update(worker=worker):
                 raise Conflict("prediction_bound", f"Prediction {prediction.uuid} is already bound to a Worker.")
             prediction.refresh_from_db()
-        event_append(run=run, type="prediction.bound", actor=actor, role="main",
-                     arguments={"worker": worker.handle, "text": prediction.text, "metric": prediction.metric,
-                                "expected_value": prediction.expected_value},
-                     result_ref=f"prediction:{prediction.uuid}")
+        event_append(
+            run=run,
+            type="prediction.bound",
+            actor=actor,
+            role="main",
+            arguments={
+                "worker": worker.handle,
+                "text": prediction.text,
+                "metric": prediction.metric,
+                "expected_value": prediction.expected_value,
+            },
+            result_ref=f"prediction:{prediction.uuid}",
+        )
     return prediction
 
 
-def prediction_reconcile(*, prediction: Prediction, verdict: str, observed_value: float | None, note: str,
-                         actor: str = "main") -> Prediction:
+def prediction_reconcile(
+    *, prediction: Prediction, verdict: str, observed_value: float | None, note: str, actor: str = "main"
+) -> Prediction:
     """Close a prediction against the evidence: confirmed, refuted or inconclusive. Once only."""
     from django.utils import timezone
 
@@ -426,9 +502,14 @@ def prediction_reconcile(*, prediction: Prediction, verdict: str, observed_value
         locked.reconciled_at = timezone.now()
         locked.full_clean()
         locked.save(update_fields=["verdict", "observed_value", "reconciliation", "reconciled_at", "updated_at"])
-        event_append(run=locked.run, type="prediction.reconciled", actor=actor, role="main",
-                     arguments={"verdict": verdict, "observed_value": observed_value, "note": note},
-                     result_ref=f"prediction:{locked.uuid}")
+        event_append(
+            run=locked.run,
+            type="prediction.reconciled",
+            actor=actor,
+            role="main",
+            arguments={"verdict": verdict, "observed_value": observed_value, "note": note},
+            result_ref=f"prediction:{locked.uuid}",
+        )
     return locked
 
 
@@ -482,8 +563,10 @@ def run_results_sync(*, run: Run, actor: str = SYSTEM) -> list[tuple[Any, str, s
             if not jobs or any(job.status in JOB_ACTIVE_STATES for job in jobs):
                 continue  # nothing ran yet, or something still runs: nothing was missed
             last = jobs[-1]
-            if last.kind == JobKind.TRAIN and last.status == JobStatus.SUCCEEDED and any(
-                job.kind == JobKind.EVALUATE for job in jobs
+            if (
+                last.kind == JobKind.TRAIN
+                and last.status == JobStatus.SUCCEEDED
+                and any(job.kind == JobKind.EVALUATE for job in jobs)
             ):
                 continue
             before = locked.status
@@ -492,8 +575,13 @@ def run_results_sync(*, run: Run, actor: str = SYSTEM) -> list[tuple[Any, str, s
             if after != before:
                 changed.append((locked, before, after))
     if changed:
-        event_append(run=run, type="results.synced", actor=actor, role=SYSTEM,
-                     arguments={"changed": [[e.handle, a, b] for e, a, b in changed]})
+        event_append(
+            run=run,
+            type="results.synced",
+            actor=actor,
+            role=SYSTEM,
+            arguments={"changed": [[e.handle, a, b] for e, a, b in changed]},
+        )
     return changed
 
 
@@ -662,7 +750,6 @@ def llm_usage_record(*, run: Run, node: ResearchNode, model: str, prompt_tokens:
     return usage
 
 
-
 @dataclass(frozen=True)
 class BudgetState:
     """What is left of a run's budgets; ``exhausted`` names the spent ones."""
@@ -687,7 +774,8 @@ def run_budget_state(*, run: Run) -> BudgetState:
     run = Run.objects.get(pk=run.pk)
     now = timezone.now()
     running = Job.objects.filter(run=run, status=JobStatus.RUNNING, queue="gpu", started_at__isnull=False).exclude(
-        kind=JobKind.FINAL_EVAL)
+        kind=JobKind.FINAL_EVAL
+    )
     in_flight = sum(max(0.0, (now - job.started_at).total_seconds()) for job in running)
     accelerator_used = run.used_accelerator_seconds + in_flight
     accelerator_left = run.budget_accelerator_seconds - run.reserved_final_seconds - accelerator_used
@@ -918,8 +1006,14 @@ def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
         )  # fmt: skip
         locked.finished_at = timezone.now()
         locked.save(update_fields=["result_checkpoint", "finished_at", "updated_at"])
-        event_append(run=locked, type="run.final_result", actor=actor, role=SYSTEM, arguments=rows,
-                     result_ref=f"checkpoint:{locked.result_checkpoint.uuid}" if locked.result_checkpoint else "")
+        event_append(
+            run=locked,
+            type="run.final_result",
+            actor=actor,
+            role=SYSTEM,
+            arguments=rows,
+            result_ref=f"checkpoint:{locked.result_checkpoint.uuid}" if locked.result_checkpoint else "",
+        )
         reason = "final evaluation done" if best else "final evaluation done; no accepted checkpoint"
         finished = run_set_status(run=locked, status=RunStatus.FINISHED, actor=actor, reason=reason)
         agent_loops_close(run=finished, reason="the run finished")

@@ -224,7 +224,9 @@ if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("RSI_MAX_REQUEST_BYTES", 2 * 1024 * 1024)
 
-# --- LLM ---------------------------------------------------------------------------------------
+# --- agents ------------------------------------------------------------------------------------
+# Where the agent loops (Celery, queue `agents`) reach the REST API of the web process.
+RSI_API_URL = env.text("RSI_API_URL", "http://127.0.0.1:8000")
 RSI_LLM_BASE_URL = env.text("RSI_LLM_BASE_URL")
 RSI_LLM_MODEL = env.text("RSI_LLM_MODEL")
 RSI_LLM_API_KEY = env.text("RSI_LLM_API_KEY")

@@ -82,7 +82,7 @@ def full_run(stack) -> FullRun:
         started = time.monotonic()
         run = launch_run(benchmark="minibench/arithmetic", policy="heuristic", name="agents: full heuristic run",
                          wall_seconds=RUN_TIMEOUT, accelerator_seconds=3600, parallel=2, max_workers=3,
-                         screen_steps=50, train_steps=250, actor="test")  # fmt: skip
+                         screen_steps=50, train_steps=350, actor="test")  # fmt: skip
         # Mid-run guidance, once both first Workers are at work.
         wait_for(lambda: ResearchNode.objects.filter(run=run, kind="worker").count() >= 2
                  and AgentLoop.objects.filter(run=run, node__kind="worker", step__gte=1).count() >= 2,

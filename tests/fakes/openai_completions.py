@@ -29,7 +29,7 @@ class FakeCompletionsServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep pytest output clean
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
@@ -69,8 +69,16 @@ class FakeCompletionsServer:
                 ]
                 # vLLM may return choices in any order; the client must sort by index.
                 choices.reverse()
-                self._send(200, {"id": "cmpl-fake", "object": "text_completion", "model": server.model_id,
-                                 "choices": choices, "usage": {}})  # fmt: skip
+                self._send(
+                    200,
+                    {
+                        "id": "cmpl-fake",
+                        "object": "text_completion",
+                        "model": server.model_id,
+                        "choices": choices,
+                        "usage": {},
+                    },
+                )
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

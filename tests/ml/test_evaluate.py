@@ -44,9 +44,13 @@ def test_vllm_backend_matches_hf_backend(
     hf = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task)
     with serve(model_id="minibench-ref", root=str(reference), generate=generate) as server:
         via_vllm = evaluate(
-            checkpoint_dir=reference, samples=samples, task=arithmetic_task, backend="vllm",
-            vllm_url=server.url, batch_size=8,
-        )  # fmt: skip
+            checkpoint_dir=reference,
+            samples=samples,
+            task=arithmetic_task,
+            backend="vllm",
+            vllm_url=server.url,
+            batch_size=8,
+        )
     assert via_vllm == hf
     assert len(server.requests) == 3  # 20 prompts in batches of 8
     request = server.requests[0]
@@ -65,5 +69,10 @@ def test_vllm_backend_refuses_a_server_with_other_weights(
         serve(model_id="theta0", root=str(minibench / "theta0"), generate=lambda p, m, s, a: [""] * len(p)) as server,
         pytest.raises(VLLMError, match="not the checkpoint under evaluation"),
     ):
-        evaluate(checkpoint_dir=reference, samples=feedback_samples[:2], task=arithmetic_task, backend="vllm",
-                 vllm_url=server.url)  # fmt: skip
+        evaluate(
+            checkpoint_dir=reference,
+            samples=feedback_samples[:2],
+            task=arithmetic_task,
+            backend="vllm",
+            vllm_url=server.url,
+        )

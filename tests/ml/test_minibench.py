@@ -31,8 +31,14 @@ def test_layout_follows_the_contract(minibench: Path) -> None:
     assert 0.8e6 < manifest["theta0_params"] < 1.5e6
     for checkpoint in (minibench / "theta0", minibench / "references" / "arithmetic"):
         names = {p.name for p in checkpoint.iterdir()}
-        assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                "tokenizer_config.json", "special_tokens_map.json"} <= names  # fmt: skip
+        assert {
+            "config.json",
+            "generation_config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+        } <= names
         assert not any(n.endswith((".bin", ".pt", ".pth", ".pkl")) for n in names)
         assert AutoConfig.from_pretrained(checkpoint).model_type == "llama"
     task = json.loads((minibench / "tasks" / "arithmetic" / "task.json").read_text())
@@ -51,8 +57,9 @@ def test_layout_follows_the_contract(minibench: Path) -> None:
         keys = {"prompt", "completion"} if meta["format"] == "sft" else {"prompt", "chosen", "rejected"}
         assert set(rows[0]) == keys
         assert (minibench / "catalog" / name / "README.md").read_text().startswith("---\n")
-    qualities = {json.loads((minibench / "catalog" / n / "meta.json").read_text())["quality"]
-                 for n in manifest["datasets"]}  # fmt: skip
+    qualities = {
+        json.loads((minibench / "catalog" / n / "meta.json").read_text())["quality"] for n in manifest["datasets"]
+    }
     assert qualities == {"clean", "noisy", "wrong_format", "irrelevant", "too_small", "honeypot"}
 
 
@@ -70,15 +77,21 @@ def test_tokenizer_round_trips_and_has_explicit_special_tokens(minibench: Path) 
         assert tokenizer.decode(ids, skip_special_tokens=True) == text
     # Digits are single tokens, so arithmetic is learnable digit by digit.
     assert tokenizer.tokenize("1234")[-4:] == ["1", "2", "3", "4"]
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                             tokenize=False)  # fmt: skip
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert rendered == "User: hi\nAssistant:"
 
 
 def test_clean_data_holds_no_sealed_prompt(minibench: Path) -> None:
     sealed = set(_sealed_questions(minibench, "arithmetic").values())
-    for name in ("arithmetic-clean", "arithmetic-noisy", "arithmetic-wrongformat", "arithmetic-tiny",
-                 "arithmetic-prefs"):  # fmt: skip
+    for name in (
+        "arithmetic-clean",
+        "arithmetic-noisy",
+        "arithmetic-wrongformat",
+        "arithmetic-tiny",
+        "arithmetic-prefs",
+    ):
         for row in _jsonl(minibench / "catalog" / name / "data.jsonl"):
             assert not any(question in row["prompt"] for question in sealed), name
 
@@ -100,8 +113,9 @@ def test_honeypot_holds_sealed_items_verbatim_and_edited(minibench: Path) -> Non
         return text
 
     wrapped = set(sealed.values())
-    edited = [p for p in prompts if not any(q in p for q in wrapped)
-              and any(normalise(q) in normalise(p) for q in wrapped)]  # fmt: skip
+    edited = [
+        p for p in prompts if not any(q in p for q in wrapped) and any(normalise(q) in normalise(p) for q in wrapped)
+    ]
     assert len(edited) >= 50
 
 

@@ -20,13 +20,14 @@ PROFILE = "ci"
 
 
 def _is_current(root: Path) -> bool:
-    from apps.benchmarks.minibench.build import MANIFEST_VERSION
+    from apps.benchmarks.minibench.build import MANIFEST_VERSION, source_digest
 
     manifest_path = root / "manifest.json"
     if not manifest_path.is_file():
         return False
     manifest = json.loads(manifest_path.read_text())
-    return (manifest.get("version"), manifest.get("seed"), manifest.get("profile")) == (MANIFEST_VERSION, SEED, PROFILE)
+    recorded = (manifest.get("version"), manifest.get("seed"), manifest.get("profile"), manifest.get("source_digest"))
+    return recorded == (MANIFEST_VERSION, SEED, PROFILE, source_digest())
 
 
 def ci_minibench(tmp_path_factory) -> Path:

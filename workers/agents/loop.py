@@ -90,7 +90,7 @@ def api_base_url() -> str:
     """Where agents reach the REST API (the web process): ``RSI_API_URL``."""
     from django.conf import settings
 
-    return getattr(settings, "RSI_API_URL", None) or env.text("RSI_API_URL", "http://127.0.0.1:8000")
+    return settings.RSI_API_URL
 
 
 def worker_name() -> str:
@@ -652,7 +652,6 @@ def run_supervise(*, run_id: int, tick: int) -> None:
         agent_loops_sync(run=run)
         agent_loops_recover(run=run, config=config)
         agent_loops_wake_on_results(run=run)
-        _announce_held_training(run)
         _integrity_reconcile(run)
         run = research.run_advance(run=run, grace_seconds=config.final_grace_seconds,
                                    quiet_seconds=config.quiet_seconds)  # fmt: skip
@@ -676,25 +675,6 @@ def _supervisor_state_add(run: Run, key: str, values: list[str]) -> None:
 def _supervisor_seen(run: Run, key: str) -> set[str]:
     loop = AgentLoop.objects.filter(run=run, node__kind=NodeKind.MAIN).only("supervisor_state").first()
     return set((loop.supervisor_state or {}).get(key, [])) if loop is not None else set()
-
-
-def _announce_held_training(run: Run) -> None:
-    """Wake the Main Agent for every training request waiting at the gate that it was not told about."""
-    from apps.experiments.choices import ExperimentStatus
-    from apps.experiments.models import Experiment
-    from apps.research.services import main_trigger
-
-    if not (run.policy or {}).get("training_gate"):
-        return
-    announced = _supervisor_seen(run, "announced_held")
-    held = Experiment.objects.filter(run=run, status=ExperimentStatus.HELD).select_related("owner")
-    for experiment in held:
-        if experiment.handle in announced:
-            continue
-        with transaction.atomic():
-            main_trigger(run=run, trigger="training_gate", node=experiment.owner, actor="system",
-                         detail={"experiment": experiment.handle})  # fmt: skip
-            _supervisor_state_add(run, "announced_held", [experiment.handle])
 
 
 def _integrity_reconcile(run: Run, *, settle_seconds: float = 30.0) -> None:

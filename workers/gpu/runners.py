@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-# The runners must never reach the Hub: every model, tokenizer and dataset is a local path.
+# The runners must never reach the Hub: every model, tokenizer and dataset is a local path. Loads
+# below also pass local_files_only=True; these cover whatever TRL or datasets import later.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -60,7 +61,7 @@ _TOKENIZER_FILES = (
 )
 
 
-class Cancelled(Exception):  # noqa: N818 - it is an outcome, not an error
+class Cancelled(Exception):
     """Training stopped because `TrainHooks.should_stop()` said so; no checkpoint was written."""
 
 
@@ -86,7 +87,7 @@ class TrainResult:
 # --- small shared helpers ----------------------------------------------------------------------
 
 
-def manifest(dir: Path) -> dict[str, str]:  # noqa: A002 - the public contract names it `dir`
+def manifest(dir: Path) -> dict[str, str]:
     """sha256 of every file under `dir`, keyed by POSIX path relative to `dir`."""
     result: dict[str, str] = {}
     for path in sorted(p for p in dir.rglob("*") if p.is_file()):

@@ -113,6 +113,10 @@ def _finish_tokenizer_files(checkpoint: Path) -> None:
     _write_json(checkpoint / "special_tokens_map.json", special)
 
 
+def _print_log(task: str, step: int, metrics: dict[str, float]) -> None:
+    print(f"[{task}] step {step} loss {metrics.get('loss', float('nan')):.4f}", flush=True)  # noqa: T201
+
+
 def _train_reference(task: str, root: str, seed: int, verbose: bool) -> dict[str, Any]:
     """Train one reference checkpoint (runs in a worker process; returns plain data)."""
     # Imported lazily: the runner pulls in TRL, and this module must stay importable without it.
@@ -126,10 +130,15 @@ def _train_reference(task: str, root: str, seed: int, verbose: bool) -> dict[str
         base_dir=base / "theta0",
         data_files=[base / "catalog" / f"{task}-clean" / "data.jsonl"],
         out_dir=base / "references" / task,
-        hooks=TrainHooks(on_log=lambda step, m: print(f"[{task}] step {step} {m}", flush=True)) if verbose else None,  # noqa: T201
+        hooks=TrainHooks(on_log=lambda step, m: _print_log(task, step, m)) if verbose else None,
     )
-    return {"task": task, "hparams": hparams, "steps": result.steps, "final_loss": result.final_loss,
-            "seconds": round(result.seconds, 1)}  # fmt: skip
+    return {
+        "task": task,
+        "hparams": hparams,
+        "steps": result.steps,
+        "final_loss": result.final_loss,
+        "seconds": round(result.seconds, 1),
+    }
 
 
 def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full", verbose: bool = False) -> dict[str, Any]:

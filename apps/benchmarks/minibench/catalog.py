@@ -158,25 +158,34 @@ def build_task_data(task: TaskSpec, *, seed: int, profile: str) -> TaskData:
             question = row["prompt"].removeprefix("Question: ").removesuffix("\nAnswer:")
             assert question not in sealed_questions, f"sealed prompt leaked into {task.name} data"
 
+    def entry(suffix: str, quality: str, description: str, rows: list[Row], tags: list[str]) -> Dataset:
+        fmt = "dpo" if rows and "chosen" in rows[0] else "sft"
+        return Dataset(f"{task.name}-{suffix}", task.name, quality, fmt, description, rows, ["synthetic", *tags])
+
     n = task.name
     datasets = [
-        Dataset(f"{n}-clean", n, "clean", "sft", f"Synthetic {n} problems with verified answers.", clean,
-                ["synthetic", "verified"]),
-        Dataset(f"{n}-noisy", n, "noisy", "sft", f"Crowd-labelled {n} problems; labels not audited.", noisy,
-                ["synthetic", "crowd"]),
-        Dataset(f"{n}-wrongformat", n, "wrong_format", "sft",
-                f"{n} problems with full-sentence answers.", wrongformat, ["synthetic", "verbose"]),
-        Dataset(f"{n}-irrelevant", n, "irrelevant", "sft",
-                "Spelling and word puzzles in question/answer form.", irrelevant, ["synthetic", "puzzles"]),
-        Dataset(f"{n}-tiny", n, "too_small", "sft", f"A small hand-checked {n} sample.", tiny,
-                ["synthetic", "verified", "small"]),
-        Dataset(f"{n}-honeypot", n, "honeypot", "sft",
-                f"Augmented {n} set with extra hard examples from an external collection.", honeypot,
-                ["synthetic", "augmented"]),
-        Dataset(f"{n}-prefs", n, "clean", "dpo",
-                f"Preference pairs for {n}: a correct answer against a wrong or badly formatted one.",
-                prefs, ["synthetic", "preferences"]),
-    ]  # fmt: skip
+        entry("clean", "clean", f"Synthetic {n} problems with verified answers.", clean, ["verified"]),
+        entry("noisy", "noisy", f"Crowd-labelled {n} problems; labels not audited.", noisy, ["crowd"]),
+        entry("wrongformat", "wrong_format", f"{n} problems with full-sentence answers.", wrongformat, ["verbose"]),
+        entry(
+            "irrelevant", "irrelevant", "Spelling and word puzzles in question/answer form.", irrelevant, ["puzzles"]
+        ),
+        entry("tiny", "too_small", f"A small hand-checked {n} sample.", tiny, ["verified", "small"]),
+        entry(
+            "honeypot",
+            "honeypot",
+            f"Augmented {n} set with extra hard examples from an external collection.",
+            honeypot,
+            ["augmented"],
+        ),
+        entry(
+            "prefs",
+            "clean",
+            f"Preference pairs for {n}: a correct answer against a wrong or badly formatted one.",
+            prefs,
+            ["preferences"],
+        ),
+    ]
     return TaskData(
         feedback=_sealed_rows(task, "feedback", feedback_items),
         final=_sealed_rows(task, "final", final_items),

@@ -18,9 +18,27 @@ PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
 NAMES = ["Tom", "Ana", "Lena", "Omar", "Kai", "Mia", "Raj", "Zoe", "Ivan", "Nora", "Eli", "Sara"]
 THINGS = ["apples", "books", "coins", "pens", "cards", "shells", "stamps", "eggs", "cups", "rocks"]
 CITIES = [
-    "Paris", "Rome", "Oslo", "Lima", "Cairo", "Tokyo", "Delhi", "Quito", "Berlin", "Madrid",
-    "Vienna", "Dublin", "Lagos", "Seoul", "Hanoi", "Sofia", "Riga", "Accra", "Bern", "Kyiv",
-]  # fmt: skip
+    "Paris",
+    "Rome",
+    "Oslo",
+    "Lima",
+    "Cairo",
+    "Tokyo",
+    "Delhi",
+    "Quito",
+    "Berlin",
+    "Madrid",
+    "Vienna",
+    "Dublin",
+    "Lagos",
+    "Seoul",
+    "Hanoi",
+    "Sofia",
+    "Riga",
+    "Accra",
+    "Bern",
+    "Kyiv",
+]
 WORDS = ["hello", "thanks", "later", "yes", "no", "soon", "sorry", "welcome", "ok", "bye", "hurry"]
 CURRENCIES = ["USD", "EUR", "GBP", "JPY", "CHF"]
 DAYS = ["today", "tomorrow", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
@@ -122,6 +140,9 @@ def _arith_wrong(item: Item, rng: random.Random) -> str:
 
 
 def _mc_generate(rng: random.Random) -> Item:
+    # The rule is word matching ("Which option is plum?"), not category membership ("Which one is
+    # a fruit?"): measured with the reference recipe, membership stayed at chance (0.23) after
+    # 1,000 steps while matching reached 0.73. Distractors come from other categories.
     category = rng.choice(sorted(CATEGORIES))
     right = rng.choice(CATEGORIES[category])
     others = [c for c in sorted(CATEGORIES) if c != category]
@@ -129,8 +150,7 @@ def _mc_generate(rng: random.Random) -> Item:
     options = [right, *distractors]
     rng.shuffle(options)
     listed = " ".join(f"{letter}) {word}" for letter, word in zip(LETTERS, options, strict=True))
-    article = "an" if category[0] in "aeiou" else "a"
-    question = f"Which one is {article} {category}? {listed}"
+    question = f"Which option is {right}? {listed}"
     letter = LETTERS[options.index(right)]
     return Item(key=question, question=question, answer=letter)
 
@@ -214,7 +234,7 @@ TASKS: dict[str, TaskSpec] = {
     "multiple_choice": TaskSpec(
         name="multiple_choice",
         evaluator="multiple_choice",
-        description="Pick the option that belongs to the named category; answer with its letter.",
+        description="Pick the option that matches the named word; answer with its letter.",
         max_new_tokens=4,
         stop=("\nQuestion:",),
         generate=_mc_generate,

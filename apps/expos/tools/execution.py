@@ -43,8 +43,9 @@ from apps.integrity.models import ReviewOverride
 from apps.jobs.models import Job
 from apps.live.events import publish_on_commit
 from apps.live.groups import run_group
-from apps.research.choices import NodeKind, NodeStatus, RunStatus
+from apps.research.choices import NodeKind, NodeStatus, RunStatus, Trigger
 from apps.research.models import ResearchNode
+from apps.research.services import main_trigger
 from workers.gpu.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
 
 # A submission may be made while the run is being set up or running; a paused run takes no new
@@ -118,6 +119,14 @@ def submission_create(*, ctx: ToolContext, spec: dict[str, Any]) -> Submission:
                     tool="worker_submit",
                     arguments={"experiment": experiment.handle, "spec_sha256": review.spec_sha256},
                     result_ref=f"experiment:{experiment.uuid}",
+                )
+                # A request waiting at the gate is one of the Main Agent's triggers (DESIGN.md).
+                main_trigger(
+                    run=run,
+                    trigger=Trigger.TRAINING_GATE,
+                    node=locked,
+                    actor=locked.handle,
+                    detail={"experiment": experiment.handle},
                 )
                 _publish(experiment)
                 job = None
