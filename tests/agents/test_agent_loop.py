@@ -258,16 +258,17 @@ def test_training_held_at_the_gate_wakes_the_main_agent_which_approves_it(small_
     held = Experiment.objects.filter(run=small_world.run, status="held")
     assert held.count() == 2
     assert not Job.objects.filter(experiment__in=held).exists()
+    # Each held submission woke the Main Agent itself, in the submission's transaction: no clock.
     main = small_world.loop("main")
-    assert main.status == AgentLoopStatus.WAITING
-    # The supervisor notices the waiting requests and wakes the Main Agent (once per request).
-    run_supervise(run_id=small_world.run.pk, tick=main.supervisor_tick)
-    main = small_world.loop("main")
-    assert sorted(i["experiment"] for i in main.inbox if i["trigger"] == "training_gate") == sorted(
-        held.values_list("handle", flat=True)
+    gate_items = [i for i in main.inbox if i["trigger"] == "training_gate"]
+    assert sorted(i["experiment"] for i in gate_items) == sorted(held.values_list("handle", flat=True))
+    assert (
+        Event.objects.filter(run=small_world.run, type="main.triggered", arguments__trigger="training_gate").count()
+        == 2
     )
+    # A supervisor tick adds nothing: one wake-up per request.
     run_supervise(run_id=small_world.run.pk, tick=main.supervisor_tick)
-    assert len(small_world.loop("main").inbox) == 2
+    assert len([i for i in small_world.loop("main").inbox if i["trigger"] == "training_gate"]) == 2
     step(small_world.loop("main"))
     assert not Experiment.objects.filter(run=small_world.run, status="held").exists()
     assert Job.objects.filter(run=small_world.run, kind="train").count() == 2

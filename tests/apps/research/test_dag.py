@@ -72,3 +72,14 @@ def test_one_main_agent_per_run(run):
 
     with pytest.raises(IntegrityError), transaction.atomic():
         ResearchNode.objects.create(run=run, kind=NodeKind.MAIN, handle="main2")
+
+
+def test_a_run_without_reviewers_refuses_one_on_the_server(run):
+    """The --no-reviewer ablation is enforced by the service, whatever the Main Agent's policy does."""
+    from apps.core.errors import Conflict
+
+    worker = services.node_create(run=run, kind=NodeKind.WORKER, task="w")
+    type(run).objects.filter(pk=run.pk).update(policy={**(run.policy or {}), "reviewers": False})
+    with pytest.raises(Conflict, match="without Reviewers"):
+        services.node_create(run=run, kind=NodeKind.REVIEWER, task="r", upstream=[worker])
+    assert not run.nodes.filter(kind=NodeKind.REVIEWER).exists()
