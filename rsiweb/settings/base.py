@@ -146,10 +146,7 @@ WORKSPACE_ROOT = env.text("RSI_WORKSPACE_ROOT", str(DATA_DIR / "workspaces"))
 MINIBENCH_ROOT = env.text("RSI_MINIBENCH_ROOT", str(DATA_DIR / "minibench"))
 
 # --- Celery ----------------------------------------------------------------------------------
-if REDIS_URL:
-    CELERY_BROKER_URL = REDIS_URL
-else:
-    CELERY_BROKER_URL = f"sqla+sqlite:///{DATA_DIR / 'broker.sqlite3'}"
+CELERY_BROKER_URL = REDIS_URL or f"sqla+sqlite:///{DATA_DIR / 'broker.sqlite3'}"
 # Results live in our Job rows; the broker only carries "look at row N" (STYLE.md).
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

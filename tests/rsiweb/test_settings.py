@@ -9,7 +9,10 @@ from pathlib import Path
 
 from tests.support.procs import ROOT
 
-PRINT = "from django.conf import settings as s; print(s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL.split(':')[0], s.CHANNEL_LAYERS['default']['BACKEND'])"
+PRINT = (
+    "from django.conf import settings as s; print(s.DATABASES['default']['ENGINE'], "
+    "s.CELERY_BROKER_URL.split(':')[0], s.CHANNEL_LAYERS['default']['BACKEND'])"
+)
 
 
 def settings_in(env_overrides: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:

@@ -77,7 +77,8 @@ def test_unsealed_event_content_cannot_change_and_seal_happens_once(run):
         Event.objects.filter(pk=event.pk).update(actor="b")  # content change on an unsealed row
     chain_seal(chain_key(run))
     event.refresh_from_db()
-    assert event.hash and event.seq == 2
+    assert event.hash
+    assert event.seq == 2
     with pytest.raises(DatabaseError), transaction.atomic():
         Event.objects.filter(pk=event.pk).update(hash="f" * 64, prev_hash="e" * 64)  # a second seal
     # Sealing does not vouch for content: the planted content hash does not match the content.

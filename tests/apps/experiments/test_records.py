@@ -69,10 +69,9 @@ def test_protected_records_cannot_be_deleted(run, worker, model):
         source_kind="workspace",
     )
     assert experiment.pk
-    with pytest.raises(DatabaseError), transaction.atomic():
-        # Raw SQL, so neither the ORM's PROTECT nor any Python check is what refuses it.
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {model._meta.db_table}")
+    # Raw SQL, so neither the ORM's PROTECT nor any Python check is what refuses it.
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {model._meta.db_table}")
     assert model.objects.exists()
 
 
