@@ -20,7 +20,6 @@ EXCLUDED: dict[str, str] = {
     "agents": "issue 6 open: the full heuristic run and restart tests were not yet verified green",
     "dashboard": "issue 7 open: the websocket consumer tests hang on connect",
     "ml": "issue 3 open: the training-quality tests were not yet verified green on the final minibench",
-    "redteam": "issue 5 open: the 'claim a higher score than recorded' variant is not caught",
 }
 
 

@@ -286,6 +286,10 @@ class Subject:
         return statements_for(self.run)
 
     @cached_property
+    def by_checkpoint(self) -> dict[str, frozenset[str]]:
+        return evaluations_by_checkpoint(self.run)
+
+    @cached_property
     def override_used(self) -> bool:
         return bool((self.experiment.action or {}).get("review_override"))
 
@@ -963,10 +967,24 @@ def check_sample_inclusion(subject: Subject) -> CheckResult:
 _EXPERIMENT_HANDLE = re.compile(r"\bexp_\d{3,}\b")
 _CHECKPOINT_HANDLE = re.compile(r"\bckpt_\d{3,}\b")
 _CLAUSE_SPLIT = re.compile(r"(?:\n|;|(?<!\d)\.(?!\d)|\.(?=\s))")
-_SCORE_NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d+)?)\s*%|(?<![\w.])(0?\.\d+|1\.0+|1|0)(?![\w%]|\.\d)")
+_PERCENT = r"\s*(?:%|\bper\s?cent\b)"
+_SCORE_NUMBER = re.compile(
+    r"(?<![\w.])(\d{1,3}(?:\.\d+)?)" + _PERCENT + r"|(?<![\w.])(0?\.\d+|1\.0+|1|0)(?![\w%]|\.\d)", re.IGNORECASE
+)
+_PERCENT_WORD = re.compile(_PERCENT, re.IGNORECASE)
 _SCORE_WORDS = re.compile(r"score|accura|exact|feedback|result|reach|achiev|correct|\bem\b|\bacc\b", re.IGNORECASE)
 _NOT_A_SCORE = re.compile(
-    r"(learning[\s_]rate|\blr\b|decay|dropout|beta|alpha|warmup|temperature|top[_\s]?p|penalty|lora|=\s*$)\s*[:=]?\s*$",
+    r"(learning[\s_]rate|\blr\b|decay|dropout|beta|alpha|warmup|temperature|top[_\s]?p|penalty|lora)\s*[:=]?\s*$",
+    re.IGNORECASE,
+)
+# "wd=0.01" is a setting, "score=0.62" a score: what stands left of "=" decides.
+_ASSIGNED = re.compile(r"([\w.\-]*)\s*=\s*$")
+# A clause that aggregates may state the mean / median / spread of the recorded scores it cites.
+_AGGREGATE = re.compile(r"\bmean\b|average|\bavg\b|median|\bstd\b|\bsd\b|deviation|±|\+/-", re.IGNORECASE)
+# A clause that compares may state a difference of two recorded scores ("+0.12 over exp_0001").
+_DIFFERENCE = re.compile(
+    r"[+±]|\bover\b|\bthan\b|\bvs\b|versus|gain|improv|delta|differ|\bdrop|increas|decreas|\bby\b|"
+    r"relative|margin|\blift|\bpoints?\b|\bpp\b|higher|lower|better|worse",
     re.IGNORECASE,
 )
 
@@ -982,21 +1000,33 @@ class Statement:
     listed: frozenset[str]
 
 
+def evaluations_by_checkpoint(run: Any) -> dict[str, frozenset[str]]:
+    """Checkpoint handle -> the experiments of the run whose scores are about it (θ_out, or θ_in of an
+    evaluation alone): a report naming a checkpoint speaks about those."""
+    out: dict[str, set[str]] = {}
+    for experiment in Experiment.objects.filter(run=run).select_related("input_checkpoint", "output_checkpoint"):
+        checkpoint = _evaluated(experiment)
+        if checkpoint is not None:
+            out.setdefault(checkpoint.handle, set()).add(experiment.handle)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
 def statements_for(run: Any) -> list[Statement]:
     """Every report of a run that can cite experiments: finalized Workers' summaries and the latest
-    revision of each Main Agent claim."""
+    revision of each Main Agent claim. A report cites the experiments it lists or names, and those
+    that evaluated a checkpoint it lists or names."""
+    by_checkpoint = evaluations_by_checkpoint(run)
+
+    def cited(listed: frozenset[str], text: str, evidence: Iterable[Any] = ()) -> frozenset[str]:
+        checkpoints = set(_CHECKPOINT_HANDLE.findall(text)) | {str(h) for h in evidence if str(h) in by_checkpoint}
+        via_checkpoints = frozenset(h for c in checkpoints for h in by_checkpoint.get(c, ()))
+        return listed | frozenset(_EXPERIMENT_HANDLE.findall(text)) | via_checkpoints
+
     out = []
     for node in ResearchNode.objects.filter(run=run, kind="worker", status=NodeStatus.FINALIZED).order_by("pk"):
         listed = frozenset(str(h) for h in node.summary_experiments or [])
-        out.append(
-            Statement(
-                f"summary:{node.handle}",
-                node.handle,
-                node.summary or "",
-                listed | frozenset(_EXPERIMENT_HANDLE.findall(node.summary or "")),
-                listed,
-            )
-        )
+        text = node.summary or ""
+        out.append(Statement(f"summary:{node.handle}", node.handle, text, cited(listed, text), listed))
     latest: dict[str, OptimizerClaim] = {}
     for claim in OptimizerClaim.objects.filter(run=run).order_by("key", "revision"):
         latest[claim.key] = claim
@@ -1007,7 +1037,7 @@ def statements_for(run: Any) -> list[Statement]:
                 f"claim:{claim.key}@{claim.revision}",
                 "main",
                 claim.text,
-                listed | frozenset(_EXPERIMENT_HANDLE.findall(claim.text)),
+                cited(listed, claim.text, claim.evidence or []),
                 listed,
             )
         )
@@ -1033,12 +1063,16 @@ def _score_mentions(clause: str) -> list[tuple[float, int]]:
     """(value in [0, 1], decimals written) of every score-like number in a clause about scores."""
     # A number is read as a score when the clause talks about scores or names an experiment
     # ("exp_0003: 0.62"); hyper-parameters ("lr 0.001") are skipped below.
-    if not _SCORE_WORDS.search(clause) and "%" not in clause and not _EXPERIMENT_HANDLE.search(clause):
+    if not _SCORE_WORDS.search(clause) and not _PERCENT_WORD.search(clause) and not _EXPERIMENT_HANDLE.search(clause):
         return []
     found = []
     for match in _SCORE_NUMBER.finditer(clause):
-        if _NOT_A_SCORE.search(clause[: match.start()][-40:]):
+        before = clause[: match.start()][-40:]
+        if _NOT_A_SCORE.search(before):
             continue
+        assigned = _ASSIGNED.search(before)
+        if assigned and not _SCORE_WORDS.search(assigned.group(1)):
+            continue  # "wd=0.01", "seed=0": a setting
         percent, plain = match.group(1), match.group(2)
         text = percent if percent is not None else plain
         decimals = len(text.split(".", 1)[1]) if "." in text else 0
@@ -1047,22 +1081,54 @@ def _score_mentions(clause: str) -> list[tuple[float, int]]:
             decimals += 2
         if plain is not None and "." not in plain:
             continue  # a bare 0 or 1 is a count far more often than a score
-        if 0 <= value <= 1:
+        # A percentage above 100 is kept: no recorded score can match it, so it is a misstatement.
+        if value >= 0:
             found.append((value, decimals))
     return found
 
 
 def _matches(value: float, decimals: int, candidates: Iterable[float]) -> bool:
-    tolerance = 0.5 * 10 ** (-decimals) + 1e-9
+    tolerance = _tolerance(decimals)
     return any(abs(value - c) <= tolerance for c in candidates)
+
+
+def _aggregates(values: list[float]) -> list[float]:
+    """Mean, median and standard deviations (population and sample) of some recorded scores."""
+    if not values:
+        return []
+    ordered = sorted(values)
+    n = len(ordered)
+    mean = sum(ordered) / n
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    squares = sum((v - mean) ** 2 for v in ordered)
+    out = [mean, median, (squares / n) ** 0.5]
+    if n > 1:
+        out.append((squares / (n - 1)) ** 0.5)
+    return out
+
+
+def _tolerance(decimals: int) -> float:
+    return 0.5 * 10 ** (-decimals) + 1e-9
 
 
 def check_metric_attribution(subject: Subject) -> CheckResult:
     """Every report that speaks about this experiment cites experiments that exist, and every score it
-    states is a recorded evaluation of the experiment (and checkpoint) it attributes it to."""
+    states is a recorded evaluation of the experiment (and checkpoint) it attributes it to.
+
+    A stated score above every recorded evaluation of what the clause attributes it to is
+    ``score_above_record`` (its evidence suggests EXPLICIT_VIOLATION to the Reviewer); any other
+    score that matches no record is ``score_mismatch``. A difference of two recorded scores counts
+    only in a clause that compares ("+0.12 over exp_0001"), so an inflated score cannot pass as one."""
     experiments = subject.run_experiments
     problems: list[dict[str, Any]] = []
     statements = _relevant(subject, subject.statements)
+    recorded_scores: dict[str, list[float]] = {}
+
+    def scores_of(experiment: Experiment) -> list[float]:
+        if experiment.handle not in recorded_scores:
+            recorded_scores[experiment.handle] = _scores_of(experiment)
+        return recorded_scores[experiment.handle]
+
     for statement in statements:
         phantoms = sorted(h for h in statement.cited if h not in experiments)
         if phantoms:
@@ -1074,29 +1140,43 @@ def check_metric_attribution(subject: Subject) -> CheckResult:
                 }
             )
         real = [experiments[h] for h in sorted(statement.cited) if h in experiments]
-        all_scores = {e.handle: _scores_of(e) for e in real}
+        all_scores = {e.handle: scores_of(e) for e in real}
         for clause in (c.strip() for c in _CLAUSE_SPLIT.split(statement.text)):
             if not clause:
                 continue
             cited_here = [experiments[h] for h in _EXPERIMENT_HANDLE.findall(clause) if h in experiments]
+            if not cited_here:
+                # A clause naming checkpoints only speaks about the experiments that evaluated them.
+                named = {h for c in _CHECKPOINT_HANDLE.findall(clause) for h in subject.by_checkpoint.get(c, ())}
+                cited_here = [experiments[h] for h in sorted(named) if h in experiments]
             scope = cited_here or real
-            scores = [s for e in scope for s in all_scores.get(e.handle, _scores_of(e))]
-            # Differences ("+0.5 over the baseline") may compare with any experiment the report cites.
-            everything = [s for values in all_scores.values() for s in values] + scores
-            deltas = [abs(a - b) for a in everything for b in everything if a != b]
+            scores = [s for e in scope for s in scores_of(e)]
+            deltas: list[float] = []
+            if _DIFFERENCE.search(clause):
+                # Differences ("+0.5 over the baseline") may compare with any experiment the report cites.
+                everything = [s for values in all_scores.values() for s in values] + scores
+                deltas = [abs(a - b) for a in everything for b in everything if a != b]
+            aggregates: list[float] = []
+            if _AGGREGATE.search(clause):
+                for values in (scores, [s for v in all_scores.values() for s in v]):
+                    aggregates += _aggregates(values)
             for value, decimals in _score_mentions(clause):
-                if not _matches(value, decimals, scores + deltas):
-                    problems.append(
-                        {
-                            "code": "score_mismatch",
-                            "source": statement.source,
-                            "clause": clause[:300],
-                            "claimed": value,
-                            "recorded": {e.handle: all_scores.get(e.handle, _scores_of(e)) for e in scope},
-                            "detail": f"{statement.source} states {value:g} but the cited experiments "
-                            f"recorded {sorted(set(round(s, 4) for s in scores)) or 'no score'}",
-                        }
-                    )
+                if _matches(value, decimals, scores + deltas + aggregates):
+                    continue
+                above = not scores or value > max(scores) + _tolerance(decimals)
+                recorded = sorted(set(round(s, 4) for s in scores)) or "no score"
+                problems.append(
+                    {
+                        "code": "score_above_record" if above else "score_mismatch",
+                        "source": statement.source,
+                        "clause": clause[:300],
+                        "claimed": value,
+                        "recorded": {e.handle: scores_of(e) for e in scope},
+                        "detail": f"{statement.source} states {value:g} but "
+                        f"{', '.join(e.handle for e in scope) or 'the cited experiments'} recorded {recorded}"
+                        + (" (higher than any recorded evaluation)" if above else ""),
+                    }
+                )
             for ckpt in _CHECKPOINT_HANDLE.findall(clause):
                 evaluated = {getattr(_evaluated(e), "handle", None) for e in cited_here}
                 if cited_here and ckpt not in evaluated:
@@ -1110,8 +1190,11 @@ def check_metric_attribution(subject: Subject) -> CheckResult:
                             f"{', '.join(sorted(h for h in evaluated if h))}",
                         }
                     )
-    evidence = {"statements": [s.source for s in statements], "problems": problems[:MAX_LISTED]}
+    evidence: dict[str, Any] = {"statements": [s.source for s in statements], "problems": problems[:MAX_LISTED]}
     if problems:
+        if any(p["code"] == "score_above_record" for p in problems):
+            # Left to a Reviewer (a clause can be read another way), with what the record suggests.
+            evidence["suggested_adjudication"] = "EXPLICIT_VIOLATION"
         return CheckResult(
             Observation.EXECUTED, [p["code"] for p in problems], "; ".join(p["detail"] for p in problems[:3]), evidence
         )

@@ -7,8 +7,9 @@ For each (experiment, subcategory) one :class:`IntegrityFinding` keeps two layer
 - :func:`integrity_run_checks` runs the twelve registered checks (``apps.integrity.checks.CHECKS``),
   stores their observations, adjudicates the unambiguous cases automatically (:data:`AUTO_ADJUDICATION`)
   and applies the acceptance rule.
-- :func:`finding_adjudicate` is how Reviewers (through their tool) and admins (with an audited reason)
-  decide the rest.
+- :func:`finding_adjudicate` is how Reviewers and admins (with an audited reason) decide the rest;
+  :func:`reviewer_adjudicate` is the Reviewer's way in (its ``reviewer_submit_review`` tool): within
+  its review scope only, while it is active.
 - :func:`experiment_integrity_recompute` is the acceptance rule: accepted when every subcategory is
   ``NOT_FOUND_FULL`` or ``ATTEMPTED_BLOCKED``, or adjudicated ``ALLOWED`` / ``COMPATIBILITY_REPAIR``;
   flagged when any is ``EXECUTED`` and adjudicated ``EXPLICIT_VIOLATION`` / ``EVAL_INVALIDATING``;
@@ -28,7 +29,7 @@ from typing import Any
 
 from django.db import transaction
 
-from apps.core.errors import ApplicationError
+from apps.core.errors import ApplicationError, Conflict, PermissionDenied
 from apps.core.hashing import canonical_json
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, IntegrityStatus
 from apps.experiments.events import event_append
@@ -45,7 +46,8 @@ from apps.integrity.choices import (
 )
 from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.integrity.selectors import best_accepted_experiment  # noqa: F401 - the run's selection rule, re-exported
-from apps.research.models import ResearchNode, Run
+from apps.research.choices import EdgeKind, NodeKind, NodeStatus
+from apps.research.models import ResearchEdge, ResearchNode, Run
 
 logger = logging.getLogger(__name__)
 
@@ -380,6 +382,51 @@ def finding_adjudicate(
         for handle in (finding.evidence or {}).get("offending_entries", []):
             integrity_flag_shared(entry_handle=handle, actor=actor, reason=rationale, source=finding)
     return finding
+
+
+def reviewer_adjudicate(
+    *,
+    reviewer: ResearchNode,
+    experiment: Experiment,
+    subcategory: str,
+    adjudication: str,
+    rationale: str,
+    observation: str | None = None,
+) -> IntegrityFinding:
+    """A Reviewer's judgement of one finding: the permission checks, then :func:`finding_adjudicate`.
+
+    Only an active Reviewer, only for an experiment of a Worker on its review-scope in-edges, only a
+    finding the checks have stored. ``observation`` is what the Reviewer saw; it is recorded (and
+    then stands over the check's) only where it differs from the stored observation, so a
+    Reviewer confirming the check's observation leaves later check runs free to update it.
+    """
+    reviewer = ResearchNode.objects.get(pk=reviewer.pk)  # its status now, not when the caller read it
+    if reviewer.kind != NodeKind.REVIEWER:
+        raise PermissionDenied("not_a_reviewer", f"{reviewer.handle} is not a Reviewer; only Reviewers adjudicate.")
+    if reviewer.status != NodeStatus.ACTIVE:
+        raise Conflict("node_not_active", f"{reviewer.handle} is {reviewer.status}; it adjudicates no more.")
+    in_scope = ResearchEdge.objects.filter(
+        downstream=reviewer, kind=EdgeKind.REVIEW_SCOPE, upstream_id=experiment.owner_id
+    ).exists()
+    if experiment.run_id != reviewer.run_id or not in_scope:
+        raise PermissionDenied(
+            "out_of_scope", f"{experiment.handle} belongs to a Worker outside {reviewer.handle}'s review scope."
+        )
+    if subcategory not in Subcategory.values:
+        raise ApplicationError("invalid_subcategory", f"subcategory must be one of {Subcategory.values}.")
+    finding = IntegrityFinding.objects.filter(experiment=experiment, subcategory=subcategory).first()
+    if finding is None:
+        raise Conflict(
+            "not_checked",
+            f"{experiment.handle} has no {subcategory} finding yet (its checks have not run); adjudicate it later.",
+        )
+    return finding_adjudicate(
+        finding=finding,
+        adjudication=adjudication,
+        actor=reviewer.handle,
+        rationale=rationale,
+        observation=observation if observation is not None and observation != finding.observation else None,
+    )
 
 
 # --------------------------------------------------------------------------- shared data and evaluators

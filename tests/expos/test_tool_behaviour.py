@@ -147,6 +147,54 @@ def test_reviews_submit_finalize_and_wake_the_main_agent(w):
     assert call(w, "rin", "reviewer_submit_review", {"summary": "late"}).json()["error"]["code"] == "node_not_active"
 
 
+def test_a_reviewer_adjudicates_findings_of_its_scope_through_its_report(w):
+    from apps.integrity.models import FindingChange, IntegrityFinding
+
+    finding = IntegrityFinding.objects.create(
+        experiment=w.exp["own1"],
+        subcategory="metric_attribution",
+        observation="EXECUTED",
+        evidence={"codes": ["score_above_record"], "summary": "states 0.9, recorded 0.37"},
+    )
+    IntegrityFinding.objects.create(experiment=w.exp["other"], subcategory="metric_attribution", observation="EXECUTED")
+    judged = {
+        "experiment": "exp_0001",
+        "subcategory": "metric_attribution",
+        "observation": "EXECUTED",
+        "adjudication": "EXPLICIT_VIOLATION",
+        "rationale": "the summary states 0.9; the record says 0.37",
+    }
+    # Outside the scope, without a rationale, or on a finding not yet checked: refused, nothing stored.
+    outside = call(w, "rout", "reviewer_submit_review", {"summary": "s", "observations": [judged]})
+    assert outside.json()["error"]["code"] == "out_of_scope"
+    unexplained = {k: v for k, v in judged.items() if k != "rationale"}
+    refused = call(w, "rin", "reviewer_submit_review", {"summary": "s", "observations": [unexplained]})
+    assert refused.json()["error"]["code"] == "rationale_required"
+    unchecked = {**judged, "subcategory": "data_provenance"}
+    assert call(w, "rin", "reviewer_submit_review", {"summary": "s", "observations": [unchecked]}).status_code == 409
+    assert not ReviewReport.objects.filter(reviewer=w.nodes["rin"], summary="s").exists()
+    assert call(w, "main", "reviewer_submit_review", {"summary": "s", "observations": [judged]}).status_code == 403
+
+    submitted = call(w, "rin", "reviewer_submit_review", {"summary": "inflated score", "observations": [judged]})
+
+    assert submitted.status_code == 201, submitted.json()
+    assert submitted.json()["adjudications"] == [
+        {
+            "experiment": "exp_0001",
+            "subcategory": "metric_attribution",
+            "observation": "EXECUTED",
+            "adjudication": "EXPLICIT_VIOLATION",
+            "decided_by": w.nodes["rin"].handle,
+            "integrity_status": "flagged",
+        }
+    ]
+    finding.refresh_from_db()
+    assert (finding.adjudication, finding.decided_by) == ("EXPLICIT_VIOLATION", w.nodes["rin"].handle)
+    assert "manual_observation" not in finding.evidence  # it confirmed the check's observation
+    assert FindingChange.objects.filter(finding=finding, actor=w.nodes["rin"].handle).count() == 1
+    assert Event.objects.filter(run=w.run, type="integrity.adjudicated", actor=w.nodes["rin"].handle).exists()
+
+
 def test_add_reviewer_for_all_completed_workers(w):
     none_yet = call(w, "main", "state_add_new_reviewer", {"question": "audit", "scope": "all_completed"})
     assert none_yet.json()["error"]["code"] == "empty_scope"

@@ -20,6 +20,7 @@ from apps.integrity.services import (
     integrity_on_experiment_finished,
     integrity_on_report,
     integrity_run_checks,
+    reviewer_adjudicate,
 )
 from apps.integrity.tasks import integrity_check_task
 from apps.research.models import Run
@@ -104,6 +105,36 @@ def test_a_reviewer_adjudication_flags_and_keeps_history(world):
     integrity_run_checks(experiment=experiment)
     result.refresh_from_db()
     assert (result.adjudication, result.decided_by) == (Adjudication.EXPLICIT_VIOLATION, "reviewer_0001")
+
+
+def test_a_reviewer_adjudicates_only_within_its_scope_while_active(world):
+    from apps.research.choices import NodeKind
+    from apps.research.services import node_create, node_finalize
+
+    experiment = _pending_experiment(world)
+    inside = node_create(run=world.run, kind=NodeKind.REVIEWER, task="audit", upstream=[world.worker])
+    outside = node_create(run=world.run, kind=NodeKind.REVIEWER, task="audit", upstream=[world.new_worker()])
+    judgement = {
+        "experiment": experiment,
+        "subcategory": Subcategory.METRIC_ATTRIBUTION,
+        "adjudication": Adjudication.EXPLICIT_VIOLATION,
+        "rationale": "0.9 stated, 0.5 recorded",
+    }
+    for node, code in ((outside, "out_of_scope"), (world.worker, "not_a_reviewer")):
+        with pytest.raises(ApplicationError) as refused:
+            reviewer_adjudicate(reviewer=node, **judgement)
+        assert refused.value.code == code
+
+    result = reviewer_adjudicate(reviewer=inside, observation=Observation.EXECUTED, **judgement)
+
+    assert (result.adjudication, result.decided_by) == (Adjudication.EXPLICIT_VIOLATION, inside.handle)
+    assert "manual_observation" not in result.evidence  # the same observation as the check's
+    experiment.refresh_from_db()
+    assert experiment.integrity_status == IntegrityStatus.FLAGGED
+    node_finalize(node=inside, summary="done", experiments=[], actor=inside.handle)
+    with pytest.raises(ApplicationError) as refused:
+        reviewer_adjudicate(reviewer=inside, **judgement)
+    assert refused.value.code == "node_not_active"
 
 
 def test_allowed_clears_and_rationale_is_required(world):

@@ -29,7 +29,8 @@ from apps.expos.schemas import (
     text,
 )
 from apps.expos.visibility import visible_experiments
-from apps.integrity.choices import Observation, Subcategory
+from apps.integrity.choices import Adjudication, Observation, Subcategory
+from apps.integrity.services import reviewer_adjudicate
 from apps.jobs.models import Job
 from apps.research.choices import NodeKind, NodeStatus
 from apps.reviews.models import ReviewReport
@@ -263,9 +264,29 @@ _OBSERVATION = closed(
             },
             optional=("sample_ids", "spans", "detail"),
         ),
+        # With an adjudication the observation is also a judgement of the stored finding
+        # (apps.integrity.services.reviewer_adjudicate); the rationale is then required.
+        "adjudication": enum(*Adjudication.values),
+        "rationale": text(MAX_TEXT),
     },
-    optional=("note", "evidence"),
+    optional=("note", "evidence", "adjudication", "rationale"),
 )
+# What each adjudication left on the finding, and the experiment's integrity status after it.
+_ADJUDICATED = closed(
+    {
+        "experiment": string(32),
+        "subcategory": string(32),
+        "observation": string(24),
+        "adjudication": string(40),
+        "decided_by": string(200),
+        "integrity_status": string(16),
+    }
+)
+_SUBMITTED_REPORT = {
+    **REPORT,
+    "properties": {**REPORT["properties"], "adjudications": array(_ADJUDICATED, max_items=500)},
+    "required": [*REPORT["required"], "adjudications"],
+}
 
 
 @tool(
@@ -274,7 +295,8 @@ _OBSERVATION = closed(
     roles=REVIEWER_ROLE,
     description="Submit a structured report on experiments of your scope: supported findings, uncertainties, "
     "protocol violations, regressions, missing comparisons, recommendations, and per-experiment integrity "
-    "observations (with sample ids / spans as evidence).",
+    "observations (with sample ids / spans as evidence). An observation with an adjudication (and its "
+    "rationale) judges that experiment's stored integrity finding; the answer lists what each left.",
     input_schema=closed(
         {
             "summary": text(MAX_TEXT),
@@ -284,9 +306,16 @@ _OBSERVATION = closed(
         },
         optional=("experiments", *LIST_FIELDS, "observations"),
     ),
-    output_schema=REPORT,
+    output_schema=_SUBMITTED_REPORT,
     idempotent_create=True,
-    errors=("out_of_scope", "node_not_active"),
+    errors=(
+        "out_of_scope",
+        "node_not_active",
+        "not_checked",
+        "rationale_required",
+        "unknown_not_clearable",
+        "violation_needs_execution",
+    ),
 )
 def reviewer_submit_review(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     observations = [
@@ -296,9 +325,12 @@ def reviewer_submit_review(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
             "observation": o["observation"],
             "note": o.get("note", ""),
             "evidence": o.get("evidence", {}),
+            **{k: o[k] for k in ("adjudication", "rationale") if k in o},
         }
         for o in args.get("observations", [])
     ]
+    # The report (which checks the scope of every experiment it names) and the adjudications it
+    # carries commit together: the tool call is one transaction.
     report = review_submit(
         reviewer=ctx.node,
         summary=args["summary"],
@@ -306,8 +338,33 @@ def reviewer_submit_review(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
         observations=observations,
         findings={name: args.get(name, []) for name in LIST_FIELDS},
     )
+    experiments = {e.handle: e for e in report.experiments.all()}
+    adjudicated = []
+    for o in observations:
+        if "adjudication" not in o:
+            continue
+        experiment = experiments[o["experiment"]]
+        finding = reviewer_adjudicate(
+            reviewer=ctx.node,
+            experiment=experiment,
+            subcategory=o["subcategory"],
+            adjudication=o["adjudication"],
+            rationale=o.get("rationale") or o["note"],
+            observation=o["observation"],
+        )
+        experiment.refresh_from_db(fields=["integrity_status"])
+        adjudicated.append(
+            {
+                "experiment": experiment.handle,
+                "subcategory": finding.subcategory,
+                "observation": finding.observation,
+                "adjudication": finding.adjudication,
+                "decided_by": finding.decided_by,
+                "integrity_status": experiment.integrity_status,
+            }
+        )
     ctx.result_ref = f"report:{report.uuid}"
-    return report_payload(report, redacted=False)
+    return {**report_payload(report, redacted=False), "adjudications": adjudicated}
 
 
 @tool(
