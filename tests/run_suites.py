@@ -18,8 +18,6 @@ ROOT = Path(__file__).resolve().parent
 # Folders whose tests are not yet part of the suite, with the reason (kept honest: not counted).
 EXCLUDED: dict[str, str] = {
     "agents": "issue 6 open: the full heuristic run and restart tests were not yet verified green",
-    "dashboard": "issue 7 open: the websocket consumer tests hang on connect",
-    "ml": "issue 3 open: the training-quality tests were not yet verified green on the final minibench",
 }
 
 

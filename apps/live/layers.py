@@ -1,4 +1,11 @@
-"""A Channels layer stored in one SQLite file, so live updates cross processes with no server.
+"""Our channel layers: channels_redis with a sturdier and faster receive, and a layer stored in
+one SQLite file, so live updates cross processes with no server.
+
+``RedisChannelLayer`` (production and the integration tests) is channels_redis's, changed in its
+receive only, explained there: a cancelled receive could lose its cancellation and wait forever,
+and one message per four Redis round trips was too slow for a busy run page.
+
+``SQLiteChannelLayer``:
 
 Why it exists: the embedded default (DESIGN.md, "Configuration") runs with nothing to install,
 yet a Celery worker process must still reach the browser sockets held by the web process. The
@@ -37,8 +44,123 @@ from typing import Any, TypeVar
 import msgpack
 from channels.exceptions import ChannelFull
 from channels.layers import BaseChannelLayer
+from channels_redis.core import RedisChannelLayer as _ChannelsRedisLayer
 
 T = TypeVar("T")
+
+# Pops up to ARGV[1] messages of a channel's queue (KEYS[1]) into its in-flight copy (KEYS[2]), in
+# queue order, and returns them.
+_POP_TO_INFLIGHT = """
+local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
+local members = {}
+for i = 1, #popped, 2 do
+    redis.call('ZADD', KEYS[2], popped[i + 1], popped[i])
+    members[#members + 1] = popped[i]
+end
+return members
+"""
+# How long a cancelled receive waits for its cancellation to land before cancelling again.
+_RECANCEL_INTERVAL = 0.05
+
+
+class RedisChannelLayer(_ChannelsRedisLayer):
+    """channels_redis's layer, with a receive that ends when it is cancelled, always, and that
+    takes the queued messages of this process's sockets in batches (``receive_single``).
+
+    Why: on Python 3.11 ``asyncio.wait_for`` swallows a cancellation that arrives while the
+    operation it waits for is completing (CPython bpo-42130 / gh-86296, fixed in 3.12 only). redis-py wraps
+    every command it sends in ``wait_for`` when a socket timeout is set (we set one, see
+    settings), and a receive that opens its connection sends half a dozen (HELLO, CLIENT
+    SETINFO, SELECT...). A consumer cancelled then — a websocket closed right after it opened,
+    a refused one, a server or test event loop shutting down — loses the cancellation, and
+    channels_redis's receive goes back to waiting on BZPOPMIN, forever: the consumer task never
+    ends, and whoever awaits it (``asyncio.run``'s shutdown, a test's ``disconnect()``) hangs.
+
+    So the receive runs as a task of its own; when the caller is cancelled, that task is
+    cancelled again every ``_RECANCEL_INTERVAL`` until it has ended (a cancellation that lands
+    in a read or in BZPOPMIN is never lost), and the caller's CancelledError goes on. A message
+    received in that instant is dropped, as it is by channels_redis itself: its consumer is
+    going away.
+    """
+
+    # At most this many queued messages are taken from Redis per receive round (see receive_single).
+    receive_batch = 100
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        receiving = asyncio.ensure_future(super().receive(channel))
+        try:
+            # shield: the caller's cancellation stops this await, not the receive; it is handled below.
+            return await asyncio.shield(receiving)
+        except asyncio.CancelledError:
+            await _cancel_until_done(receiving)
+            raise
+
+    async def receive_single(self, channel: str) -> tuple[Any, Any]:
+        """Take up to ``receive_batch`` queued messages of this process's channels in one round.
+
+        Why: upstream takes one message per round of four Redis round trips (the in-flight
+        clean-up script, BZPOPMIN, the in-flight copy, its removal), about 0.5 ms of CPU a
+        message; a busy run page (hundreds of events a second) then outruns its web process on a
+        loaded machine and the queue grows without bound (docs/benchmarks.md, issue 7). Here the
+        round is the same, but after the blocking pop one script moves every further queued
+        message to the in-flight copy and returns them (atomic on the server, so a receive
+        cancelled while waiting for the reply leaves them in-flight, and the next round's clean-up
+        puts them back, as upstream does for its one). Each message goes to its channels' local
+        buffers in queue order, where channels_redis's receive() finds it; returning no channels
+        tells receive() there is nothing more to place.
+
+        Only the process-local key (``specific.<client>!``) is batched: its messages carry their
+        full channel names. A plain channel keeps upstream's one message per receive.
+        """
+        if not channel.endswith("!"):
+            return await super().receive_single(channel)
+        assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"
+        index = self.consistent_hash(channel)
+        channel_key = self.prefix + channel
+        await self.receive_clean_locks.acquire(channel_key)
+        try:
+            first = None
+            while first is None:
+                first = await self._brpop_with_clean(index, channel_key, timeout=self.brpop_timeout)
+            rest = await self.connection(index).eval(
+                _POP_TO_INFLIGHT, 2, channel_key, self._backup_channel_name(channel_key), self.receive_batch - 1
+            )
+            contents = [first, *rest]
+            # As upstream: the in-flight copies go once the messages are in the local buffers; the
+            # clean-up lock keeps the next round's script from re-queuing them before that.
+            cleaner = asyncio.ensure_future(
+                self.connection(index).zpopmin(self._backup_channel_name(channel_key), len(contents))
+            )
+            self.receive_cleaners.append(cleaner)
+
+            def _cleanup_done(cleaner: asyncio.Future[Any]) -> None:
+                self.receive_cleaners.remove(cleaner)
+                self.receive_clean_locks.release(channel_key)
+
+            cleaner.add_done_callback(_cleanup_done)
+        except BaseException:
+            self.receive_clean_locks.release(channel_key)
+            raise
+        for content in contents:
+            message = self.deserialize(content)
+            targets = message.pop("__asgi_channel__")
+            for target in targets if isinstance(targets, list) else [targets]:
+                self.receive_buffer[target].put_nowait(message)
+        return [], None
+
+
+async def _cancel_until_done(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` until it has ended, even if cancellations are lost or we are cancelled again."""
+    while not task.done():
+        task.cancel()
+        try:
+            await asyncio.wait({task}, timeout=_RECANCEL_INTERVAL)
+        except asyncio.CancelledError:
+            # Cancelled again while cleaning up: keep going; our caller re-raises its cancellation.
+            continue
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not log it as never retrieved
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS channel_message (

@@ -120,7 +120,11 @@ if EMBEDDED:
         }
     }
 else:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # No persistent connections: under ASGI (daphne) each request's sync code runs on its own
+    # thread, so a kept connection is never reused and one process piles up idle connections
+    # until PostgreSQL refuses new clients (8 concurrent agents reached 70+; Django's docs say to
+    # disable them under ASGI). bench/api_vs_mlflow.py, docs/benchmarks.md (issue 4).
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
@@ -168,7 +172,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis, with a receive that always ends when cancelled and takes queued
+            # messages in batches (apps/live/layers.py says why).
+            "BACKEND": "apps.live.layers.RedisChannelLayer",
             # channels_redis waits for messages with a 5 s BZPOPMIN; redis-py 8's default read
             # timeout is also 5 s, so an idle consumer's read times out as Redis answers and the
             # websocket dies (tests/dashboard/test_consumers.py, idle socket). Read timeout

@@ -62,6 +62,8 @@ async def _refused_with(communicator: WebsocketCommunicator) -> int:
     """The close code of a connection the consumer refused; fails if anything else came first."""
     message = await communicator.receive_output(timeout=10)
     assert message["type"] == "websocket.close", f"expected a close, the consumer sent {message}"
+    # Let the consumer finish as a browser's disconnect would (STYLE.md 30: always disconnect).
+    await communicator.disconnect()
     return message["code"]
 
 
@@ -130,18 +132,21 @@ async def test_foreign_origin_is_rejected_at_the_handshake(tworld):
     )
     connected, _ = await communicator.connect(timeout=10)
     assert not connected
+    await communicator.disconnect()
 
 
 async def test_refused_socket_is_not_subscribed_to_the_run(tworld):
     nobody = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["nobody"])
     viewer = await _open(f"/ws/runs/{tworld.run.uuid}/", user=tworld.people["viewer"])
     await _snapshot(viewer)
-    assert await _refused_with(nobody) == CLOSE_FORBIDDEN
+    closed = await nobody.receive_output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
 
     await database_sync_to_async(guidance_post)(run=tworld.run, author=tworld.people["operator"], text="hello")
 
     assert (await _next_event(viewer))["event"] == "guidance.created"
-    assert await nobody.receive_nothing(timeout=0.5)
+    assert await nobody.receive_nothing(timeout=0.5)  # the event went to the viewer only
+    await nobody.disconnect()
     await viewer.disconnect()
 
 

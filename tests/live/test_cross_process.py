@@ -1,7 +1,7 @@
 """A group_send from another process (a Celery worker, say) reaches a receiver in this one.
 
 Run against both layers the settings can choose: our SQLite layer (embedded default) and
-channels_redis on the real Redis (production, integration tests).
+channels_redis (our subclass) on the real Redis (production, integration tests).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _sqlite(tmp_path):
 
 def _redis(tmp_path):
     # A prefix of our own, so flush() at the end clears only this test's keys.
-    return "channels_redis.core.RedisChannelLayer", {
+    return "apps.live.layers.RedisChannelLayer", {
         "hosts": [settings.REDIS_URL],
         "prefix": f"rsitest-{uuid.uuid4().hex[:8]}",
     }

@@ -46,7 +46,7 @@ def test_services_are_used_when_configured(tmp_path):
         {"DATABASE_URL": "postgres://u@db:5432/x", "REDIS_URL": "redis://r:6379/0", "SECRET_KEY": "k" * 50}, tmp_path
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["django.db.backends.postgresql", "redis", "channels_redis.core.RedisChannelLayer"]
+    assert result.stdout.split() == ["django.db.backends.postgresql", "redis", "apps.live.layers.RedisChannelLayer"]
 
 
 def test_production_without_secret_key_refuses_to_start(tmp_path):
