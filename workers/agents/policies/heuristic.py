@@ -917,7 +917,12 @@ class MainHeuristic:
         # Cross-Worker review once two branches have results (or the last one has, and nothing else runs).
         last_one = bool(unreviewed) and not active and not state["pending"]
         if self.defaults["reviewers"] and not reviewing and (len(unreviewed) >= 2 or last_one):
-            self._review(view, state, unreviewed)
+            scope = unreviewed
+            if len(scope) == 1:
+                # The last result alone: review it against every other Worker with results (stopped
+                # or already reviewed ones too), so the closing evidence is compared across Workers.
+                scope = sorted(h for h in finalized if state["workers"][h].get("best"))
+            self._review(view, state, scope)
             return
         if "review_report" in triggers:
             self._after_review(view, state)
