@@ -62,7 +62,8 @@ def measure(mode: str, writers: int, run_uuid: str, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per mode and writer count")
+    parser.add_argument("--slices", type=int, default=4, help="alternating slices per mode")
     args = parser.parse_args()
     django_on_bench_db()
     from django.db import connection
@@ -76,8 +77,13 @@ def main() -> None:
     connection.close()
     print(f"{'writers':>8} {'unchained/s':>12} {'chained/s':>10} {'chained/unchained':>18}")
     for writers in (1, 8):
-        plain = measure("unchained", writers, str(run.uuid), args.seconds)
-        chained = measure("chained", writers, str(run.uuid), args.seconds)
+        # Alternating slices, so both modes see the same disk and CPU conditions (commit latency
+        # on this machine swings several-fold with what else is running).
+        slice_seconds = args.seconds / args.slices
+        plain = chained = 0.0
+        for _ in range(args.slices):
+            plain += measure("unchained", writers, str(run.uuid), slice_seconds) / args.slices
+            chained += measure("chained", writers, str(run.uuid), slice_seconds) / args.slices
         print(f"{writers:>8} {plain:>12.0f} {chained:>10.0f} {chained / plain:>18.2f}")
     from apps.experiments.events import chain_key, chain_verify
 
