@@ -2,9 +2,13 @@
 
     .venv/bin/python bench/train_eval_speed.py [MINIBENCH_DIR] [--steps 40] [--threads 1]
 
+    .venv/bin/python bench/train_eval_speed.py [MINIBENCH_DIR] --quality
+
 MINIBENCH_DIR defaults to $RSI_MINIBENCH_CACHE; if neither holds a build, a ci build is made in a
 temp dir first (minutes). Prints training tokens/s (SFT, batch 64, arithmetic-clean) and
 evaluation samples/s on the arithmetic feedback split, batched (32) vs one-by-one, with the ratio.
+With --quality it instead prints the exact-match score (the task's own evaluator) of θ0 and of
+each task's reference on both sealed splits of every task the build holds.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def main() -> None:
     parser.add_argument("minibench", nargs="?", default=os.environ.get("RSI_MINIBENCH_CACHE"))
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quality", action="store_true", help="score θ0 and the references instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     scratch = Path(tempfile.mkdtemp(prefix="rsi-bench-"))
@@ -38,6 +43,9 @@ def main() -> None:
     if not (root / "manifest.json").is_file():
         print(f"building ci minibench in {root} ...", flush=True)  # noqa: T201
         build_minibench(root, seed=0, profile="ci")
+    if args.quality:
+        quality(root)
+        return
 
     hparams = {"max_steps": args.steps, "batch_size": 64, "num_threads": args.threads, "logging_steps": args.steps}
     data = [root / "catalog" / "arithmetic-clean" / "data.jsonl"]
@@ -67,6 +75,27 @@ def main() -> None:
         "load_average_1m": round(os.getloadavg()[0], 1),
     }
     print(json.dumps(report, indent=2))  # noqa: T201
+
+
+def quality(root: Path) -> None:
+    """Exact match of θ0 and the reference on each task's feedback and final splits."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    rows = []
+    for name in manifest["tasks"]:
+        task = json.loads((root / "tasks" / name / "task.json").read_text())
+        for split in ("feedback", "final"):
+            lines = (root / "tasks" / name / f"{split}.jsonl").read_text().splitlines()
+            samples = [json.loads(line) for line in lines]
+            row: dict[str, object] = {"profile": manifest["profile"], "task": name, "split": split, "n": len(samples)}
+            for label, checkpoint in (("theta0", root / "theta0"), ("reference", root / "references" / name)):
+                if not (checkpoint / "model.safetensors").is_file():
+                    row[label] = None  # not trained (yet)
+                    continue
+                results = evaluate(checkpoint_dir=checkpoint, samples=samples, task=task)
+                row[label] = round(sum(r["correct"] for r in results) / len(results), 3)
+            rows.append(row)
+            print(json.dumps(row), flush=True)  # noqa: T201
+    print(json.dumps({"load_average_1m": round(os.getloadavg()[0], 1)}))  # noqa: T201
 
 
 if __name__ == "__main__":

@@ -16,8 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 # Folders whose tests are not yet part of the suite, with the reason (kept honest: not counted).
-EXCLUDED: dict[str, str] = {
-}
+EXCLUDED: dict[str, str] = {}
 
 
 def suites() -> list[Path]:

@@ -34,6 +34,7 @@ from apps.jobs.services import (
     job_heartbeat,
     job_report,
     jobs_reap_stale,
+    jobs_republish_unclaimed,
     scratch_root,
 )
 
@@ -228,16 +229,21 @@ def scratch_sweep() -> int:
 # Every worker process runs the reaper in a thread rather than relying on a Celery beat
 # process: beat is one more process to deploy and, when it is down, nobody reaps. Workers are
 # exactly the processes that exist whenever a lost job could be re-run, and reapers racing each
-# other are safe (SKIP LOCKED rows, one-to-one previous_attempt).
+# other are safe (SKIP LOCKED rows, one-to-one previous_attempt). Each sweep ends running jobs
+# whose heartbeat went stale, and re-sends the message of queued jobs no worker has claimed
+# (a message lost in the broker would otherwise leave the row queued for good).
 
 _reaper_stop = threading.Event()
 
 
-def _reaper_loop(interval: float, stale_after: float) -> None:
+def _reaper_loop(interval: float, stale_after: float, requeue_after: float) -> None:
     while not _reaper_stop.wait(interval):
         try:
             for job in jobs_reap_stale(stale_after_seconds=stale_after):
                 logger.warning("reaper: job %s attempt %s -> %s", job.uuid, job.attempt, job.status)
+            if requeue_after > 0:
+                for job in jobs_republish_unclaimed(queued_after_seconds=requeue_after):
+                    logger.warning("reaper: job %s still queued; message sent again (%s)", job.uuid, job.publishes)
             scratch_sweep()
         except DatabaseError:
             logger.warning("reaper sweep failed; retrying next interval", exc_info=True)
@@ -254,13 +260,16 @@ def reaper_start(**kwargs: Any) -> None:
     _reaper_stop.clear()
     thread = threading.Thread(
         target=_reaper_loop,
-        args=(config.reaper_interval_seconds, config.stale_after_seconds),
+        args=(config.reaper_interval_seconds, config.stale_after_seconds, config.requeue_after_seconds),
         name="job-reaper",
         daemon=True,
     )
     thread.start()
     logger.info(
-        "job reaper started: every %.1fs, stale after %.1fs", config.reaper_interval_seconds, config.stale_after_seconds
+        "job reaper started: every %.1fs, stale after %.1fs, re-send queued after %.1fs",
+        config.reaper_interval_seconds,
+        config.stale_after_seconds,
+        config.requeue_after_seconds,
     )
 
 

@@ -22,6 +22,10 @@ class Job(UUIDModel):
     spec = models.JSONField(default=dict)  # the validated inputs; enough to re-run the job
     result = models.JSONField(default=dict, blank=True)
     celery_id = models.CharField(max_length=64, blank=True)
+    # When "look at job N" was last sent, and how often: the reaper re-sends a queued job that no
+    # worker claimed for a while (its message may be lost), reusing celery_id; the claim dedups.
+    published_at = models.DateTimeField(null=True, blank=True)
+    publishes = models.PositiveSmallIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)  # hostname/pid that claimed it
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

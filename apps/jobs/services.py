@@ -5,6 +5,7 @@ The broker only carries "look at job N" (STYLE.md); the row is the truth. Transi
     queued  --claim-->  running  --succeed/fail/cancel-->  succeeded | failed | cancelled
     queued  --cancel--> cancelled
     running --reaper--> lost (+ attempt N+1 queued as a new row)
+    queued  --reaper--> queued (its message re-sent: no worker claimed it for a while)
 
 Terminal statuses are never left. Every transition writes a JobTransition row and an event on
 the run's hash chain in the same transaction. Lock order, whenever several rows are locked: the
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
@@ -53,12 +55,14 @@ MAX_METRIC_POINTS = 2000
 @dataclass(frozen=True)
 class EngineConfig:
     """Timing of liveness: a job beats every ``heartbeat_seconds``; silence for ``stale_after_seconds``
-    means its worker died. Stale must be several beats long, or a busy database looks like a death."""
+    means its worker died. Stale must be several beats long, or a busy database looks like a death.
+    A job still queued ``requeue_after_seconds`` after its message was sent has its message re-sent."""
 
     heartbeat_seconds: float
     stale_after_seconds: float
     reaper_interval_seconds: float
     max_attempts: int
+    requeue_after_seconds: float
 
 
 def engine_config() -> EngineConfig:
@@ -73,6 +77,7 @@ def engine_config() -> EngineConfig:
         stale_after_seconds=number("RSI_JOB_STALE_SECONDS", 60.0),
         reaper_interval_seconds=number("RSI_REAPER_INTERVAL_SECONDS", 15.0),
         max_attempts=int(number("RSI_JOB_MAX_ATTEMPTS", 3)),
+        requeue_after_seconds=number("RSI_JOB_REQUEUE_SECONDS", 300.0),
     )
 
 
@@ -160,21 +165,26 @@ def _lock_experiment(job: Job) -> None:
         list(Experiment.objects.select_for_update().filter(pk=job.experiment_id).values_list("pk", flat=True))
 
 
-def _send(job: Job) -> None:
-    """Put "look at job N" on the job's queue. Runs after commit, so the worker finds the row."""
-    from kombu.exceptions import OperationalError
-
+def _send_message(job: Job) -> None:
+    """Put "look at job N" on the job's queue (the same task id every time it is sent)."""
     from rsiweb.celery import app
 
+    app.send_task(
+        TASK_NAMES[JobKind(job.kind)],
+        kwargs={"job_id": job.pk},
+        queue=job.queue,
+        task_id=job.celery_id,
+        soft_time_limit=job.time_limit_seconds,
+        time_limit=job.time_limit_seconds + HARD_LIMIT_GRACE_SECONDS,
+    )
+
+
+def _send(job: Job) -> None:
+    """Send a new job's message. Runs after commit, so the worker finds the row."""
+    from kombu.exceptions import OperationalError
+
     try:
-        app.send_task(
-            TASK_NAMES[JobKind(job.kind)],
-            kwargs={"job_id": job.pk},
-            queue=job.queue,
-            task_id=job.celery_id,
-            soft_time_limit=job.time_limit_seconds,
-            time_limit=job.time_limit_seconds + HARD_LIMIT_GRACE_SECONDS,
-        )
+        _send_message(job)
     except OperationalError as exc:
         # No message means no worker will ever look at the row: fail it visibly, not silently.
         logger.exception("job %s: broker unreachable", job.uuid)
@@ -205,6 +215,8 @@ def _create(
         celery_id=str(uuid.uuid4()),
         attempt=1 if previous_attempt is None else previous_attempt.attempt + 1,
         previous_attempt=previous_attempt,
+        published_at=timezone.now(),
+        publishes=1,
     )
     job.full_clean()
     job.save(force_insert=True)
@@ -521,6 +533,84 @@ def jobs_reap_stale(*, stale_after_seconds: float, max_attempts: int | None = No
             _after_transition(lost)
             reaped.append(lost)
     return reaped
+
+
+# A job that only waits its turn (behind hours of training on the one accelerator) is re-sent
+# too, harmlessly; so the wait doubles after each re-send, up to 2**this times the threshold.
+MAX_REQUEUE_DOUBLINGS = 6
+
+
+def _resend(job: Job) -> None:
+    from kombu.exceptions import OperationalError
+
+    try:
+        _send_message(job)
+    except OperationalError:
+        # Unlike a first send, not a reason to fail the job: the row still says queued, and the
+        # next sweep after the back-off tries again.
+        logger.warning("job %s: broker unreachable; re-send %s not delivered", job.uuid, job.publishes, exc_info=True)
+
+
+def jobs_republish_unclaimed(*, queued_after_seconds: float) -> list[Job]:
+    """Re-send the message of queued jobs that no worker claimed for a while; return those jobs.
+
+    The broker can lose a message a queued row still waits for: a worker that prefetched it and
+    died before its claim (acks late: Redis gives it back only after its visibility timeout,
+    hours away), a purged or flushed queue, a broker restarted without persistence. The message
+    sent again is the same (job id, task id); the first copy a worker takes claims the job with
+    the conditional UPDATE, and every other copy finds it no longer queued, so the job runs once.
+    A job is re-sent when ``queued_after_seconds`` × 2**(re-sends so far) passed since its last
+    send; each re-send is recorded as a ``job.republished`` event and a line in the job's log.
+    """
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=queued_after_seconds)
+    candidates = list(
+        Job.objects.filter(status=JobStatus.QUEUED)
+        .annotate(sent_at=Coalesce("published_at", "created_at"))
+        .filter(sent_at__lt=cutoff)
+        .order_by("sent_at")  # longest unanswered first, so jobs backing off cannot crowd them out
+        .values_list("pk", flat=True)[:100]
+    )
+    republished: list[Job] = []
+    for pk in candidates:
+        with transaction.atomic():
+            # The claim's UPDATE and this lock serialise: a job claimed meanwhile is skipped here.
+            job = (
+                Job.objects.select_for_update(skip_locked=True, of=("self",))
+                .select_related("run")
+                .filter(pk=pk, status=JobStatus.QUEUED)
+                .first()
+            )
+            if job is None:
+                continue
+            sent_at = job.published_at or job.created_at
+            waited = (now - sent_at).total_seconds()
+            resends = max(job.publishes - 1, 0)
+            if waited < queued_after_seconds * 2 ** min(resends, MAX_REQUEUE_DOUBLINGS):
+                continue  # backing off
+            job.published_at = now
+            job.publishes = max(job.publishes, 1) + 1
+            job.save(update_fields=["published_at", "publishes", "updated_at"])
+            reason = f"not claimed {waited:.0f}s after its message was sent; sent again to queue {job.queue}"
+            event_append(
+                run=job.run,
+                type="job.republished",
+                actor="reaper",
+                role=SYSTEM,
+                arguments={
+                    "job": str(job.uuid),
+                    "kind": job.kind,
+                    "attempt": job.attempt,
+                    "publishes": job.publishes,
+                    "reason": reason,
+                },
+                result_ref=f"job:{job.uuid}",
+            )
+            seq = (JobLogLine.objects.filter(job=job).aggregate(m=Max("seq"))["m"] or 0) + 1
+            JobLogLine.objects.create(job=job, seq=seq, text=f"reaper: {reason}")
+            transaction.on_commit(lambda job=job: _resend(job))
+        republished.append(job)
+    return republished
 
 
 # --- job outputs: recorded together with the success, under the job's lock ----------------------

@@ -76,8 +76,7 @@
         "font-family": FONT,
         "font-size": 10,
         "text-wrap": "wrap",
-        "text-valign": "center",
-        "text-halign": "center",
+        "text-valign": "center", // text-halign: center is the default
         color: "#1f2933",
         width: 118,
         height: 40,
@@ -120,7 +119,6 @@
         "font-size": 9,
         "text-wrap": "wrap",
         "text-valign": "center",
-        "text-halign": "center",
         color: "#ffffff",
         "text-outline-width": 0,
         shape: "round-rectangle",
@@ -235,15 +233,28 @@
     return { nodes, positions };
   }
 
-  function useLargeStyle(cy) {
+  /* Edges of a large graph: haystack (straight, no arrowheads; the layout runs left to right, so
+   * direction reads from position), which is cytoscape's default curve with radius 0, so only the
+   * width and colour are set. Bezier control points for thousands of edges cost more than they
+   * show, and cytoscape applies a stylesheet property by property, element by element (each one
+   * dirtying caches of the element and its neighbours): three edge properties instead of seven
+   * for 2,500 edges is a good part of the first draw. */
+  const LARGE_EDGE_STYLE = {
+    dag: [
+      { selector: "edge", style: { width: 1.6, "line-color": "#52606d" } },
+      { selector: "edge[kind = 'review_scope']", style: { "line-style": "dashed", "line-color": "#E69F00" } },
+    ],
+    exp: [{ selector: "edge", style: { width: 1.3, "line-color": "#9aa5b1" } }],
+  };
+
+  function useLargeStyle(cy, which) {
     if (cy.scratch("large")) return;
-    // Haystack edges (straight, no arrowheads; the layout runs left to right, so direction reads
-    // from position): bezier control points for thousands of edges cost more than they show.
-    cy.style().selector("edge").style({ "curve-style": "haystack", "haystack-radius": 0 }).update();
+    const base = which === "dag" ? dagStyle : expStyle;
+    cy.style(base.filter((rule) => !rule.selector.startsWith("edge")).concat(LARGE_EDGE_STYLE[which]));
     cy.scratch("large", true);
   }
 
-  /* After a graph was laid out: the first view, and the DAG's "first draw" stamp. */
+  /* After a graph was laid out: the first view, and the DAG's "first draw" stamps. */
   function laidOut(cy, which, started, touched) {
     // A small graph fitted to the box would be drawn huge; keep it at a readable size.
     if (!touched && cy.zoom() > FIT_ZOOM_CAP) {
@@ -253,20 +264,31 @@
     if (which !== "dag") return;
     if (window.rsiDagLayoutMs === undefined) window.rsiDagLayoutMs = performance.now() - started;
     // The first draw after the first layout (cytoscape's "render" event follows a frame it
-    // drew): what bench/dag_render.py times.
+    // drew): what bench/dag_render.py times. rsiDagComplete: the first frame with every element
+    // of the snapshot (later than rsiDagRendered when a large graph is filled in the background).
     cy.one("render", () => {
-      if (window.rsiDagRendered === undefined) window.rsiDagRendered = performance.now();
-      dagDrawn();
-      document.body.dataset.dagNodes = String(cy.nodes().length);
+      if (window.rsiDagRendered === undefined) {
+        window.rsiDagRendered = performance.now();
+        window.rsiDagFirstFrame = { nodes: cy.nodes().length, edges: cy.edges().length };
+      }
+      if (!filling.has("dag")) dagComplete(cy);
     });
+  }
+
+  function dagComplete(cy) {
+    if (window.rsiDagComplete === undefined) window.rsiDagComplete = performance.now();
+    dagDrawn();
+    document.body.dataset.dagNodes = String(cy.nodes().length);
   }
 
   /* Re-lay out a graph already on screen (it grew). */
   function runLayout(cy, which) {
+    const fill = filling.get(which);
+    if (fill) { fill.relayout = true; return; } // a layout of half the graph: wait for the rest
     const touched = which === "dag" ? dagTouched : expTouched;
     const started = performance.now();
     if (cy.nodes().length > DAGRE_LIMIT) {
-      useLargeStyle(cy);
+      useLargeStyle(cy, which);
       const { nodes, positions } = layeredLayout(
         which,
         cy.nodes().map((n) => ({ id: n.id(), kind: n.data("kind") })),
@@ -283,27 +305,134 @@
   }
 
   /* Replace a graph's elements (a snapshot arrived). A large graph gets its positions before
-   * the elements are added, so cytoscape places each node once instead of moving 2,000. */
+   * the elements are added, so cytoscape places each node once instead of moving 2,000, and
+   * its first frame holds only the elements around the first view: cytoscape styles, measures
+   * and bounds every element before its first frame (about 1 s for 2,000 nodes and 2,500 edges
+   * on a busy two-core machine), but a readable zoom shows a tenth of such a graph. The rest is
+   * added right after that frame, a slice per task (fillRest), so the page keeps answering. */
   function fillGraph(cy, which, nodeData, edgeData) {
     const touched = which === "dag" ? dagTouched : expTouched;
     const started = performance.now();
     const large = nodeData.length > DAGRE_LIMIT;
-    let laid = null;
-    if (large) {
-      useLargeStyle(cy);
-      laid = layeredLayout(which, nodeData, edgeData);
-    }
-    cy.batch(() => {
-      cy.elements().remove();
-      cy.add(nodeData.map((data) => ({ group: "nodes", data, position: laid ? laid.positions[data.id] : undefined })));
-      cy.add(edgeData.map((data) => ({ group: "edges", data })));
-    });
+    filling.delete(which); // a newer snapshot replaces a fill still in progress
     if (!large) {
+      cy.batch(() => {
+        cy.elements().remove();
+        cy.add(nodeData.map((data) => ({ group: "nodes", data })));
+        cy.add(edgeData.map((data) => ({ group: "edges", data })));
+      });
       runLayout(cy, which);
       return;
     }
+    useLargeStyle(cy, which);
+    const laid = layeredLayout(which, nodeData, edgeData);
+    cy.batch(() => cy.elements().remove());
     if (!touched) viewNewest(cy, laid.nodes, laid.positions);
+    const { first, rest } = splitByView(cy, laid, nodeData, edgeData);
+    cy.batch(() => {
+      cy.add(first.nodes.map((data) => ({ group: "nodes", data, position: laid.positions[data.id] })));
+      cy.add(first.edges.map((data) => ({ group: "edges", data })));
+    });
+    if (rest.nodes.length || rest.edges.length) {
+      const fill = { nodes: rest.nodes, edges: rest.edges, positions: laid.positions, relayout: false };
+      filling.set(which, fill);
+      // After the first frame: a slice started before it would delay it.
+      cy.one("render", () => window.setTimeout(() => fillRest(cy, which, fill), 0));
+    }
     laidOut(cy, which, started, touched);
+  }
+
+  const filling = new Map(); // which -> the part of a large snapshot not yet added
+  const FILL_SLICE = 300; // nodes per task, with their edges: 100-200 ms on a busy machine
+
+  /* The nodes whose boxes meet the first view, widened by half a view on every side (a small
+   * pan or zoom finds them drawn), the edges touching them, and the far ends of those edges. */
+  function splitByView(cy, laid, nodeData, edgeData) {
+    const view = cy.extent();
+    const mx = view.w / 2;
+    const my = view.h / 2;
+    const size = new Map(laid.nodes.map((n) => [n.id, n]));
+    const near = new Set();
+    for (const data of nodeData) {
+      const p = laid.positions[data.id];
+      const n = size.get(data.id);
+      if (p.x + n.w / 2 >= view.x1 - mx && p.x - n.w / 2 <= view.x2 + mx && p.y + n.h / 2 >= view.y1 - my && p.y - n.h / 2 <= view.y2 + my) near.add(data.id);
+    }
+    const firstEdges = [];
+    const restEdges = [];
+    const ends = new Set(near);
+    for (const data of edgeData) {
+      if (near.has(data.source) || near.has(data.target)) {
+        firstEdges.push(data);
+        ends.add(data.source);
+        ends.add(data.target);
+      } else {
+        restEdges.push(data);
+      }
+    }
+    const firstNodes = [];
+    const restNodes = [];
+    for (const data of nodeData) (ends.has(data.id) ? firstNodes : restNodes).push(data);
+    // Nearest the view first (the view is at the newest, right end: largest x first).
+    const centre = (view.x1 + view.x2) / 2;
+    restNodes.sort((a, b) => Math.abs(laid.positions[a.id].x - centre) - Math.abs(laid.positions[b.id].x - centre));
+    return { first: { nodes: firstNodes, edges: firstEdges }, rest: { nodes: restNodes, edges: restEdges } };
+  }
+
+  /* A node's data as the live state has it now (an event may have changed it since the
+   * snapshot). */
+  function currentNodeData(which, data) {
+    if (which === "dag") return state.nodes.has(data.id) ? dagNodeData(state.nodes.get(data.id)) : data;
+    return state.experiments.has(data.id) ? expNodeData(state.experiments.get(data.id)) : data;
+  }
+
+  function addMissingEdge(cy, data) {
+    if (cy.getElementById(data.id).empty() && cy.getElementById(data.source).nonempty() && cy.getElementById(data.target).nonempty()) {
+      cy.add({ group: "edges", data });
+    }
+  }
+
+  /* One slice of the rest of a large snapshot, then the next in a task of its own. Live events
+   * may add some of these elements meanwhile (upsert): those are skipped here. */
+  function fillRest(cy, which, fill) {
+    if (filling.get(which) !== fill) return; // replaced by a newer snapshot
+    const slice = fill.nodes.splice(0, FILL_SLICE);
+    const added = new Set();
+    cy.batch(() => {
+      const nodes = [];
+      for (const data of slice) {
+        if (cy.getElementById(data.id).nonempty()) continue;
+        nodes.push({ group: "nodes", data: currentNodeData(which, data), position: fill.positions[data.id] });
+        added.add(data.id);
+      }
+      cy.add(nodes);
+      const edges = [];
+      const waiting = [];
+      for (const data of fill.edges) {
+        const ready = (added.has(data.source) || cy.getElementById(data.source).nonempty())
+          && (added.has(data.target) || cy.getElementById(data.target).nonempty());
+        if (!ready) waiting.push(data);
+        else if (cy.getElementById(data.id).empty()) edges.push({ group: "edges", data });
+      }
+      fill.edges = waiting;
+      cy.add(edges);
+    });
+    if (fill.nodes.length) {
+      window.setTimeout(() => fillRest(cy, which, fill), 0);
+      return;
+    }
+    filling.delete(which);
+    // Edges that came live while their ends were still waiting here were dropped by upsert.
+    if (which === "dag") {
+      cy.batch(() => {
+        for (const edge of state.edges.values()) addMissingEdge(cy, { id: live.keyOf("edge", edge), source: edge.source, target: edge.target, kind: edge.kind });
+      });
+      if (selectedNode && state.nodes.has(selectedNode)) cy.getElementById(selectedNode).select();
+      cy.one("render", () => dagComplete(cy));
+    } else {
+      cy.batch(() => { for (const edge of expEdges(Array.from(state.experiments.values()))) addMissingEdge(cy, edge.data); });
+    }
+    if (fill.relayout) runLayout(cy, which);
   }
 
   /* The first view of a large graph, from precomputed positions (cy.fit measures every label
@@ -726,7 +855,8 @@
         break;
       }
       case "decisions":
-        for (const node of state.nodes.values()) if (node.decision === change.key) upsert(dag, dagNodeData(node), "nodes");
+        // Only nodes on the graph: one still waiting in a large snapshot's fill gets its data then.
+        for (const node of state.nodes.values()) if (node.decision === change.key && dag.getElementById(node.uuid).nonempty()) upsert(dag, dagNodeData(node), "nodes");
         markDirty("decisions", "guidance");
         scheduleCharts();
         break;

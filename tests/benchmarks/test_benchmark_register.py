@@ -104,6 +104,31 @@ def test_a_tampered_evaluator_copy_is_refused(sealed_root, task_dir):
         assert "evaluator code changed" in refused.value.reason
 
 
+def test_the_sealed_evaluator_copy_scores_not_the_live_module(sealed_root, task_dir, tmp_path, monkeypatch):
+    # Registered when evaluators.py held another exact_match: one that also takes "46 apples".
+    registered = tmp_path / "evaluators_then.py"
+    registered.write_text(
+        Path(evaluators.__file__).read_text()
+        + "\n\ndef _number_then_words(output, answer):\n"
+        + "    return exact_match(output.strip().split(' ')[0], answer)\n\n\n"
+        + "EVALUATORS['exact_match'] = _number_then_words\n"
+    )
+    with monkeypatch.context() as then:
+        then.setattr(evaluators, "__file__", str(registered))
+        benchmark = benchmark_register(name="test/addition", task_dir=task_dir)
+    assert benchmark.evaluator_sha256 == sha(registered)
+    # Today's live module disagrees, and is patched further to accept anything: neither matters.
+    assert not evaluators.score("exact_match", "46 apples", "46")
+    monkeypatch.setitem(evaluators.EVALUATORS, "exact_match", lambda output, answer: True)
+
+    score = benchmark_scorer(benchmark=benchmark)
+
+    assert score("46 apples", "46")
+    assert score("46", "46")
+    assert not score("45 apples", "46")
+    assert not score("The answer is 46", "46")
+
+
 def test_changed_settings_and_missing_files_are_refused(sealed_root, task_dir):
     benchmark = benchmark_register(name="test/addition", task_dir=task_dir)
     task_file = Path(benchmark.sealed_path) / "task.json"

@@ -96,8 +96,12 @@ def live_url(django_db_setup, django_db_blocker, tmp_path_factory):
         process.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # Per module, not per session: Playwright's sync API keeps an event loop running in this
+    # thread until it stops, and async tests collected after the browser tests in the same
+    # session (``pytest tests/e2e tests/dashboard``: the consumer tests under anyio) would
+    # fail with "Cannot run the event loop while another loop is running".
     from playwright.sync_api import sync_playwright
 
     if not os.path.exists(CHROMIUM):

@@ -125,7 +125,10 @@ class CeleryWorker:
 
 @pytest.fixture
 def celery_worker(transactional_db, artifact_root: Path, tmp_path: Path) -> Iterator[Callable[..., CeleryWorker]]:
-    """Start real workers on the gpu and default queues; all are stopped when the test ends."""
+    """Start real workers on the gpu and default queues; all are stopped when the test ends.
+
+    Keyword arguments of ``start`` other than its own are extra environment for that worker.
+    """
     started: list[CeleryWorker] = []
     env = child_env(
         REDIS_URL=settings.CELERY_BROKER_URL,
@@ -137,8 +140,8 @@ def celery_worker(transactional_db, artifact_root: Path, tmp_path: Path) -> Iter
         OMP_NUM_THREADS="1",
     )
 
-    def start(name: str = "w1", queues: str = "gpu,default", wait: bool = True) -> CeleryWorker:
-        worker = CeleryWorker(name, queues, env, tmp_path / f"{name}.log")
+    def start(name: str = "w1", queues: str = "gpu,default", wait: bool = True, **env_overrides: str) -> CeleryWorker:
+        worker = CeleryWorker(name, queues, {**env, **env_overrides}, tmp_path / f"{name}.log")
         started.append(worker)
         if wait:
             worker.wait_ready()

@@ -183,6 +183,49 @@ def test_reaper_gives_up_after_max_attempts_and_respects_time_limits_and_cancels
 
 
 @pytest.mark.django_db
+def test_reaper_sends_an_unclaimed_queued_jobs_message_again_with_back_off(
+    run, monkeypatch, django_capture_on_commit_callbacks
+):
+    sent: list[int] = []
+    monkeypatch.setattr(services, "_send_message", lambda job: sent.append(job.pk))
+    waiting = enqueue(run)  # its message is lost: no worker will ever see it
+    claimed = services.job_claim(job_id=enqueue(run).pk, worker="host-a:1")
+    young = enqueue(run)
+    for job in (waiting, claimed):
+        Job.objects.filter(pk=job.pk).update(published_at=timezone.now() - timedelta(seconds=100))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        republished = services.jobs_republish_unclaimed(queued_after_seconds=60)
+
+    # Only the queued job older than the threshold, with the same row, id and task id.
+    assert [job.pk for job in republished] == sent == [waiting.pk]
+    again = Job.objects.get(pk=waiting.pk)
+    assert (again.status, again.publishes, again.celery_id) == (JobStatus.QUEUED, 2, waiting.celery_id)
+    assert timezone.now() - again.published_at < timedelta(seconds=5)
+    assert statuses(again) == [("", "queued")]  # a re-send is not a status change
+    event = Event.objects.get(type="job.republished")
+    assert (event.run_id, event.actor, event.arguments["job"], event.arguments["publishes"]) == (
+        run.pk,
+        "reaper",
+        str(waiting.uuid),
+        2,
+    )
+    assert "sent again to queue gpu" in JobLogLine.objects.get(job=again).text
+    assert Job.objects.get(pk=young.pk).publishes == 1
+    assert Job.objects.get(pk=claimed.pk).publishes == 1
+
+    # Backing off: after one re-send the next waits twice the threshold.
+    Job.objects.filter(pk=waiting.pk).update(published_at=timezone.now() - timedelta(seconds=100))
+    assert services.jobs_republish_unclaimed(queued_after_seconds=60) == []
+    Job.objects.filter(pk=waiting.pk).update(published_at=timezone.now() - timedelta(seconds=130))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert len(services.jobs_republish_unclaimed(queued_after_seconds=60)) == 1
+    assert sent == [waiting.pk, waiting.pk]
+    assert Job.objects.get(pk=waiting.pk).publishes == 3
+    assert chain_verify(str(run.uuid)).ok
+
+
+@pytest.mark.django_db
 def test_report_streams_metrics_points_and_log_lines_until_the_job_ends(run):
     job = services.job_claim(job_id=enqueue(run).pk, worker="w:1")
 

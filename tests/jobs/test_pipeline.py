@@ -1,11 +1,13 @@
 """The experiment pipeline: train on θ_in, then evaluate on the sealed feedback split.
 
-The first tests drive the chain through the services (fast, no worker); the last two run it on
-a real worker, including an evaluation refused because a sealed file was tampered with.
+The first tests drive the chain through the services (fast, no worker); the last three run it on
+a real worker, including an evaluation refused because a sealed file was tampered with and one
+scored by the benchmark's sealed evaluator copy rather than the worker's own evaluators.py.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.benchmarks import evaluators
 from apps.benchmarks.services import benchmark_register, checkpoint_local_dir
 from apps.core.errors import ApplicationError, NotFound
 from apps.core.hashing import sha256_tree
@@ -245,3 +248,47 @@ def test_a_tampered_sealed_file_makes_the_next_evaluation_refuse(celery_worker, 
     first_seal_event = Event.objects.filter(type="benchmark.seal_broken").order_by("id").first()
     assert first_seal_event is not None
     assert "feedback.jsonl" in first_seal_event.arguments["reason"]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_evaluation_job_scores_with_the_sealed_evaluator_copy(
+    celery_worker, theta0, minibench_dir, tmp_path, monkeypatch
+):
+    # Registered when evaluators.py held an inverted exact_match; the worker imports today's file.
+    then = tmp_path / "evaluators_then.py"
+    then.write_text(
+        Path(evaluators.__file__).read_text()
+        + "\n\n_today = exact_match\nEVALUATORS['exact_match'] = lambda output, answer: not _today(output, answer)\n"
+    )
+    with monkeypatch.context() as registering_then:
+        registering_then.setattr(evaluators, "__file__", str(then))
+        benchmark = benchmark_register(
+            name="minibench/arithmetic-then", task_dir=minibench_dir / "tasks" / "arithmetic"
+        )
+    run = make_run(base_checkpoint=theta0, benchmark=benchmark)
+    worker = celery_worker()
+
+    job = experiment_start(experiment=new_experiment(run, kind="eval_only"))
+    done = wait_for(
+        lambda: (j := Job.objects.get(pk=job.pk)).status in (JobStatus.SUCCEEDED, JobStatus.FAILED) and j,
+        timeout=240, what="the evaluation job to end", logs=worker.log,
+    )  # fmt: skip
+
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    evaluation = Evaluation.objects.get(job=done)
+    answers = {
+        row["id"]: row["answer"]
+        for row in map(json.loads, (Path(benchmark.sealed_path) / "feedback.jsonl").read_text().splitlines())
+    }
+    samples = list(EvaluationSample.objects.filter(evaluation=evaluation))
+    assert len(samples) == len(answers)
+    # Every verdict is the sealed (inverted) one: the opposite of what the live module says.
+    for sample in samples:
+        assert sample.correct is not evaluators.exact_match(sample.output, answers[sample.sample_id]), sample.output
+    assert evaluation.score > 0.5  # θ0 is mostly wrong, so the inverted copy scores it mostly right
+    assert (
+        evaluation.evaluator_sha256
+        == benchmark.evaluator_sha256
+        != hashlib.sha256(Path(evaluators.__file__).read_bytes()).hexdigest()
+    )

@@ -13,13 +13,15 @@ from django.utils import timezone
 
 from apps.benchmarks.services import checkpoint_local_dir
 from apps.datapool.models import DataEntry
-from apps.experiments.models import Checkpoint
+from apps.datapool.services import data_register_from_workspace
+from apps.experiments.models import Checkpoint, Event
 from apps.experiments.pipeline import train_job_spec
 from apps.jobs import services
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
 from apps.jobs.models import Job, JobTransition
 from apps.jobs.services import scratch_root
 from apps.research.models import Run
+from rsiweb.celery import app
 from tests.factories import make_run
 from tests.jobs.conftest import wait_for
 
@@ -134,3 +136,35 @@ def test_data_jobs_run_on_the_default_queue_and_a_failing_body_fails_its_job(cel
     assert "filter needs at least one of" in failed.error
     assert "Traceback" in failed.error
     assert transitions(failed) == ["queued", "running", "failed"]
+
+
+def test_a_queued_job_whose_message_was_lost_is_sent_again_by_the_reaper_and_runs_once(celery_worker, tmp_path):
+    run = make_run()
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(f'{{"prompt": "Question: {i} pens?", "completion": " {i}"}}\n' for i in range(20)), encoding="utf-8"
+    )
+    source = data_register_from_workspace(workspace=tmp_path, path="rows.jsonl", name="pens")
+    spec = {"op": "filter", "inputs": [source.handle], "params": {"exclude_regex": "1", "column": "prompt"}}
+    job = services.job_enqueue(kind=JobKind.DATA, spec=spec, run=run)
+    # The message is lost before any worker claimed the job (as when a worker prefetched it and
+    # died: with acks late, Redis hands it back only after its visibility timeout, 12 h here).
+    with app.connection_for_write() as conn:
+        assert conn.default_channel.queue_purge("default") == 1
+
+    worker = celery_worker("w1", queues="default", RSI_JOB_REQUEUE_SECONDS="2")
+    done = wait_for(lambda: finished(job), timeout=120, what="the re-sent job to finish", logs=worker.log)
+
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    assert done.publishes >= 2
+    assert transitions(done) == ["queued", "running", "succeeded"]
+    republished = Event.objects.filter(type="job.republished", arguments__job=str(job.uuid))
+    assert republished.count() == done.publishes - 1
+    assert "reaper: not claimed" in done.log_lines.order_by("seq").first().text
+    # The first message comes back after all (Redis restoring the dead worker's unacked copy):
+    # the claim finds the job no longer queued, so it does not run a second time.
+    dropped = f"job {job.uuid} is succeeded, not queued"
+    before = worker.log().count(dropped)
+    services._send_message(job)
+    wait_for(lambda: worker.log().count(dropped) > before, timeout=60, what="the copy to be dropped", logs=worker.log)
+    assert transitions(fresh(job)) == ["queued", "running", "succeeded"]
+    assert DataEntry.objects.filter(source__job=str(job.uuid)).count() == 1

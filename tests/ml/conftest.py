@@ -1,67 +1,28 @@
-"""Session fixtures for the ML tests: one ci minibench and the trained checkpoints they share.
+"""Session fixtures for the ML tests: the shared ci minibench and the trained checkpoints they share.
 
-Building and training dominate the runtime, so each happens once per session. Set
-RSI_MINIBENCH_CACHE=/some/dir to keep the built minibench between sessions: a build there with the
-same seed, profile, manifest version and source digest is reused; a missing, empty or stale one is
-(re)built in place.
+Building and training dominate the runtime, so each happens once per session. The minibench is
+the one every suite shares (tests/support/minibench.py: built under a lock into
+RSI_MINIBENCH_CACHE when set, and rebuilt there when the builder's code changed).
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
-import os
-import shutil
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from apps.benchmarks.minibench import build_minibench
-from apps.benchmarks.minibench.build import MANIFEST_VERSION, REFERENCE_HPARAMS, source_digest
-
-SEED = 0
-PROFILE = "ci"
-
-
-def _is_reusable(root: Path) -> bool:
-    manifest_path = root / "manifest.json"
-    if not manifest_path.is_file():
-        return False
-    manifest = json.loads(manifest_path.read_text())
-    found = tuple(manifest.get(k) for k in ("version", "seed", "profile", "source_digest"))
-    return found == (MANIFEST_VERSION, SEED, PROFILE, source_digest())
-
-
-def _build_into_cache(root: Path) -> None:
-    # Build beside the target and swap it in, so a concurrent session never sees half a build.
-    staging = root.parent / f".{root.name}.building-{os.getpid()}"
-    stale = root.parent / f".{root.name}.stale-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    build_minibench(staging, seed=SEED, profile=PROFILE)
-    if root.exists():
-        root.rename(stale)
-    try:
-        staging.rename(root)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)  # another session swapped its build in first
-    shutil.rmtree(stale, ignore_errors=True)
+from apps.benchmarks.minibench.build import REFERENCE_HPARAMS
+from tests.support.minibench import SEED, ci_minibench
 
 
 @pytest.fixture(scope="session")
 def minibench(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Root of a built ci minibench (built once per session, or reused from the cache dir)."""
-    cache = os.environ.get("RSI_MINIBENCH_CACHE")
-    if cache:
-        root = Path(cache)
-        if not _is_reusable(root):
-            _build_into_cache(root)
-        if _is_reusable(root):
-            return root
-    root = tmp_path_factory.mktemp("minibench") / "ci"
-    build_minibench(root, seed=SEED, profile=PROFILE)
-    return root
+    """Root of the built ci minibench."""
+    return ci_minibench(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
