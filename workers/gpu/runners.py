@@ -475,12 +475,15 @@ def evaluate(
     batch_size: int = 32,
     backend: Literal["hf", "vllm"] = "hf",
     vllm_url: str | None = None,
+    scorer: Callable[[str, str], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the sealed samples through the checkpoint with the task's fixed inference settings.
 
     `samples` are rows `{"id", "prompt", "answer"}`; `task` is the task.json dict. Returns one
     `{"id", "output", "correct"}` per sample, in order. Both backends render the same prompts and
-    apply the same decoding and stop strings, so their results are interchangeable.
+    apply the same decoding and stop strings, so their results are interchangeable. `scorer`
+    (output, answer) -> correct is the benchmark's sealed evaluator when the caller has one (the
+    evaluation job always does); without it the task's evaluator is looked up by name.
     """
     decoding = task.get("decoding", {})
     if decoding.get("do_sample"):
@@ -517,8 +520,13 @@ def evaluate(
     else:
         raise ValueError(f"unknown backend {backend!r}; use 'hf' or 'vllm'")
 
-    evaluator = str(task["evaluator"])
+    if scorer is None:
+        evaluator = str(task["evaluator"])
+
+        def scorer(output: str, answer: str) -> bool:
+            return score(evaluator, output, answer)
+
     return [
-        {"id": s["id"], "output": out, "correct": score(evaluator, out, str(s["answer"]))}
+        {"id": s["id"], "output": out, "correct": bool(scorer(out, str(s["answer"])))}
         for s, out in zip(samples, outputs, strict=True)
     ]

@@ -127,11 +127,10 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             batch_size=int(spec.get("batch_size", 32)),
             backend=backend,
             vllm_url=os.environ.get("RSI_VLLM_URL") or None,
+            # The benchmark's sealed, hash-verified evaluator decides: the code that was
+            # registered, not whatever evaluators.py the worker happens to import.
+            scorer=score,
         )
-        # Scored again by the benchmark's sealed, hash-verified evaluator: the code that was
-        # registered decides, not whatever evaluators.py the worker happens to import.
-        answers = {s["id"]: s["answer"] for s in samples}
-        rows = [{**row, "correct": score(row["output"], answers[row["id"]])} for row in rows]
         if running.should_stop():
             running.finish_stopped()
             return
