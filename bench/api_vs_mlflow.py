@@ -2,7 +2,7 @@
 
     REDIS_URL=redis://127.0.0.1:6379/6 timeout 1800 .venv/bin/python bench/api_vs_mlflow.py
 
-Both servers run here, on the same PostgreSQL: rsiweb under daphne (as ``manage.py demo`` serves
+Both servers run here, on the same PostgreSQL: rsiweb under ``manage.py serve`` (uvicorn, as ``manage.py demo`` serves
 it) on ``rsiweb_bench_api``, MLflow's ``mlflow server`` on databases of its own, once with
 ``--workers 4`` (its default, ``mlflow_bench_w4``) and once with ``--workers 1``
 (``mlflow_bench_w1``). All of them are dropped and re-created. MLflow lives in its own
@@ -212,8 +212,9 @@ def ensure_mlflow_venv() -> Path:
     return mlflow
 
 
-def start_daphne(port: int) -> subprocess.Popen:
-    log = Path("/tmp/bench-api-daphne.log")
+def start_rsiweb(port: int, processes: int) -> subprocess.Popen:
+    """``manage.py serve`` (uvicorn), as compose.yaml and ``manage.py demo`` run it."""
+    log = Path("/tmp/bench-api-rsiweb.log")
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "rsiweb.settings.base",
@@ -226,7 +227,7 @@ def start_daphne(port: int) -> subprocess.Popen:
         "RSI_TOKEN_RATE": "10000000/min",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "rsiweb.asgi:application"],
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--processes", str(processes)],
         cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     wait_for(f"http://127.0.0.1:{port}/healthz", process, log)
@@ -604,6 +605,7 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=10_000)
     parser.add_argument("--list-size", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--processes", type=int, default=1, help="rsiweb server processes (manage.py serve)")
     parser.add_argument("--mlflow-workers", default="4,1", help="comma-separated --workers configurations")
     args = parser.parse_args()
 
@@ -613,7 +615,7 @@ def main() -> None:
     servers: list[subprocess.Popen] = []
     sides: dict[str, Any] = {}
     try:
-        print(f"set-up: rsiweb (daphne) on {API_DB}; load {loadavg():.1f}", flush=True)
+        print(f"set-up: rsiweb (manage.py serve, {args.processes} process(es)) on {API_DB}; load {loadavg():.1f}", flush=True)
         recreate_database(API_DB)
         django_setup()
         port = free_port()
@@ -621,7 +623,7 @@ def main() -> None:
             f"http://127.0.0.1:{port}", list_size=args.list_size, history=args.history,
             batch_rows=args.batch_size, batches=args.batches + 2 * args.rounds,
         )  # fmt: skip
-        servers.append(start_daphne(port))
+        servers.append(start_rsiweb(port, args.processes))
         sides["rsiweb"] = Ours(world, history=args.history, list_size=args.list_size, batch_rows=args.batch_size)
         for workers in [int(w) for w in args.mlflow_workers.split(",")]:
             database = f"{MLFLOW_DB}_w{workers}"

@@ -1,13 +1,31 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels."""
+"""ASGI entry point: HTTP through Django's WSGI handler on a thread pool, websockets through Channels.
+
+Django's own ASGI handler runs a synchronous view by hopping between the event loop and a
+worker thread several times per request (middleware, view, response, connection clean-up);
+measured here it costs ~3 ms a request on top of the view — more than a whole ExpOS tool call.
+Every view of rsiweb is synchronous, so HTTP requests go to the WSGI handler instead, run on a
+pool of ``RSI_HTTP_THREADS`` threads by a2wsgi; websockets (the live dashboard) stay on Channels.
+One server, one port, either way (docs/benchmarks.md, "API vs MLflow").
+
+The process that serves this module borrows its PostgreSQL connections from a pool sized to
+those threads (``RSI_DB_POOL``, rsiweb/settings/base.py) unless the environment sets one.
+"""
 
 from __future__ import annotations
 
 import os
 
-from django.core.asgi import get_asgi_application
+from rsiweb import env
 
+HTTP_THREADS = max(1, env.integer("RSI_HTTP_THREADS", 8))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rsiweb.settings.base")
-django_asgi_app = get_asgi_application()
+# The threads, Channels' database thread and one spare.
+os.environ.setdefault("RSI_DB_POOL", str(HTTP_THREADS + 2))
+
+from a2wsgi import WSGIMiddleware  # noqa: E402
+from django.core.wsgi import get_wsgi_application  # noqa: E402
+
+django_http_app = WSGIMiddleware(get_wsgi_application(), workers=HTTP_THREADS)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
@@ -17,7 +35,7 @@ from rsiweb.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": django_http_app,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -125,6 +125,15 @@ else:
     # until PostgreSQL refuses new clients (8 concurrent agents reached 70+; Django's docs say to
     # disable them under ASGI). bench/api_vs_mlflow.py, docs/benchmarks.md (issue 4).
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    # The web process borrows connections from a pool instead (psycopg_pool, Django >= 5.1):
+    # opening a PostgreSQL connection costs ~3 ms, more than a whole API call. rsiweb/asgi.py
+    # turns it on for the process that serves HTTP; Celery workers fork and keep plain
+    # connections (a pool opened before a fork would share its sockets with the children).
+    if (pool_size := env.integer("RSI_DB_POOL", 0)) > 0:
+        DATABASES["default"]["OPTIONS"] = {
+            **DATABASES["default"].get("OPTIONS", {}),
+            "pool": {"min_size": 1, "max_size": pool_size, "timeout": 30},
+        }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,8 +1,8 @@
 """The README's main job: a full research run on the embedded default, from one command.
 
 ``manage.py demo`` migrates, builds and installs the minibench (once), starts the same processes
-production runs — the web server (daphne) and real ``celery worker`` processes for the ``gpu``,
-``agents`` and ``default`` queues, here on the SQLite broker — then starts a heuristic run, prints
+production runs — the web server (``manage.py serve``: uvicorn) and real ``celery worker``
+processes for the ``gpu``, ``agents`` and ``default`` queues, here on the SQLite broker — then starts a heuristic run, prints
 the dashboard URL, waits for the run to end and reports its result: the accepted checkpoint with
 the best feedback score, evaluated on the final split next to θ0 and the reference.
 ``--no-run`` only serves (the old behaviour); ``--keep-serving`` keeps the stack up afterwards.
@@ -25,6 +25,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+
+from apps.core.management.commands.serve import uvicorn_command
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -55,7 +57,7 @@ class Stack:
         worker = [python, "-m", "celery", "-A", "rsiweb", "worker", "--without-gossip", "--without-mingle",
                   "--without-heartbeat", "--loglevel=INFO"]  # fmt: skip
         return {
-            "web": [python, "-m", "daphne", "-b", self.host, "-p", str(self.port), "rsiweb.asgi:application"],
+            "web": uvicorn_command(host=self.host, port=self.port),
             # One single-threaded slot per accelerator (DESIGN.md "Execution"); on CPU a few slots.
             "gpu": [*worker, "-Q", "gpu", "-n", "gpu@%h", "--pool=prefork", f"--concurrency={self.gpu_slots}"],
             # Agent steps are short and I/O bound: threads, several at once.
@@ -166,9 +168,7 @@ class Command(BaseCommand):
         if options["no_serve"]:
             return
         if options["no_run"]:
-            from daphne.cli import CommandLineInterface
-
-            CommandLineInterface().run(["-b", options["host"], "-p", str(options["port"]), "rsiweb.asgi:application"])
+            call_command("serve", host=options["host"], port=options["port"])
             return
         self.stdout.write("minibench: building (first time only) and installing ...")
         call_command("build_minibench", profile=options["profile"], stdout=self.stdout)
