@@ -13,25 +13,24 @@ installed into the project's ``.venv``.
 Every request goes through a keep-alive ``requests.Session``; concurrent clients are threads,
 one session each. All three servers run at once and each figure is measured on them in turn, in
 alternating slices, so they see the same load on a shared machine. What is compared
-(docs/benchmarks.md explains the mapping; rsiweb has no metric-append endpoint):
+(docs/benchmarks.md explains the mapping):
 
-=====================  ================================================  =============================
-figure                 rsiweb                                            MLflow REST
-=====================  ================================================  =============================
-create a record        POST /api/v1/tools/worker_submit (eval_only)      runs/create
-append one record      POST /api/v1/tools/worker_propose_candidate       runs/log-metric
+=====================  ====================================================  ===========================
+figure                 rsiweb                                                MLflow REST
+=====================  ====================================================  ===========================
+create a record        POST /api/v1/tools/worker_submit (eval_only)          runs/create
+append one record      POST /api/v1/tools/experiment_log_metrics (1 point)   runs/log-metric
   (1 and 8 clients)
-batched append         POST /api/v1/tools/worker_add_data (1,000 rows)   runs/log-batch (1,000 metrics)
-read a 10,000 history  POST /api/v1/tools/training_curve_read            metrics/get-history
-list 1,000 records     GET /api/v1/experiments/ (2 pages of 500)         runs/search (max_results 1000)
-tiny GET               GET /healthz                                      GET /health
-=====================  ================================================  =============================
+batched append         POST /api/v1/tools/experiment_log_metrics (1,000)     runs/log-batch (1,000 metrics)
+read a 10,000 history  POST /api/v1/tools/experiment_metrics_read            metrics/get-history
+list 1,000 records     GET /api/v1/experiments/?limit=1000                   runs/search (max_results 1000)
+tiny GET               GET /healthz                                          GET /health
+=====================  ====================================================  ===========================
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -41,7 +40,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -261,10 +260,10 @@ def start_mlflow(mlflow: Path, port: int, workers: int, database: str) -> subpro
 class OursWorld:
     base: str
     submitter: str  # tokens of Workers
-    appenders: list[str]
+    appenders: list[tuple[str, str]]  # (token, the handle of an experiment the Worker owns)
     lister: str
-    history_job: str
-    batch_files: list[str] = field(default_factory=list)
+    history_experiment: str  # an experiment of the lister's with a ``history``-point metric
+    batch_experiment: str  # an experiment of the submitter's
 
 
 def django_setup() -> None:
@@ -283,12 +282,10 @@ def django_setup() -> None:
     call_command("migrate", verbosity=0)
 
 
-def build_ours(base: str, *, list_size: int, history: int, batch_rows: int, batches: int) -> OursWorld:
+def build_ours(base: str, *, list_size: int, history: int) -> OursWorld:
     """One running run, Workers with tokens (made by the app's own services), and the rows to read."""
-    from apps.experiments.services import experiment_create
+    from apps.experiments.services import experiment_create, metric_points_log
     from apps.expos.auth import agent_token_issue
-    from apps.expos.workspaces import workspace_path
-    from apps.jobs.models import Job
     from apps.research.choices import NodeKind, RunStatus
     from apps.research.models import Run
     from apps.research.services import node_create, run_set_status
@@ -303,48 +300,39 @@ def build_ours(base: str, *, list_size: int, history: int, batch_rows: int, batc
         node = node_create(run=run, kind=NodeKind.WORKER, task=task)
         return node, agent_token_issue(run=run, node=node, role=NodeKind.WORKER)[0]
 
+    def experiment(owner: Any, claim: str) -> Any:
+        return experiment_create(
+            run=run, owner=owner, kind="eval_only", input_checkpoint=run.base_checkpoint,
+            action={"evaluate": "feedback", "claim": claim}, status="succeeded",
+        )  # fmt: skip
+
     submitter, submitter_token = worker("submits experiments")
-    appender_tokens = [worker(f"appender {i}")[1] for i in range(8)]
+    batch_experiment = experiment(submitter, "batched metrics")
+    appenders = []
+    for i in range(8):
+        node, token = worker(f"appender {i}")
+        appenders.append((token, experiment(node, f"appended metrics {i}").handle))
     lister, lister_token = worker("owns the listed experiments")
     for i in range(list_size):
-        experiment_create(
-            run=run, owner=lister, kind="eval_only", input_checkpoint=run.base_checkpoint,
-            action={"evaluate": "feedback", "claim": f"listed {i}"}, status="succeeded",
-        )  # fmt: skip
-    # A finished training job with a ``history``-point curve, as workers/runtime.py's on_log writes it.
-    owner_exp = experiment_create(
-        run=run, owner=lister, kind="train_eval", input_checkpoint=run.base_checkpoint,
-        action={"data": [], "hyperparameters": {}}, status="succeeded",
-    )  # fmt: skip
+        experiment(lister, f"listed {i}")
+    # A ``history``-point metric, logged as experiment_log_metrics logs it.
+    history_experiment = experiment(lister, "a long history")
     rng = random.Random(0)
-    points = [{"step": s, "loss": round(rng.random() * 3, 6)} for s in range(history)]
-    job = Job.objects.create(
-        run=run, experiment=owner_exp, kind="train", queue="gpu", status="succeeded",
-        metrics={"points": points, "last": points[-1]},
-    )  # fmt: skip
-    # Files to register in the submitter's workspace, each of ``batch_rows`` distinct rows.
-    workspace = workspace_path(run=run, node=submitter)
-    workspace.mkdir(parents=True, exist_ok=True)
-    files = []
-    for b in range(batches):
-        name = f"batch_{b:04d}.jsonl"
-        with (workspace / name).open("w") as fh:
-            for r in range(batch_rows):
-                fh.write(json.dumps({"prompt": f"batch {b} row {r}: what is {r} + {b}?", "completion": str(r + b)}))
-                fh.write("\n")
-        files.append(name)
+    metric_points_log(
+        experiment=history_experiment, points=[("loss", step, round(rng.random() * 3, 6)) for step in range(history)]
+    )
     return OursWorld(
-        base=base, submitter=submitter_token, appenders=appender_tokens, lister=lister_token,
-        history_job=str(job.uuid), batch_files=files,
+        base=base, submitter=submitter_token, appenders=appenders, lister=lister_token,
+        history_experiment=history_experiment.handle, batch_experiment=batch_experiment.handle,
     )  # fmt: skip
 
 
 class Ours:
-    def __init__(self, world: OursWorld, *, history: int, list_size: int, batch_rows: int) -> None:
+    def __init__(self, world: OursWorld, *, history: int, list_size: int, batch_size: int) -> None:
         self.w = world
         self.history = history
         self.list_size = list_size
-        self.batch_rows = batch_rows
+        self.batch_size = batch_size
         self._appender = iter(range(10**9))
         self._lock = threading.Lock()
 
@@ -358,10 +346,12 @@ class Ours:
         return self.session(self.w.submitter)
 
     def appender(self) -> requests.Session:
-        """Each concurrent client is its own Worker, as eight agents would be."""
+        """Each concurrent client is its own Worker logging on its own experiment, as eight agents would."""
         with self._lock:
-            token = self.w.appenders[next(self._appender) % len(self.w.appenders)]
-        return self.session(token)
+            token, handle = self.w.appenders[next(self._appender) % len(self.w.appenders)]
+        s = self.session(token)
+        s.bench_experiment = handle  # type: ignore[attr-defined]
+        return s
 
     def lister(self) -> requests.Session:
         return self.session(self.w.lister)
@@ -378,25 +368,34 @@ class Ours:
         self.tool(s, "worker_submit", {"kind": "eval_only", "claim": f"bench {i}"}, key=True)
 
     def append(self, s: requests.Session, i: int) -> None:
-        self.tool(s, "worker_propose_candidate", {"title": f"candidate {i}"}, key=True)
+        # No Idempotency-Key needed: a point is kept once per (key, step), so a retry is harmless.
+        point = {"key": "loss", "step": i, "value": random.random()}
+        answer = self.tool(s, "experiment_log_metrics", {"experiment": s.bench_experiment, "points": [point]})
+        if answer["logged"] != 1:
+            raise RuntimeError(f"append {i}: {answer}")
 
     def batch(self, s: requests.Session, i: int) -> None:
-        with self._lock:
-            name = self.w.batch_files.pop(0)  # a new file per call: identical bytes are not registered twice
-        answer = self.tool(s, "worker_add_data", {"path": name, "name": name.removesuffix(".jsonl")}, key=True)
-        if not answer["created"] or answer["entry"]["rows"] != self.batch_rows:
-            raise RuntimeError(f"{name}: created={answer['created']}, {answer['entry']['rows']} rows")
+        points = [
+            {"key": "loss", "step": i * self.batch_size + j, "value": random.random()} for j in range(self.batch_size)
+        ]
+        answer = self.tool(s, "experiment_log_metrics", {"experiment": self.w.batch_experiment, "points": points})
+        if answer["logged"] != self.batch_size:
+            raise RuntimeError(f"batch {i}: {answer}")
 
     def read_history(self, s: requests.Session, i: int) -> None:
-        points = self.tool(s, "training_curve_read", {"job": self.w.history_job})["points"]
+        args = {"experiment": self.w.history_experiment, "key": "loss"}
+        points = self.tool(s, "experiment_metrics_read", args)["points"]
         if len(points) != self.history:
             raise RuntimeError(f"history has {len(points)} points, expected {self.history}")
 
     def list(self, s: requests.Session, i: int) -> None:
         rows = 0
-        for offset in range(0, self.list_size, 500):  # the API's page ceiling is 500
-            page = expect(s.get(f"{self.w.base}/api/v1/experiments/", params={"limit": 500, "offset": offset}), 200)
-            rows += len(page["results"])
+        while rows < self.list_size:  # pages of up to 1,000 (the API's ceiling)
+            params = {"limit": self.list_size, "offset": rows}
+            page = expect(s.get(f"{self.w.base}/api/v1/experiments/", params=params), 200)["results"]
+            if not page:
+                break
+            rows += len(page)
         if rows != self.list_size:
             raise RuntimeError(f"listed {rows} experiments, expected {self.list_size}")
 
@@ -615,16 +614,16 @@ def main() -> None:
     servers: list[subprocess.Popen] = []
     sides: dict[str, Any] = {}
     try:
-        print(f"set-up: rsiweb (manage.py serve, {args.processes} process(es)) on {API_DB}; load {loadavg():.1f}", flush=True)
+        print(
+            f"set-up: rsiweb (manage.py serve, {args.processes} process(es)) on {API_DB}; load {loadavg():.1f}",
+            flush=True,
+        )
         recreate_database(API_DB)
         django_setup()
         port = free_port()
-        world = build_ours(
-            f"http://127.0.0.1:{port}", list_size=args.list_size, history=args.history,
-            batch_rows=args.batch_size, batches=args.batches + 2 * args.rounds,
-        )  # fmt: skip
+        world = build_ours(f"http://127.0.0.1:{port}", list_size=args.list_size, history=args.history)
         servers.append(start_rsiweb(port, args.processes))
-        sides["rsiweb"] = Ours(world, history=args.history, list_size=args.list_size, batch_rows=args.batch_size)
+        sides["rsiweb"] = Ours(world, history=args.history, list_size=args.list_size, batch_size=args.batch_size)
         for workers in [int(w) for w in args.mlflow_workers.split(",")]:
             database = f"{MLFLOW_DB}_w{workers}"
             print(

@@ -80,6 +80,31 @@ class Experiment(UUIDModel):
         return self.handle
 
 
+class MetricPoint(models.Model):
+    """One value an agent logged on its experiment at a step (``experiment_log_metrics``). Append-only.
+
+    Agent-reported: a Worker's own measurement (a data statistic, a check it ran), never an
+    evaluation — scores come only from the sealed evaluator (:class:`Evaluation`). A key logs
+    one value per step, so a retried call changes nothing and a logged value is never replaced.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    experiment = models.ForeignKey(Experiment, on_delete=models.PROTECT, related_name="metric_points")
+    key = models.CharField(max_length=100)
+    step = models.BigIntegerField()
+    value = models.FloatField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # Also the index every read uses: (experiment, key) ordered by step.
+            models.UniqueConstraint(fields=["experiment", "key", "step"], name="metric_point_one_value_per_step"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}@{self.step}={self.value}"
+
+
 class ExperimentEdge(BaseModel):
     """Experiment graph edge: ``child`` continues ``parent`` (several parents = a merge)."""
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
-from apps.core.errors import ApplicationError
+from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
 from apps.experiments.choices import IntegrityStatus
 from apps.experiments.events import event_append
-from apps.experiments.models import Checkpoint, Experiment, ExperimentEdge, IntegrityStatusChange
+from apps.experiments.models import Checkpoint, Experiment, ExperimentEdge, IntegrityStatusChange, MetricPoint
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode, Run
 
@@ -144,3 +145,63 @@ def experiment_set_integrity(*, experiment: Experiment, status: str, actor: str,
             result_ref=f"experiment:{locked.uuid}",
         )
     return locked
+
+
+# Points per call (MLflow's log_batch allows 1,000 metrics); on SQLite it also keeps the
+# statement's parameters (3 per point) under SQLite's limit of 32,766.
+MAX_METRIC_POINTS = 10_000
+
+
+def metric_points_log(*, experiment: Experiment, points: list[tuple[str, int, float]]) -> tuple[int, int]:
+    """Append (key, step, value) points to ``experiment``; returns (logged, already_there).
+
+    One INSERT for the whole batch. A point identical to one already logged is a no-op, so a
+    retried call is harmless; a different value for a logged (key, step) refuses the whole call
+    (409 ``metric_conflict``) — a logged value is never replaced. Call inside a transaction.
+    """
+    if not points:
+        return 0, 0
+    if len(points) > MAX_METRIC_POINTS:
+        raise ApplicationError("too_many_points", f"At most {MAX_METRIC_POINTS} points per call; split the batch.")
+    keys, steps, values = (list(column) for column in zip(*points, strict=True))
+    if connection.vendor == "postgresql":
+        # Three array parameters, whatever the batch size: nothing to parse per point.
+        source, params = (
+            "unnest(%s::text[], %s::bigint[], %s::float8[]) AS v(column1, column2, column3)",
+            [keys, steps, values],
+        )
+    else:  # SQLite: a VALUES list (its columns are column1.. too)
+        source = f"(VALUES {', '.join(['(%s, %s, %s)'] * len(points))}) AS v"
+        params = [item for point in points for item in point]
+    # The pk is ours, an int.
+    sql = (
+        "INSERT INTO experiments_metricpoint (experiment_id, key, step, value, created_at) "
+        f"SELECT {int(experiment.pk)}, column1, CAST(column2 AS BIGINT), CAST(column3 AS DOUBLE PRECISION), %s "
+        f"FROM {source} ON CONFLICT (experiment_id, key, step) DO NOTHING RETURNING key, step"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [timezone.now(), *params])
+        inserted = {(key, step) for key, step in cursor.fetchall()}
+    if len(inserted) == len(points):
+        return len(points), 0
+    # Some were there already: identical values are a retry, anything else a conflict.
+    wanted = {(key, step): value for key, step, value in points if (key, step) not in inserted}
+    seen_steps = [step for _, step in wanted]
+    existing = {
+        (key, step): value
+        for key, step, value in MetricPoint.objects.filter(
+            experiment=experiment,
+            key__in={key for key, _ in wanted},
+            step__gte=min(seen_steps),
+            step__lte=max(seen_steps),
+        ).values_list("key", "step", "value")
+    }
+    changed = [f"{key}@{step}" for (key, step), value in wanted.items() if existing.get((key, step)) != value]
+    if changed:
+        raise Conflict(
+            "metric_conflict",
+            f"{experiment.handle} already has other values for {', '.join(changed[:5])}"
+            f"{' ...' if len(changed) > 5 else ''}; a logged value is never replaced — log under a new step or key.",
+            points=changed[:50],
+        )
+    return len(inserted), len(wanted)

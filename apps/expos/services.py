@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from apps.experiments.events import event_append
@@ -16,9 +17,11 @@ MAX_RECORDED_ARGUMENT_CHARS = 20_000
 
 
 def _storable(value: Any) -> Any:
-    """PostgreSQL JSON cannot hold NUL characters; a refused call may carry them, its record may not."""
+    """PostgreSQL JSON cannot hold NUL characters or infinities; a refused call may carry them, its record may not."""
     if isinstance(value, str):
         return value.replace("\x00", "\\u0000")
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # nor infinities: a refused call's 1e999 is kept as "inf"
     if isinstance(value, dict):
         return {_storable(str(k)): _storable(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -44,7 +47,9 @@ def tool_call_record(
     """
     from apps.core.hashing import canonical_json, sha256_text
 
-    recorded: Any = _storable(arguments) if arguments is not None else {}
+    # A call that got this far with status < 400 had its arguments checked (apps.expos.views:
+    # no NUL characters, no infinities); only a refusal's may need making storable.
+    recorded: Any = {} if arguments is None else _storable(arguments) if status >= 400 else arguments
     text = canonical_json(recorded)
     if len(text) > MAX_RECORDED_ARGUMENT_CHARS:
         recorded = {"truncated": True, "sha256": sha256_text(text), "chars": len(text)}

@@ -120,6 +120,15 @@ MATRIX: dict[str, tuple[Callable[[World], dict[str, Any]], dict[str, Any]]] = {
         lambda w: {"a": w.exp["own1"].handle, "b": w.exp["own2"].handle},
         agents(main=OK, own=OK, other=HIDDEN, rin=OK, rout=HIDDEN),
     ),
+    # Agent-logged metrics: a Worker writes on its own experiments only; reading follows visibility.
+    "experiment_log_metrics": (
+        lambda w: {"experiment": w.exp["own2"].handle, "points": [{"key": "rows_kept", "step": 1, "value": 0.5}]},
+        only({"own": OK, "other": HIDDEN}),
+    ),
+    "experiment_metrics_read": (
+        lambda w: {"experiment": w.exp["own2"].handle, "key": "rows_kept"},
+        agents(main=OK, own=OK, other=HIDDEN, rin=OK, rout=HIDDEN),
+    ),
     # Job control: a Worker cancels its own jobs, the Main any; Reviewers never act.
     "cancel_job": (
         lambda w: {"job": str(w.jobs["own_running"].uuid)},
@@ -197,6 +206,7 @@ READS = (
     "job_logs",
     "training_curve_read",
     "compare_experiments",
+    "experiment_metrics_read",
 )
 
 

@@ -60,6 +60,7 @@ def test_expos_token_command_issues_and_revokes(started):
     plaintext = out.getvalue().strip()
     token = agent_token_resolve(plaintext)
     assert token.expires_at is not None
-    call_command("expos_token", "--run", str(started.uuid), "--revoke", plaintext[:8], stdout=StringIO())
+    # "=" keeps a prefix that starts with "-" (token_urlsafe may) from reading as an option.
+    call_command("expos_token", "--run", str(started.uuid), f"--revoke={plaintext[:8]}", stdout=StringIO())
     with pytest.raises(AuthenticationFailed):
         agent_token_resolve(plaintext)

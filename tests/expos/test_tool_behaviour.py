@@ -290,3 +290,63 @@ def test_openapi_documents_every_tool_with_its_schemas_and_errors(w):
     docs = viewer.get("/api/v1/docs/")
     assert docs.status_code == 200
     assert b"redoc" in docs.content.lower()
+
+
+def test_logged_metrics_are_kept_once_never_replaced_and_read_back_in_pages(w):
+    from django.db import DatabaseError, transaction
+
+    from apps.experiments.models import MetricPoint
+
+    points = [{"key": "loss", "step": s, "value": 1.0 / (s + 1)} for s in range(5)]
+    first = call(w, "own", "experiment_log_metrics", {"experiment": "exp_0001", "points": points})
+    assert first.status_code == 200, first.json()
+    assert first.json() == {"experiment": "exp_0001", "logged": 5, "unchanged": 0}
+    # A retry (identical points) changes nothing; a new point in the same call is still logged.
+    retry = call(
+        w, "own", "experiment_log_metrics",
+        {"experiment": "exp_0001", "points": [*points, {"key": "rows_kept", "step": 0, "value": 812}]},
+    )  # fmt: skip
+    assert retry.json() == {"experiment": "exp_0001", "logged": 1, "unchanged": 5}
+    # A different value for a logged step refuses the whole call: the new point is not kept either.
+    clash = [{"key": "loss", "step": 9, "value": 0.1}, {"key": "loss", "step": 2, "value": 0.9}]
+    refused = call(w, "own", "experiment_log_metrics", {"experiment": "exp_0001", "points": clash})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "metric_conflict"
+    assert "loss@2" in refused.json()["error"]["message"]
+    assert not MetricPoint.objects.filter(key="loss", step=9).exists()
+    assert MetricPoint.objects.get(key="loss", step=2).value == pytest.approx(1 / 3)
+    twice = [{"key": "loss", "step": 7, "value": 0.1}, {"key": "loss", "step": 7, "value": 0.1}]
+    assert (
+        call(w, "own", "experiment_log_metrics", {"experiment": "exp_0001", "points": twice}).json()["error"]["code"]
+        == "duplicate_point"
+    )
+    infinite = Client().post(
+        "/api/v1/tools/experiment_log_metrics",
+        data='{"experiment": "exp_0001", "points": [{"key": "loss", "step": 8, "value": 1e999}]}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {w.tokens['own']}",
+    )
+    assert infinite.status_code == 400
+    assert "finite" in infinite.json()["error"]["message"]
+    refusal = Event.objects.filter(run=w.run, tool="experiment_log_metrics").latest("pk")
+    assert refusal.arguments["status"] == 400
+    assert refusal.arguments["args"]["points"][0]["value"] == "inf"  # recorded, as far as JSON can hold it
+    # The successor may read own's experiment but not write to it; another Worker cannot see it.
+    not_yours = call(w, "successor", "experiment_log_metrics", {"experiment": "exp_0001", "points": points})
+    assert not_yours.json()["error"]["code"] == "not_your_experiment"
+    assert call(w, "other", "experiment_log_metrics", {"experiment": "exp_0001", "points": points}).status_code == 404
+
+    page = call(w, "successor", "experiment_metrics_read", {"experiment": "exp_0001", "key": "loss", "limit": 3})
+    body = page.json()
+    assert body["keys"] == ["loss", "rows_kept"]
+    assert [(p["step"], p["value"]) for p in body["points"]] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
+    assert body["next_after_step"] == 2
+    rest = call(w, "main", "experiment_metrics_read", {"experiment": "exp_0001", "key": "loss", "after_step": 2})
+    assert [p["step"] for p in rest.json()["points"]] == [3, 4]
+    assert rest.json()["next_after_step"] is None
+    # Every call is one tool.called event naming the experiment; the rows refuse rewriting.
+    logged = Event.objects.filter(run=w.run, type="tool.called", tool="experiment_log_metrics", arguments__status=200)
+    assert logged.count() == 2
+    assert {e.result_ref for e in logged} == {f"experiment:{w.exp['own1'].uuid}"}
+    with pytest.raises(DatabaseError), transaction.atomic():
+        MetricPoint.objects.filter(key="loss", step=0).update(value=0.0)

@@ -302,6 +302,102 @@ def training_curve_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
     }
 
 
+METRIC_KEY = string(100, min_length=1, pattern=r"^[A-Za-z0-9_.\-/ ]+$", description="A metric name, e.g. rows_kept.")
+STEP = integer(0, 2**62)
+MAX_HISTORY = 25_000
+
+
+@tool(
+    "experiment_log_metrics",
+    category=Category.OURS,
+    roles={Role.WORKER},
+    description="Log metric points (key, step, value) on one of your own experiments: your own measurements — "
+    "data statistics, checks you ran — shown to Reviewers as agent-reported, never as evaluation scores "
+    "(those come only from the sealed evaluator). 1 to 10,000 points per call; one value per key and step: "
+    "re-sending identical points changes nothing, a different value for a logged step is refused (409).",
+    input_schema=closed(
+        {
+            "experiment": EXPERIMENT,
+            "points": array(
+                closed({"key": METRIC_KEY, "step": STEP, "value": number()}), min_items=1, max_items=10_000
+            ),
+        }
+    ),
+    output_schema=closed({"experiment": string(32), "logged": integer(), "unchanged": integer()}),
+    errors=("unknown_experiment", "not_your_experiment", "duplicate_point", "metric_conflict"),
+)
+def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    from apps.experiments.models import Experiment
+    from apps.experiments.services import metric_points_log
+
+    experiment = (
+        Experiment.objects.filter(run=ctx.run, handle=args["experiment"]).only("pk", "uuid", "handle", "owner").first()
+    )
+    if experiment is None or experiment.owner_id != ctx.node.pk:
+        experiment_for(ctx, args["experiment"])  # 404 unless the caller may see it
+        raise PermissionDenied("not_your_experiment", "A Worker logs metrics only on its own experiments.")
+    points, seen = [], set()
+    for index, point in enumerate(args["points"]):
+        value = float(point["value"])  # finite: the view refuses infinities
+        where = (point["key"], point["step"])
+        if where in seen:
+            raise ApplicationError(
+                "duplicate_point",
+                f"/points/{index}: {where[0]} at step {where[1]} appears twice in this call.",
+                status=400,
+            )
+        seen.add(where)
+        points.append((point["key"], point["step"], value))
+    logged, unchanged = metric_points_log(experiment=experiment, points=points)
+    ctx.result_ref = f"experiment:{experiment.uuid}"
+    return {"experiment": experiment.handle, "logged": logged, "unchanged": unchanged}
+
+
+@tool(
+    "experiment_metrics_read",
+    category=Category.OURS,
+    roles=ALL,
+    description="The history of one agent-logged metric of an experiment you may see, in step order (up to "
+    "25,000 points per page; pass next_after_step back as after_step for the next), and the keys logged there.",
+    input_schema=closed(
+        {
+            "experiment": EXPERIMENT,
+            "key": METRIC_KEY,
+            "after_step": STEP,
+            "limit": integer(1, MAX_HISTORY, default=MAX_HISTORY),
+        },
+        optional=("after_step", "limit"),
+    ),
+    output_schema=closed(
+        {
+            "experiment": string(32),
+            "key": string(100),
+            "keys": array(string(100), max_items=100_000),
+            "points": array(closed({"step": STEP, "value": number(), "at": TIMESTAMP}), max_items=MAX_HISTORY),
+            "next_after_step": nullable(STEP),
+        }
+    ),
+    errors=("unknown_experiment",),
+)
+def experiment_metrics_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    from apps.experiments.selectors import metric_history, metric_keys
+
+    experiment = experiment_for(ctx, args["experiment"])
+    rows, more = metric_history(
+        experiment_id=experiment.pk,
+        key=args["key"],
+        after_step=args.get("after_step"),
+        limit=args.get("limit", MAX_HISTORY),
+    )
+    return {
+        "experiment": experiment.handle,
+        "key": args["key"],
+        "keys": metric_keys(experiment_id=experiment.pk),
+        "points": [{"step": step, "value": value, "at": at.isoformat()} for step, value, at in rows],
+        "next_after_step": rows[-1][0] if more else None,
+    }
+
+
 _SIDE = closed({"handle": string(32), "evaluation": UUID, "score": number(0, 1)})
 
 

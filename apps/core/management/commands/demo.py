@@ -2,9 +2,10 @@
 
 ``manage.py demo`` migrates, builds and installs the minibench (once), starts the same processes
 production runs — the web server (``manage.py serve``: uvicorn) and real ``celery worker``
-processes for the ``gpu``, ``agents`` and ``default`` queues, here on the SQLite broker — then starts a heuristic run, prints
-the dashboard URL, waits for the run to end and reports its result: the accepted checkpoint with
-the best feedback score, evaluated on the final split next to θ0 and the reference.
+processes for the ``gpu``, ``agents`` and ``default`` queues, here on the SQLite broker — then
+starts a heuristic run, prints the dashboard URL, waits for the run to end and reports its
+result: the accepted checkpoint with the best feedback score, evaluated on the final split next
+to θ0 and the reference.
 ``--no-run`` only serves (the old behaviour); ``--keep-serving`` keeps the stack up afterwards.
 """
 

@@ -53,4 +53,4 @@ class Command(BaseCommand):
         command = uvicorn_command(host=options["host"], port=options["port"], processes=options["processes"])
         self.stdout.write(f"serving http://{options['host']}:{options['port']}/ ({options['processes']} process(es))")
         self.stdout.flush()
-        os.execv(sys.executable, command)
+        os.execv(sys.executable, command)  # noqa: S606 - our own interpreter and arguments, no shell
