@@ -152,3 +152,18 @@ def metric_keys(*, experiment_id: int) -> list[str]:
 
     keys = MetricPoint.objects.filter(experiment_id=experiment_id).order_by("key").values_list("key", flat=True)
     return list(keys.distinct())
+
+
+def metric_summary(*, experiment_id: int) -> list[dict[str, Any]]:
+    """Per logged key: how many points and the step range (one grouped query)."""
+    from django.db.models import Count, Max, Min
+
+    from apps.experiments.models import MetricPoint
+
+    rows = (
+        MetricPoint.objects.filter(experiment_id=experiment_id)
+        .values("key")
+        .annotate(points=Count("pk"), first_step=Min("step"), last_step=Max("step"))
+        .order_by("key")
+    )
+    return [dict(row) for row in rows]

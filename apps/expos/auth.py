@@ -101,9 +101,8 @@ def agent_token_revoke(*, token: AgentToken, actor: str = "system", reason: str 
 def agent_token_resolve(plaintext: str) -> AgentToken:
     """The live token for ``plaintext``, with its run and node loaded; AuthenticationFailed otherwise."""
     token = (
-        AgentToken.objects.select_related("run", "node", "run__benchmark")
-        .filter(digest=token_digest(plaintext))
-        .first()
+        # Not the run's benchmark: its sample-id lists can be long, and few tools read it.
+        AgentToken.objects.select_related("run", "node").filter(digest=token_digest(plaintext)).first()
     )
     if token is None:
         raise exceptions.AuthenticationFailed("Unknown agent token.")

@@ -1,4 +1,4 @@
-"""The real stack for end-to-end agent runs: the built minibench, daphne, and Celery workers.
+"""The real stack for end-to-end agent runs: the built minibench, the web server, and Celery workers.
 
 The same processes ``manage.py demo`` starts (``apps.core.management.commands.demo.Stack``), here on
 the test PostgreSQL database and this suite's Redis db, with short loop timings so a run ends soon.

@@ -1,6 +1,6 @@
 """A full heuristic research run on the real stack, built once and read by every test here.
 
-Real processes (daphne, Celery workers on the gpu, agents and default queues), the built minibench
+Real processes (the web server, Celery workers on the gpu, agents and default queues), the built minibench
 (its catalog includes the honeypot), real training and sealed evaluation. Mid-run, an operator
 tells the Main Agent to avoid one dataset; the tests check what that changed.
 """

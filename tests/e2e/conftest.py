@@ -1,6 +1,6 @@
-"""End-to-end fixtures: a real ASGI server (daphne) on the test database, and headless Chromium.
+"""End-to-end fixtures: the real web server (uvicorn, as `manage.py serve`) on the test database, and Chromium.
 
-The server is a ``daphne`` subprocess serving rsiweb.asgi (websockets through the real
+The server is a uvicorn subprocess serving rsiweb.asgi (websockets through the real
 channels_redis layer) with Django's static-files handler in front, pointed at the test
 database by DATABASE_URL. Tests change state by calling services in this process; the server
 and the browser see only what was committed, so the tests use ``transactional_db``.
@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import requests
+
+from apps.core.management.commands.serve import uvicorn_command
 
 # Playwright's sync API keeps an event loop on the test's thread; Django would then refuse the
 # test's own (synchronous) ORM calls as if they came from async code.
@@ -47,7 +48,7 @@ def _free_port() -> int:
 def start_server(
     database_name: str, *, log_path: Path, settings_module: str = "rsiweb.settings.test"
 ) -> tuple[subprocess.Popen, str]:
-    """Start daphne on a free port against ``database_name``; returns (process, base URL)."""
+    """Start the web server (``manage.py serve``'s uvicorn) on a free port against ``database_name``."""
     from django.conf import settings
 
     db = settings.DATABASES["default"]
@@ -60,7 +61,7 @@ def start_server(
     }
     log = log_path.open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "tests.e2e.asgi:application"],
+        uvicorn_command(host="127.0.0.1", port=port, app="tests.e2e.asgi:application"),
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -70,23 +71,23 @@ def start_server(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"daphne exited with {process.returncode}: {log_path.read_text()[-3000:]}")
+            raise RuntimeError(f"the web server exited with {process.returncode}: {log_path.read_text()[-3000:]}")
         try:
             if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
                 return process, base
         except requests.RequestException:
             time.sleep(0.2)
     process.kill()
-    raise RuntimeError(f"daphne did not answer within 60 s: {log_path.read_text()[-3000:]}")
+    raise RuntimeError(f"the web server did not answer within 60 s: {log_path.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="session")
 def live_url(django_db_setup, django_db_blocker, tmp_path_factory):
-    """Base URL of a daphne server on the test database, for the whole session."""
+    """Base URL of a web server on the test database, for the whole session."""
     from django.conf import settings
 
     process, base = start_server(
-        settings.DATABASES["default"]["NAME"], log_path=tmp_path_factory.mktemp("daphne") / "daphne.log"
+        settings.DATABASES["default"]["NAME"], log_path=tmp_path_factory.mktemp("web") / "web.log"
     )
     yield base
     process.terminate()

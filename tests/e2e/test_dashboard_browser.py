@@ -1,4 +1,4 @@
-"""The dashboard in headless Chromium against a live daphne server on the test database.
+"""The dashboard in headless Chromium against the live web server (uvicorn) on the test database.
 
 A person signs in, watches a running run's research DAG grow without reloading, opens a node's
 side panel, posts guidance and sees the Main Agent apply it, survives a dropped socket, and

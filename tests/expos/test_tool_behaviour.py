@@ -344,6 +344,11 @@ def test_logged_metrics_are_kept_once_never_replaced_and_read_back_in_pages(w):
     rest = call(w, "main", "experiment_metrics_read", {"experiment": "exp_0001", "key": "loss", "after_step": 2})
     assert [p["step"] for p in rest.json()["points"]] == [3, 4]
     assert rest.json()["next_after_step"] is None
+    inspected = call(w, "rin", "reviewer_inspect_experiment", {"experiment": "exp_0001"}).json()
+    assert inspected["agent_metrics"] == [
+        {"key": "loss", "points": 5, "first_step": 0, "last_step": 4},
+        {"key": "rows_kept", "points": 1, "first_step": 0, "last_step": 0},
+    ]
     # Every call is one tool.called event naming the experiment; the rows refuse rewriting.
     logged = Event.objects.filter(run=w.run, type="tool.called", tool="experiment_log_metrics", arguments__status=200)
     assert logged.count() == 2

@@ -24,6 +24,7 @@ from typing import Any
 
 import requests
 
+from apps.core.management.commands.serve import uvicorn_command
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, IntegrityStatus
 from apps.experiments.models import Experiment
 from apps.integrity.choices import VIOLATING_ADJUDICATIONS, Observation, Subcategory
@@ -79,19 +80,19 @@ class Process:
 
 
 def start_server(env: dict[str, str], log_dir: Path) -> tuple[Process, str]:
-    """Daphne serving the ASGI app (the production entry point) on a free port; returns (process, url)."""
+    """``manage.py serve``'s uvicorn serving the ASGI app on a free port; returns (process, url)."""
     port = free_port()
     server = Process(
-        "daphne",
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "rsiweb.asgi:application"],
+        "web",
+        uvicorn_command(host="127.0.0.1", port=port),
         env,
-        log_dir / "daphne.log",
+        log_dir / "web.log",
     )
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
         if not server.alive():
-            raise AssertionError(f"daphne exited:\n{server.log()[-4000:]}")
+            raise AssertionError(f"the web server exited:\n{server.log()[-4000:]}")
         try:
             return requests.get(f"{url}/healthz", timeout=2).status_code < 500
         except requests.RequestException:

@@ -1,7 +1,7 @@
 """The red team: a scripted adversarial campaign against the live system, and what the records say.
 
 One campaign runs per module (it trains and evaluates for real on the ci minibench, through a
-daphne server and a Celery worker on the test database); the tests then read its outcome table,
+web server (uvicorn) and a Celery worker on the test database); the tests then read its outcome table,
 built from the stored ``IntegrityFinding`` and ``BlockedAttempt`` rows. The last test switches
 each post-submission check off in turn and shows that its rows turn red, so the table can fail.
 

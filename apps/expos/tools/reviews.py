@@ -7,6 +7,7 @@ from typing import Any
 
 from apps.core.errors import NotFound, PermissionDenied
 from apps.experiments.models import Evaluation, Experiment
+from apps.experiments.selectors import metric_summary
 from apps.expos.payloads import job_brief, node_payload, run_node
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
@@ -156,6 +157,11 @@ _DATA = closed(
                 ),
                 max_items=10_000,
             ),
+            # What the Worker logged itself (experiment_log_metrics): claims, not evaluations.
+            "agent_metrics": array(
+                closed({"key": string(100), "points": integer(), "first_step": integer(), "last_step": integer()}),
+                max_items=100_000,
+            ),
         }
     ),
     errors=("unknown_experiment", "out_of_scope"),
@@ -246,6 +252,7 @@ def reviewer_inspect_experiment(ctx: ToolContext, args: dict[str, Any]) -> dict[
             }
             for c in experiment.integrity_changes.order_by("created_at", "pk")
         ],
+        "agent_metrics": metric_summary(experiment_id=experiment.pk),
     }
 
 
