@@ -134,15 +134,24 @@ def checkpoint_lineage(checkpoint: Checkpoint, *, base: Checkpoint | None = None
 
 def metric_history(
     *, experiment_id: int, key: str, after_step: int | None = None, limit: int = 25_000
-) -> tuple[list[tuple[int, float, Any]], bool]:
-    """Up to ``limit`` (step, value, logged_at) of one key in step order, after ``after_step``; and
-    whether more follow. One indexed range scan (the (experiment, key, step) unique index)."""
-    from apps.experiments.models import MetricPoint
+) -> tuple[list[tuple[int, float, int]], bool]:
+    """Up to ``limit`` (step, value, logged_ms) of one key in step order, after ``after_step``; and
+    whether more follow. One range scan of the (experiment, key, step) unique index.
 
-    rows = MetricPoint.objects.filter(experiment_id=experiment_id, key=key)
-    if after_step is not None:
-        rows = rows.filter(step__gt=after_step)
-    points = list(rows.order_by("step").values_list("step", "value", "created_at")[: limit + 1])
+    The time comes back as Unix milliseconds computed by the database: parsing and re-formatting
+    10,000 timestamps in Python took longer than the rest of the read.
+    """
+    if connection.vendor == "postgresql":
+        logged_ms = "CAST(EXTRACT(EPOCH FROM created_at) * 1000 AS BIGINT)"
+    else:  # SQLite keeps "YYYY-MM-DD HH:MM:SS.ffffff" (UTC)
+        logged_ms = "CAST(ROUND((julianday(created_at) - 2440587.5) * 86400000) AS INTEGER)"
+    sql = (
+        f"SELECT step, value, {logged_ms} FROM experiments_metricpoint "
+        "WHERE experiment_id = %s AND key = %s AND step > %s ORDER BY step LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [experiment_id, key, -1 if after_step is None else after_step, limit + 1])
+        points = cursor.fetchall()
     return points[:limit], len(points) > limit
 
 

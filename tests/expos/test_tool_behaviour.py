@@ -341,6 +341,8 @@ def test_logged_metrics_are_kept_once_never_replaced_and_read_back_in_pages(w):
     assert body["keys"] == ["loss", "rows_kept"]
     assert [(p["step"], p["value"]) for p in body["points"]] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
     assert body["next_after_step"] == 2
+    logged = MetricPoint.objects.get(key="loss", step=0).created_at.timestamp() * 1000
+    assert abs(body["points"][0]["logged_ms"] - logged) <= 1
     rest = call(w, "main", "experiment_metrics_read", {"experiment": "exp_0001", "key": "loss", "after_step": 2})
     assert [p["step"] for p in rest.json()["points"]] == [3, 4]
     assert rest.json()["next_after_step"] is None

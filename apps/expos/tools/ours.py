@@ -373,7 +373,10 @@ def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
             "experiment": string(32),
             "key": string(100),
             "keys": array(string(100), max_items=100_000),
-            "points": array(closed({"step": STEP, "value": number(), "at": TIMESTAMP}), max_items=MAX_HISTORY),
+            # logged_ms: when the point was logged, in Unix milliseconds (UTC).
+            "points": array(
+                closed({"step": STEP, "value": number(), "logged_ms": integer(0, 2**62)}), max_items=MAX_HISTORY
+            ),
             "next_after_step": nullable(STEP),
         }
     ),
@@ -383,6 +386,8 @@ def experiment_metrics_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str,
     from apps.experiments.selectors import metric_history, metric_keys
 
     experiment = experiment_for(ctx, args["experiment"])
+    # The record names what was read (points are append-only); no digest of a 10,000-point answer.
+    ctx.result_ref = f"experiment:{experiment.uuid}"
     rows, more = metric_history(
         experiment_id=experiment.pk,
         key=args["key"],
@@ -393,7 +398,7 @@ def experiment_metrics_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str,
         "experiment": experiment.handle,
         "key": args["key"],
         "keys": metric_keys(experiment_id=experiment.pk),
-        "points": [{"step": step, "value": value, "at": at.isoformat()} for step, value, at in rows],
+        "points": [{"step": step, "value": value, "logged_ms": ms} for step, value, ms in rows],
         "next_after_step": rows[-1][0] if more else None,
     }
 
