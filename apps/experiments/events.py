@@ -122,9 +122,36 @@ def event_append(
             # Try to seal at once, inside the same transaction (see chain_seal for why nothing is lost).
             _seal_batch(chain)
     # A sealer that skipped us because we had not committed yet is covered by this re-check.
-    chain_id = event.chain_id
-    transaction.on_commit(lambda: chain_seal(key, chain_id=chain_id))
+    _seal_after_commit(key, event.chain_id)
     return event
+
+
+class _ChainRecheck:
+    """The after-commit re-check of one chain: ``chain_seal`` as an on_commit callback."""
+
+    def __init__(self, key: str, chain_id: int) -> None:
+        self.key = key
+        self.chain_id = chain_id
+
+    def __call__(self) -> None:
+        chain_seal(self.key, chain_id=self.chain_id)
+
+
+def _seal_after_commit(key: str, chain_id: int) -> None:
+    """Re-check the chain once the current transaction commits: once per chain, not per event.
+
+    One re-check after the commit seals every event of the chain that the transaction committed,
+    so an append finds its chain's re-check already pending and adds none. That pending callback
+    is as sure to run as a new one would be: Django drops the callbacks of a savepoint that rolls
+    back, so a callback still pending either commits with the outermost transaction or belongs
+    to a savepoint that is still open around this append (whose rollback takes this event too).
+    """
+    if connection.in_atomic_block and any(
+        isinstance(callback, _ChainRecheck) and callback.chain_id == chain_id
+        for _, callback, _ in connection.run_on_commit
+    ):
+        return
+    transaction.on_commit(_ChainRecheck(key, chain_id))
 
 
 def _seal_batch(chain: EventChain) -> int:

@@ -80,8 +80,13 @@ def experiment_start(*, experiment: Experiment) -> Job:
     from apps.jobs.services import job_enqueue
 
     with transaction.atomic():
-        # Locked so two callers cannot both see "no job yet" and start it twice.
-        locked = Experiment.objects.select_for_update().select_related("run", "input_checkpoint").get(pk=experiment.pk)
+        # Locked so two callers cannot both see "no job yet" and start it twice. The benchmark
+        # (for an evaluation's spec) comes in the same query but is not locked.
+        locked = (
+            Experiment.objects.select_for_update(of=("self", "run", "input_checkpoint"))
+            .select_related("run__benchmark", "input_checkpoint")
+            .get(pk=experiment.pk)
+        )
         existing = Job.objects.filter(experiment=locked).order_by("-pk").first()
         if existing is not None:
             return existing

@@ -11,6 +11,7 @@ from django.utils import timezone
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
+from apps.core.models import clean_new_row
 from apps.experiments.choices import IntegrityStatus
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Experiment, ExperimentEdge, IntegrityStatusChange, MetricPoint
@@ -102,7 +103,8 @@ def experiment_create(
             claim=claim,
             idempotency_key=idempotency_key,
         )
-        experiment.full_clean()
+        # The run row is locked above; the owner and checkpoint are rows the caller just read.
+        clean_new_row(experiment, held=("run", "owner", "input_checkpoint"))
         experiment.save()
         # Parents exist before the child is created and edges are append-only, so the
         # experiment graph is acyclic by construction.

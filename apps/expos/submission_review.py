@@ -535,6 +535,8 @@ def _parents(ctx: ToolContext, handles: Any) -> list[Experiment]:
         raise invalid("parents must be a list of experiment handles (exp_0001, ...).")
     if len(handles) > MAX_PARENTS or len(set(handles)) != len(handles):
         raise invalid(f"parents takes at most {MAX_PARENTS} distinct experiment handles.")
+    if not handles:
+        return []  # without the query for which experiments the Worker sees
     found = {e.handle: e for e in visible_experiments(ctx).filter(handle__in=handles)}
     missing = [h for h in handles if h not in found]
     if missing:

@@ -30,6 +30,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
+from apps.core.models import clean_new_row
 from apps.experiments.events import event_append
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine, JobTransition
@@ -107,7 +108,11 @@ def _publish(job: Job, event_type: str, payload: dict[str, Any] | None = None) -
     body = payload if payload is not None else job_payload(job)
     publish_on_commit(job_group(job.uuid), event_type, body)
     if job.run_id is not None:
-        run_uuid = Run.objects.filter(pk=job.run_id).values_list("uuid", flat=True).first()
+        # A run's uuid never changes: the run the job holds (when loaded) gives it without a query.
+        if Job.run.is_cached(job):
+            run_uuid = job.run.uuid
+        else:
+            run_uuid = Run.objects.filter(pk=job.run_id).values_list("uuid", flat=True).first()
         publish_on_commit(run_group(run_uuid), event_type, body)
 
 
@@ -218,7 +223,8 @@ def _create(
         published_at=timezone.now(),
         publishes=1,
     )
-    job.full_clean()
+    # Its run, experiment and previous attempt are rows the caller read (mostly locked) just now.
+    clean_new_row(job, held=("run", "experiment", "previous_attempt"))
     job.save(force_insert=True)
     _record_transition(job, from_status="", reason=reason, actor=SYSTEM)
     # After commit: a worker that got the message before the row is visible would find nothing.

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.datapool.models import DataEntry
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Event, Experiment
+from apps.experiments.selectors import experiment_parent_handles
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import event_arguments_for, score_for
 from apps.research.models import ResearchNode, Run
@@ -124,6 +127,56 @@ class ExperimentSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": ["number", "null"]})
     def get_feedback_score(self, experiment: Experiment) -> float | None:
         return score_for(_caller(self), experiment.feedback_score)
+
+
+# The experiment list serves up to 1,000 rows a page. Building them from ``.values()`` rows
+# (plus one query for all parents) instead of five model instances and DRF's field-by-field walk
+# per row makes it several times faster. The answer must stay exactly ExperimentSerializer's
+# (which still documents it and serves single experiments): tests/expos/test_experiment_list.py
+# compares the two.
+EXPERIMENT_LIST_COLUMNS = (
+    "pk",
+    "uuid",
+    "run__uuid",
+    "handle",
+    "owner__handle",
+    "kind",
+    "status",
+    "integrity_status",
+    "input_checkpoint__handle",
+    "output_checkpoint__handle",
+    "action",
+    "claim",
+    "feedback_score",
+    "created_at",
+)
+
+
+def experiment_list_data(rows: list[dict[str, Any]], *, caller: Any) -> list[dict[str, Any]]:
+    """ExperimentSerializer's representation of ``rows`` (dicts of EXPERIMENT_LIST_COLUMNS)."""
+    parents = experiment_parent_handles(row["pk"] for row in rows)
+    # The ModelSerializer's own field, its time zone looked up once rather than once per row.
+    zone = timezone.get_current_timezone() if settings.USE_TZ else None
+    created_at = serializers.DateTimeField(default_timezone=zone)
+    return [
+        {
+            "uuid": str(row["uuid"]),
+            "run": str(row["run__uuid"]),
+            "handle": row["handle"],
+            "owner": row["owner__handle"],
+            "kind": row["kind"],
+            "status": row["status"],
+            "integrity_status": row["integrity_status"],
+            "input_checkpoint": row["input_checkpoint__handle"],
+            "output_checkpoint": row["output_checkpoint__handle"],
+            "action": row["action"],
+            "claim": row["claim"],
+            "feedback_score": score_for(caller, row["feedback_score"]),
+            "parents": sorted(parents[row["pk"]]),
+            "created_at": created_at.to_representation(row["created_at"]),
+        }
+        for row in rows
+    ]
 
 
 class CheckpointSerializer(serializers.ModelSerializer):

@@ -12,8 +12,17 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
-from apps.experiments.events import chain_key, chain_seal, chain_verify, event_append
+from apps.experiments.events import (
+    GLOBAL_CHAIN,
+    _ChainRecheck,
+    _seal_after_commit,
+    chain_key,
+    chain_seal,
+    chain_verify,
+    event_append,
+)
 from apps.experiments.models import Event, EventChain
 from tests.factories import make_run
 from tests.support.procs import ROOT, child_env
@@ -222,3 +231,43 @@ def test_both_backends_install_the_same_guards(tmp_path: Path):
         "experiments_experiment_owner_id_immutable",
     } <= pg_names
     assert sqlite_names == pg_names
+
+
+def _rechecks(chain_id: int) -> int:
+    return sum(isinstance(f, _ChainRecheck) and f.chain_id == chain_id for _, f, _ in connection.run_on_commit)
+
+
+def test_one_after_commit_recheck_per_chain_and_none_lost_with_a_savepoint(run):
+    events = append_some(run, 3)
+    other = make_run(name="other run")
+    event_append(run=other, type="test.happened", actor="worker_0001", role="worker")
+    assert _rechecks(events[0].chain_id) == 1
+    assert _rechecks(other.events.get(type="test.happened").chain_id) == 1
+    fresh = EventChain.objects.create(key="test-fresh-chain")
+
+    def recheck_twice_then_fail() -> None:
+        with transaction.atomic():
+            _seal_after_commit(fresh.key, fresh.pk)
+            _seal_after_commit(fresh.key, fresh.pk)
+            assert _rechecks(fresh.pk) == 1
+            raise RuntimeError("the savepoint rolls back, and its re-check with it")
+
+    with pytest.raises(RuntimeError):
+        recheck_twice_then_fail()
+    assert _rechecks(fresh.pk) == 0
+    _seal_after_commit(fresh.key, fresh.pk)  # so the next append registers one again
+    assert _rechecks(fresh.pk) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_of_many_events_is_rechecked_once_per_chain_and_verifies():
+    run = make_run()
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():  # commits inside the capture
+        for i in range(4):
+            event_append(run=run, type="test.happened", actor="worker_0001", role="worker", arguments={"i": i})
+            event_append(type="test.global", actor="system", role="system", arguments={"i": i})
+    rechecks = [q["sql"] for q in queries if q["sql"].startswith("SELECT rsiweb_seal_chain")]
+    assert len(rechecks) == 2
+    assert not Event.objects.filter(hash="").exists()
+    assert chain_verify(chain_key(run)).ok
+    assert chain_verify(GLOBAL_CHAIN).ok
