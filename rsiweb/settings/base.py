@@ -233,7 +233,7 @@ SPECTACULAR_SETTINGS = {
 RSI_TOKEN_RATE = env.text("RSI_TOKEN_RATE", "600/min")
 # Throttle counts (and any other cache use) are shared by all web processes through Redis.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {"default": {"BACKEND": "apps.core.cache.RedisCache", "LOCATION": REDIS_URL}}
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("RSI_MAX_REQUEST_BYTES", 2 * 1024 * 1024)
 
 # --- agents ------------------------------------------------------------------------------------
