@@ -8,12 +8,14 @@ Only services publish (STYLE.md 25). Every event reaches consumers as the channe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import re
+import threading
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
@@ -23,6 +25,43 @@ logger = logging.getLogger(__name__)
 LIVE_EVENT_TYPE = "live.event"
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _GROUP_NAME = re.compile(r"^[a-zA-Z0-9\-_.]{1,99}$")
+# A send that has not finished by then is logged as lost (a layer that hangs, not one that is down).
+SEND_TIMEOUT_SECONDS = 10.0
+
+
+class _PublisherLoop:
+    """One event loop per process, on a daemon thread, that every live event is sent from.
+
+    ``async_to_sync`` from a plain thread runs each call on a new event loop, and channels_redis
+    keeps its connections per loop: every live event opened a Redis connection and dropped it,
+    which held a publishing process near 290 events/s. Sends are still synchronous for the
+    caller (it waits for the result), so one thread's events keep their order. A forked child
+    (Celery's prefork pool) starts its own loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="rsiweb-live-publisher", daemon=True).start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+    def send(self, layer: Any, group: str, message: dict[str, Any]) -> None:
+        future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), self._running_loop())
+        try:
+            future.result(timeout=SEND_TIMEOUT_SECONDS)
+        except TimeoutError:
+            future.cancel()  # it must not linger on the loop, or finish later out of order
+            raise
+
+
+_publisher = _PublisherLoop()
 
 
 def publish_on_commit(group: str, event_type: str, payload: dict[str, Any]) -> None:
@@ -49,7 +88,7 @@ def publish_on_commit(group: str, event_type: str, payload: dict[str, Any]) -> N
             logger.warning("live event %s for %s dropped: no channel layer configured", event_type, group)
             return
         try:
-            async_to_sync(layer.group_send)(group, message)
+            _publisher.send(layer, group, message)
         except Exception:
             # Browsers re-read a snapshot when they reconnect, so a lost event costs freshness,
             # not correctness; the committed work stays committed.

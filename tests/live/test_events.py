@@ -103,3 +103,18 @@ def test_bad_event_types_and_group_names_raise_in_the_caller():
         publish_on_commit(run_group(uuid.uuid4()), "RunUpdated", {})
     with pytest.raises(ValueError, match="group"):
         publish_on_commit("run/1", "run.updated", {})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_of_one_process_go_out_on_one_event_loop(listener):
+    """Every send reuses the publisher's loop (and so the layer's connections), in order."""
+    from apps.live import events
+
+    group, next_message = listener
+    for n in range(5):
+        publish_on_commit(group, "experiment.updated", {"n": n})
+    loop = events._publisher._running_loop()
+    publish_on_commit(group, "experiment.updated", {"n": 5})
+    assert events._publisher._running_loop() is loop
+    assert loop.is_running()
+    assert [next_message(seconds=5)["payload"]["n"] for _ in range(6)] == [0, 1, 2, 3, 4, 5]
