@@ -120,10 +120,10 @@ if EMBEDDED:
         }
     }
 else:
-    # No persistent connections: under ASGI (daphne) each request's sync code runs on its own
-    # thread, so a kept connection is never reused and one process piles up idle connections
-    # until PostgreSQL refuses new clients (8 concurrent agents reached 70+; Django's docs say to
-    # disable them under ASGI). bench/api_vs_mlflow.py, docs/benchmarks.md (issue 4).
+    # No persistent connections: a kept connection belongs to one thread, and under an ASGI
+    # server sync code runs on whatever thread is free, so one process piled up idle connections
+    # until PostgreSQL refused new clients (8 concurrent agents reached 70+ under daphne; Django's
+    # docs say to disable them under ASGI). bench/api_vs_mlflow.py, docs/benchmarks.md (issue 4).
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
     # The web process borrows connections from a pool instead (psycopg_pool, Django >= 5.1):
     # opening a PostgreSQL connection costs ~3 ms, more than a whole API call. rsiweb/asgi.py
