@@ -14,13 +14,34 @@ import threading
 from typing import Any
 
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
+from django.core.cache.backends.redis import RedisCacheClient as DjangoRedisCacheClient
 from django.utils.functional import cached_property
 
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
 _LOCK = threading.Lock()
 
 
+class RedisCacheClient(DjangoRedisCacheClient):
+    """Django's client, keeping one ``redis.Redis`` per pool: building one costs ~0.2 ms (a table of
+    170 response callbacks), and Django built one per cache call — two per throttled request."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._redis_clients: dict[int, Any] = {}
+
+    def get_client(self, key: Any = None, *, write: bool = False) -> Any:
+        index = self._get_connection_pool_index(write)
+        client = self._redis_clients.get(index)
+        if client is None:
+            client = self._redis_clients[index] = self._client(connection_pool=self._get_connection_pool(write))
+        return client
+
+
 class RedisCache(DjangoRedisCache):
+    def __init__(self, server: Any, params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        self._class = RedisCacheClient
+
     @cached_property
     def _cache(self) -> Any:
         key = (self._class, tuple(self._servers), repr(sorted(self._options.items())))

@@ -100,10 +100,10 @@ def agent_token_revoke(*, token: AgentToken, actor: str = "system", reason: str 
 
 def agent_token_resolve(plaintext: str) -> AgentToken:
     """The live token for ``plaintext``, with its run and node loaded; AuthenticationFailed otherwise."""
-    token = (
-        # Not the run's benchmark: its sample-id lists can be long, and few tools read it.
-        AgentToken.objects.select_related("run", "node").filter(digest=token_digest(plaintext)).first()
-    )
+    # Not the run's benchmark: its sample-id lists can be long, and few tools read it. The digest
+    # is unique: a slice, not .first(), which would add an ORDER BY (compiled on every call).
+    found = AgentToken.objects.select_related("run", "node").filter(digest=token_digest(plaintext))[:1]
+    token = found[0] if found else None
     if token is None:
         raise exceptions.AuthenticationFailed("Unknown agent token.")
     now = timezone.now()
