@@ -9,6 +9,7 @@ processes without any server to install.
 from __future__ import annotations
 
 import secrets
+import warnings
 from pathlib import Path
 
 import dj_database_url
@@ -78,6 +79,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files from the web process itself (the dashboard's JS and CSS), no proxy needed.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -147,6 +150,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Without `collectstatic` (the demo, a checkout) WhiteNoise finds the files where they live, and
+# the missing STATIC_ROOT is expected, not worth a warning at every start.
+WHITENOISE_USE_FINDERS = True
+warnings.filterwarnings("ignore", message=r"No directory at: .*staticfiles")
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 

@@ -1,8 +1,8 @@
 """End-to-end fixtures: the real web server (uvicorn, as `manage.py serve`) on the test database, and Chromium.
 
-The server is a uvicorn subprocess serving rsiweb.asgi (websockets through the real
-channels_redis layer) with Django's static-files handler in front, pointed at the test
-database by DATABASE_URL. Tests change state by calling services in this process; the server
+The server is a uvicorn subprocess serving rsiweb.asgi as production does (websockets through
+the real channels_redis layer, static files from WhiteNoise), pointed at the test database by
+DATABASE_URL. Tests change state by calling services in this process; the server
 and the browser see only what was committed, so the tests use ``transactional_db``.
 
 The browser is Debian's Chromium (/usr/bin/chromium, installed by ./dev test), driven by
@@ -61,7 +61,7 @@ def start_server(
     }
     log = log_path.open("w")
     process = subprocess.Popen(
-        uvicorn_command(host="127.0.0.1", port=port, app="tests.e2e.asgi:application"),
+        uvicorn_command(host="127.0.0.1", port=port),
         cwd=ROOT,
         env=env,
         stdout=log,
