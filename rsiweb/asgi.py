@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import os
 
+from django.conf import settings
+
 from rsiweb import env
 
 HTTP_THREADS = max(1, env.integer("RSI_HTTP_THREADS", 8))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rsiweb.settings.base")
-# The threads, Channels' database thread and one spare.
-os.environ.setdefault("RSI_DB_POOL", str(HTTP_THREADS + 2))
+if not settings.configured:
+    # This process is the server (nothing has read the settings yet, as a test process or a
+    # management command would have): a pool for the threads, Channels' database thread and one
+    # spare. Only for this process: Celery workers are started separately and keep plain
+    # connections (their forked children must not share a pool's sockets).
+    os.environ.setdefault("RSI_DB_POOL", str(HTTP_THREADS + 2))
 
 from a2wsgi import WSGIMiddleware  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
