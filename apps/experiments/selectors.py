@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
+from django.db.models import Count, Max, Min
 
-from apps.experiments.models import Checkpoint, ExperimentEdge
+from apps.experiments.models import Checkpoint, ExperimentEdge, MetricPoint
 
 # Guards a corrupt (cyclic) graph from looping forever; real runs are far shallower.
 MAX_DEPTH = 10_000
@@ -157,18 +158,12 @@ def metric_history(
 
 def metric_keys(*, experiment_id: int) -> list[str]:
     """The keys logged on an experiment, sorted."""
-    from apps.experiments.models import MetricPoint
-
     keys = MetricPoint.objects.filter(experiment_id=experiment_id).order_by("key").values_list("key", flat=True)
     return list(keys.distinct())
 
 
 def metric_summary(*, experiment_id: int) -> list[dict[str, Any]]:
     """Per logged key: how many points and the step range (one grouped query)."""
-    from django.db.models import Count, Max, Min
-
-    from apps.experiments.models import MetricPoint
-
     rows = (
         MetricPoint.objects.filter(experiment_id=experiment_id)
         .values("key")

@@ -165,6 +165,13 @@ def metric_points_log(*, experiment: Experiment, points: list[tuple[str, int, fl
         return 0, 0
     if len(points) > MAX_METRIC_POINTS:
         raise ApplicationError("too_many_points", f"At most {MAX_METRIC_POINTS} points per call; split the batch.")
+    seen: set[tuple[str, int]] = set()
+    for index, (key, step, _) in enumerate(points):
+        if (key, step) in seen:
+            raise ApplicationError(
+                "duplicate_point", f"/points/{index}: {key} at step {step} appears twice in this call."
+            )
+        seen.add((key, step))
     keys, steps, values = (list(column) for column in zip(*points, strict=True))
     if connection.vendor == "postgresql":
         # Three array parameters, whatever the batch size: nothing to parse per point.

@@ -192,9 +192,8 @@ def validate_input(tool: Tool, args: Any) -> None:
 def output_errors(tool: Tool, result: Any) -> list[str]:
     if _passes_compiled(tool, "output", result):
         return []
-    return [f"{_json_pointer(e.absolute_path)}: {e.message}" for e in _validator(tool, "output").iter_errors(result)][
-        :5
-    ]
+    errors = _validator(tool, "output").iter_errors(result)
+    return [f"{_json_pointer(e.absolute_path)}: {e.message}" for e in errors][:5]
 
 
 def parse_body(request: Request) -> dict[str, Any]:

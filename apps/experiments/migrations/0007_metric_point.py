@@ -21,10 +21,21 @@ class Migration(migrations.Migration):
                 ('step', models.BigIntegerField()),
                 ('value', models.FloatField()),
                 ('created_at', models.DateTimeField()),
-                ('experiment', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='metric_points', to='experiments.experiment')),
+                (
+                    'experiment',
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name='metric_points',
+                        to='experiments.experiment',
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('experiment', 'key', 'step'), name='metric_point_one_value_per_step')],
+                'constraints': [
+                    models.UniqueConstraint(
+                        fields=('experiment', 'key', 'step'), name='metric_point_one_value_per_step'
+                    )
+                ],
             },
         ),
         # Logged values are records: never rewritten, never removed.

@@ -336,18 +336,8 @@ def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     if experiment is None or experiment.owner_id != ctx.node.pk:
         experiment_for(ctx, args["experiment"])  # 404 unless the caller may see it
         raise PermissionDenied("not_your_experiment", "A Worker logs metrics only on its own experiments.")
-    points, seen = [], set()
-    for index, point in enumerate(args["points"]):
-        value = float(point["value"])  # finite: the view refuses infinities
-        where = (point["key"], point["step"])
-        if where in seen:
-            raise ApplicationError(
-                "duplicate_point",
-                f"/points/{index}: {where[0]} at step {where[1]} appears twice in this call.",
-                status=400,
-            )
-        seen.add(where)
-        points.append((point["key"], point["step"], value))
+    # Values are finite: the view refuses infinities.
+    points = [(point["key"], point["step"], float(point["value"])) for point in args["points"]]
     logged, unchanged = metric_points_log(experiment=experiment, points=points)
     ctx.result_ref = f"experiment:{experiment.uuid}"
     return {"experiment": experiment.handle, "logged": logged, "unchanged": unchanged}

@@ -28,7 +28,6 @@ def _in_fresh_contexts(count: int) -> list[tuple[object, object]]:
 
 def test_requests_in_fresh_contexts_reuse_one_redis_connection():
     assert settings.CACHES["default"]["BACKEND"] == "apps.core.cache.RedisCache"
-    name = "rsiweb-cache-test"
     server = redis.Redis.from_url(settings.REDIS_URL)
     _in_fresh_contexts(1)  # the pool's first connection
     before = len(server.client_list())
@@ -38,4 +37,4 @@ def test_requests_in_fresh_contexts_reuse_one_redis_connection():
     assert len({id(cache) for cache, _ in seen}) > 1
     # ... and they share one client, so 20 "requests" opened no new connection.
     assert len({id(client) for _, client in seen}) == 1
-    assert after - before <= 0, f"{after - before} new Redis connections for 20 requests ({name})"
+    assert after - before <= 0, f"{after - before} new Redis connections for 20 requests"
