@@ -5,23 +5,16 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from kombu import Queue
+from kombu import Queue as KombuQueue
+
+from apps.core.queues import TASK_ROUTES, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rsiweb.settings.base")
 
-QUEUE_GPU = "gpu"  # training and evaluation: one process per accelerator
-QUEUE_AGENTS = "agents"  # LLM / heuristic agent loops, I/O bound
-QUEUE_DEFAULT = "default"  # data jobs, integrity scans, the reaper
-QUEUES = (QUEUE_GPU, QUEUE_AGENTS, QUEUE_DEFAULT)
-
 app = Celery("rsiweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.task_queues = tuple(Queue(name) for name in QUEUES)
-app.conf.task_default_queue = QUEUE_DEFAULT
-app.conf.task_routes = {
-    "workers.gpu.*": {"queue": QUEUE_GPU},
-    "workers.agents.*": {"queue": QUEUE_AGENTS},
-    "workers.data.*": {"queue": QUEUE_DEFAULT},
-}
+app.conf.task_queues = tuple(KombuQueue(name.value) for name in Queue)
+app.conf.task_default_queue = Queue.DEFAULT.value
+app.conf.task_routes = TASK_ROUTES
 # workers/ is not a Django app, so its task modules are named explicitly.
 app.autodiscover_tasks(packages=["workers.gpu", "workers.agents", "workers.data"], related_name="tasks")

@@ -28,8 +28,10 @@ from uuid import UUID
 from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
+from apps.core.records import cut
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
 from apps.experiments.models import Checkpoint, Evaluation, Experiment, IntegrityStatusChange
+from apps.experiments.selectors import EXPERIMENT_VALUES, experiment_row
 from apps.integrity.choices import (
     CATEGORIES,
     CLEAN_OBSERVATIONS,
@@ -42,31 +44,25 @@ from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
 from apps.research.choices import NodeKind
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
+from apps.research.selectors import (
+    DECISION_VALUES,
+    EDGE_VALUES,
+    NODE_VALUES,
+    decision_live,
+    decision_row,
+    edge_row,
+    guidance_live,
+    node_live,
+    node_row,
+    run_live,
+)
 from apps.reviews.models import ReviewReport
+from apps.reviews.selectors import SUMMARY_CHARS, report_live
 
 # The live records carry what the run page draws and lists; long texts are cut (a decision's
 # rationale) or left to the side panel, which fetches a node's whole task and summary on click.
 # A 2,000-node run's snapshot is about 0.6 MB this way.
-RATIONALE_CHARS = 240
-SUMMARY_CHARS = 300
 LOG_TAIL_LINES = 200
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _iso(value: datetime | None) -> str | None:
-    # The same spelling DjangoJSONEncoder gives publish_on_commit payloads, so a snapshot and an
-    # event about the same record compare equal.
-    if value is None:
-        return None
-    text = value.isoformat()
-    if value.microsecond:
-        text = text[:23] + text[26:]
-    if text.endswith("+00:00"):
-        text = text[:-6] + "Z"
-    return text
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -124,151 +120,7 @@ def run_budget_bars(run: Run, *, now: datetime | None = None) -> list[BudgetBar]
     ]
 
 
-def run_live(run: Run) -> dict[str, Any]:
-    """The run record of the run page's snapshot and of ``run.*`` events."""
-    return {
-        "uuid": str(run.uuid),
-        "name": run.name,
-        "status": run.status,
-        "benchmark": str(run.benchmark),
-        "target_capability": run.target_capability,
-        "flagged": run.flagged,
-        "max_parallel_workers": run.max_parallel_workers,
-        "budget_accelerator_seconds": run.budget_accelerator_seconds,
-        "budget_llm_tokens": run.budget_llm_tokens,
-        "budget_wall_seconds": run.budget_wall_seconds,
-        "reserved_final_seconds": run.reserved_final_seconds,
-        "used_accelerator_seconds": run.used_accelerator_seconds,
-        "used_llm_tokens": run.used_llm_tokens,
-        "started_at": _iso(run.started_at),
-        "finished_at": _iso(run.finished_at),
-        "result_checkpoint": run.result_checkpoint.handle if run.result_checkpoint_id else None,
-    }
-
-
 # --- the research DAG --------------------------------------------------------------------------
-
-
-# The research DAG and the experiment graph can have thousands of records, so their snapshot
-# reads rows (values()), not model instances; a live event reads its one row the same way, so
-# both go through the same row -> record function.
-_NODE_VALUES = ("uuid", "handle", "kind", "status", "created_by_decision__uuid", "created_at", "finalized_at")
-_EDGE_VALUES = ("upstream__uuid", "downstream__uuid", "kind")
-_DECISION_VALUES = ("uuid", "kind", "trigger", "rationale", "subject__uuid", "created_at")
-_EXPERIMENT_VALUES = (
-    "pk",
-    "uuid",
-    "handle",
-    "owner__uuid",
-    "kind",
-    "status",
-    "integrity_status",
-    "feedback_score",
-    "output_checkpoint__handle",
-    "created_at",
-)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _node_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "uuid": str(row["uuid"]),
-        "handle": row["handle"],
-        "kind": row["kind"],
-        "status": row["status"],
-        "decision": _text(row["created_by_decision__uuid"]),
-        "created_at": _iso(row["created_at"]),
-        "finalized_at": _iso(row["finalized_at"]),
-    }
-
-
-def _edge_row(row: dict[str, Any]) -> dict[str, Any]:
-    # No id of its own: an edge is keyed by its two ends, "<source>><target>" (live.js edgeKey).
-    return {"source": str(row["upstream__uuid"]), "target": str(row["downstream__uuid"]), "kind": row["kind"]}
-
-
-def _decision_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "uuid": str(row["uuid"]),
-        "kind": row["kind"],
-        "trigger": row["trigger"],
-        "rationale": _cut(row["rationale"], RATIONALE_CHARS),
-        "subject": _text(row["subject__uuid"]),
-        "created_at": _iso(row["created_at"]),
-    }
-
-
-def _experiment_row(row: dict[str, Any], parents: list[str]) -> dict[str, Any]:
-    return {
-        "uuid": str(row["uuid"]),
-        "handle": row["handle"],
-        "owner": str(row["owner__uuid"]),
-        "kind": row["kind"],
-        "status": row["status"],
-        "integrity_status": row["integrity_status"],
-        "feedback_score": row["feedback_score"],
-        "output_checkpoint": row["output_checkpoint__handle"],
-        "parents": parents,
-        "created_at": _iso(row["created_at"]),
-    }
-
-
-def node_live(node: ResearchNode) -> dict[str, Any]:
-    """A Worker or Reviewer of the research DAG (``node.*`` events), as committed so far."""
-    return _node_row(ResearchNode.objects.filter(pk=node.pk).values(*_NODE_VALUES).get())
-
-
-def edge_live(edge: ResearchEdge) -> dict[str, Any]:
-    """An edge of the research DAG (``edge.*`` events); keyed by its two ends."""
-    return _edge_row(ResearchEdge.objects.filter(pk=edge.pk).values(*_EDGE_VALUES).get())
-
-
-def decision_live(decision: Decision) -> dict[str, Any]:
-    """A Main Agent decision (``decision.*`` events)."""
-    return _decision_row(Decision.objects.filter(pk=decision.pk).values(*_DECISION_VALUES).get())
-
-
-def experiment_live(experiment: Experiment) -> dict[str, Any]:
-    """An experiment of the experiment graph (``experiment.*`` events).
-
-    The job pipeline publishes ``experiment.updated`` with the subset
-    {uuid, handle, status, feedback_score, output_checkpoint}; the names and spellings here match.
-    """
-    row = Experiment.objects.filter(pk=experiment.pk).values(*_EXPERIMENT_VALUES).get()
-    parents = [
-        str(u)
-        for u in Experiment.objects.filter(child_edges__child=experiment.pk)
-        .order_by("pk")
-        .values_list("uuid", flat=True)
-    ]
-    return _experiment_row(row, parents)
-
-
-def guidance_live(guidance: Guidance) -> dict[str, Any]:
-    """Human guidance (``guidance.*`` events): pending until a planning step applies it."""
-    return {
-        "uuid": str(guidance.uuid),
-        "text": guidance.text,
-        "author": guidance.author.get_username(),
-        "created_at": _iso(guidance.created_at),
-        "applied_at": _iso(guidance.applied_at),
-        "applied_decision": str(guidance.applied_decision.uuid) if guidance.applied_decision_id else None,
-        "applied_note": guidance.applied_note,
-    }
-
-
-def report_live(report: ReviewReport) -> dict[str, Any]:
-    """A Reviewer report (``report.*`` events)."""
-    return {
-        "uuid": str(report.uuid),
-        "reviewer": str(report.reviewer.uuid),
-        "status": report.status,
-        "summary": _cut(report.summary, SUMMARY_CHARS),
-        "created_at": _iso(report.created_at),
-    }
 
 
 def run_snapshot(*, run: Run) -> dict[str, Any]:
@@ -278,7 +130,7 @@ def run_snapshot(*, run: Run) -> dict[str, Any]:
     """
     nodes = ResearchNode.objects.filter(run=run).exclude(kind=NodeKind.MAIN).order_by("created_at", "pk")
     decisions = Decision.objects.filter(run=run).order_by("created_at", "pk")
-    experiments = list(Experiment.objects.filter(run=run).order_by("created_at", "pk").values(*_EXPERIMENT_VALUES))
+    experiments = list(Experiment.objects.filter(run=run).order_by("created_at", "pk").values(*EXPERIMENT_VALUES))
     parents: dict[int, list[str]] = {row["pk"]: [] for row in experiments}
     edges = Experiment.parents.through.objects.filter(child__run=run).order_by("parent_id")
     for child_id, parent_uuid in edges.values_list("child_id", "parent__uuid"):
@@ -288,10 +140,10 @@ def run_snapshot(*, run: Run) -> dict[str, Any]:
     jobs = Job.objects.filter(run=run).select_related("experiment").order_by("created_at", "pk")
     return {
         "run": run_live(run),
-        "nodes": [_node_row(row) for row in nodes.values(*_NODE_VALUES)],
-        "edges": [_edge_row(row) for row in ResearchEdge.objects.filter(run=run).order_by("pk").values(*_EDGE_VALUES)],
-        "decisions": [_decision_row(row) for row in decisions.values(*_DECISION_VALUES)],
-        "experiments": [_experiment_row(row, parents[row["pk"]]) for row in experiments],
+        "nodes": [node_row(row) for row in nodes.values(*NODE_VALUES)],
+        "edges": [edge_row(row) for row in ResearchEdge.objects.filter(run=run).order_by("pk").values(*EDGE_VALUES)],
+        "decisions": [decision_row(row) for row in decisions.values(*DECISION_VALUES)],
+        "experiments": [experiment_row(row, parents[row["pk"]]) for row in experiments],
         "guidance": [guidance_live(g) for g in guidance],
         "reports": [report_live(r) for r in reports],
         "jobs": [job_payload(j) for j in jobs],
@@ -339,7 +191,7 @@ def node_detail(*, run: Run, node_uuid: Any) -> dict[str, Any] | None:
             for e in experiments.order_by("created_at", "pk")
         ],
         "reports": [
-            {"uuid": str(r.uuid), "status": r.status, "summary": _cut(r.summary, SUMMARY_CHARS)}
+            {"uuid": str(r.uuid), "status": r.status, "summary": cut(r.summary, SUMMARY_CHARS)}
             for r in reports.order_by("created_at", "pk")
         ],
     }

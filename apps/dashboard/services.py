@@ -11,7 +11,8 @@ from typing import Any
 from django.db import transaction
 
 from apps.core.errors import ApplicationError
-from apps.dashboard.selectors import experiment_live, guidance_live, run_live
+from apps.experiments.selectors import experiment_live
+from apps.research.selectors import guidance_live, run_live
 from apps.live.events import publish_on_commit
 from apps.live.groups import run_group
 from apps.research import services as research_services

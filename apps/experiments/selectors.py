@@ -14,7 +14,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Max, Min
 
-from apps.experiments.models import Checkpoint, ExperimentEdge, MetricPoint
+from apps.core.records import iso
+from apps.experiments.models import Checkpoint, Experiment, ExperimentEdge, MetricPoint
 
 # Guards a corrupt (cyclic) graph from looping forever; real runs are far shallower.
 MAX_DEPTH = 10_000
@@ -171,3 +172,48 @@ def metric_summary(*, experiment_id: int) -> list[dict[str, Any]]:
         .order_by("key")
     )
     return [dict(row) for row in rows]
+
+
+# --- public records (snapshots and live events) ------------------------------------------------
+
+# The experiment graph can have thousands of experiments: the run snapshot reads rows, and a
+# live event reads its one row the same way, through the same row -> record function.
+EXPERIMENT_VALUES = (
+    "pk",
+    "uuid",
+    "handle",
+    "owner__uuid",
+    "kind",
+    "status",
+    "integrity_status",
+    "feedback_score",
+    "output_checkpoint__handle",
+    "created_at",
+)
+
+
+def experiment_row(row: dict[str, Any], parents: list[str]) -> dict[str, Any]:
+    return {
+        "uuid": str(row["uuid"]),
+        "handle": row["handle"],
+        "owner": str(row["owner__uuid"]),
+        "kind": row["kind"],
+        "status": row["status"],
+        "integrity_status": row["integrity_status"],
+        "feedback_score": row["feedback_score"],
+        "output_checkpoint": row["output_checkpoint__handle"],
+        "parents": parents,
+        "created_at": iso(row["created_at"]),
+    }
+
+
+def experiment_live(experiment: Experiment) -> dict[str, Any]:
+    """An experiment of the experiment graph (``experiment.*`` events), as committed so far."""
+    row = Experiment.objects.filter(pk=experiment.pk).values(*EXPERIMENT_VALUES).get()
+    parents = [
+        str(u)
+        for u in Experiment.objects.filter(child_edges__child=experiment.pk)
+        .order_by("pk")
+        .values_list("uuid", flat=True)
+    ]
+    return experiment_row(row, parents)

@@ -2,8 +2,9 @@
 
 Only services publish (STYLE.md 25). Every event reaches consumers as the channel-layer message
 ``{"type": "live.event", "event": "<dotted.type>", "payload": {...}}``, handled by a consumer's
-``live_event`` method. The event type is dotted, ``<entity>.<what happened>``: ``run.updated``,
-``node.created``, ``experiment.updated``, ``job.progress``, ``guidance.applied``.
+``live_event`` method. The event types are declared once, in ``LiveEvent``: dotted,
+``<entity>.<what happened>``, where the entity names the record the payload is (built by that
+record's selector) and the browser merges it into the record with the same key.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import re
 import threading
+from enum import StrEnum
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -23,7 +25,30 @@ from django.db import transaction
 logger = logging.getLogger(__name__)
 
 LIVE_EVENT_TYPE = "live.event"
-_EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+
+class LiveEvent(StrEnum):
+    """Every live event type; publishers and consumers name them only through this."""
+
+    RUN_UPDATED = "run.updated"  # status, budget use, result: payload run_live (or a subset)
+    NODE_CREATED = "node.created"  # a Worker or Reviewer joined the research DAG
+    NODE_UPDATED = "node.updated"  # its status changed (finalized, abandoned)
+    EDGE_CREATED = "edge.created"
+    DECISION_CREATED = "decision.created"  # a Main Agent decision with its rationale
+    PREDICTION_CREATED = "prediction.created"
+    PREDICTION_UPDATED = "prediction.updated"  # bound to a Worker, or reconciled
+    GUIDANCE_CREATED = "guidance.created"  # a person's guidance, pending
+    GUIDANCE_UPDATED = "guidance.updated"  # applied (or read) by a planning step
+    REPORT_CREATED = "report.created"  # a Reviewer report
+    REPORT_UPDATED = "report.updated"
+    EXPERIMENT_CREATED = "experiment.created"
+    EXPERIMENT_UPDATED = "experiment.updated"  # status, feedback score, integrity status
+    EVALUATION_CREATED = "evaluation.created"  # a recorded (or refused) evaluation
+    JOB_UPDATED = "job.updated"  # a job's state machine moved
+    JOB_PROGRESS = "job.progress"  # the high-rate subset: progress, a metrics point, a log line
+
+
+_EVENT_TYPES = frozenset(LiveEvent)
 _GROUP_NAME = re.compile(r"^[a-zA-Z0-9\-_.]{1,99}$")
 # A send that has not finished by then is logged as lost (a layer that hangs, not one that is down).
 SEND_TIMEOUT_SECONDS = 10.0
@@ -64,7 +89,7 @@ class _PublisherLoop:
 _publisher = _PublisherLoop()
 
 
-def publish_on_commit(group: str, event_type: str, payload: dict[str, Any]) -> None:
+def publish_on_commit(group: str, event_type: LiveEvent, payload: dict[str, Any]) -> None:
     """Send a live event to a group once the current transaction commits; nothing if it rolls back.
 
     The payload is turned into plain JSON now (UUIDs, datetimes and decimals become strings), so
@@ -72,13 +97,13 @@ def publish_on_commit(group: str, event_type: str, payload: dict[str, Any]) -> N
     it to the browser as is. Bad arguments raise here, in the caller; a channel layer that is
     down is logged and never raises, because a live update is not worth the caller's work.
     """
-    if not _EVENT_TYPE.match(event_type):
-        raise ValueError(f"event type {event_type!r} must be dotted lower-case, e.g. 'run.updated'")
+    if event_type not in _EVENT_TYPES:
+        raise ValueError(f"event type {event_type!r} is not declared in apps.live.events.LiveEvent")
     if not _GROUP_NAME.match(group):
         raise ValueError(f"group {group!r} is not a channel-layer group name; build it with apps.live.groups")
     message = {
         "type": LIVE_EVENT_TYPE,
-        "event": event_type,
+        "event": str(event_type),
         "payload": json.loads(json.dumps(payload, cls=DjangoJSONEncoder)),
     }
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from apps.core.records import cut, iso
 from apps.reviews.models import ReviewReport
 from apps.reviews.services import LIST_FIELDS
 
 SEALED_MARK = "[sealed]"
+# The run page lists reports with a short summary; the report page shows the whole.
+SUMMARY_CHARS = 300
 
 
 def _sealed_pattern(report: ReviewReport) -> re.Pattern[str] | None:
@@ -60,3 +63,14 @@ def report_payload(report: ReviewReport, *, redacted: bool) -> dict[str, Any]:
     for name in LIST_FIELDS:
         payload[name] = [scrub(x) for x in getattr(report, name) or []]
     return payload
+
+
+def report_live(report: ReviewReport) -> dict[str, Any]:
+    """A Reviewer report (``report.*`` events and the run page's snapshot)."""
+    return {
+        "uuid": str(report.uuid),
+        "reviewer": str(report.reviewer.uuid),
+        "status": report.status,
+        "summary": cut(report.summary, SUMMARY_CHARS),
+        "created_at": iso(report.created_at),
+    }

@@ -18,9 +18,11 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from apps.dashboard.selectors import decision_live, edge_live, experiment_live, guidance_live, node_live, report_live
+from apps.experiments.selectors import experiment_live
 from apps.live.events import publish_on_commit
 from apps.live.groups import run_group
+from apps.research.selectors import decision_live, edge_live, guidance_live, node_live
+from apps.reviews.selectors import report_live
 
 COLLECTIONS = {
     "node": "nodes",

@@ -17,13 +17,14 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from apps.dashboard.selectors import guidance_live, job_snapshot, run_snapshot
+from apps.dashboard.selectors import job_snapshot, run_snapshot
 from apps.dashboard.services import guidance_post, run_control
 from apps.experiments.services import experiment_create
 from apps.expos.auth import agent_token_issue
 from apps.jobs.services import job_claim, job_enqueue, job_report
 from apps.live.consumers import CLOSE_FORBIDDEN, CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from apps.research.models import Guidance, Run
+from apps.research.selectors import guidance_live
 from apps.research.services import decision_record, guidance_mark_read, worker_add
 from rsiweb.asgi import application
 from tests.dashboard import live_helpers as lh

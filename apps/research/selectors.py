@@ -1,0 +1,128 @@
+"""Reads of runs and the research DAG, and the public shape of each record.
+
+One function builds each record's public shape (``run_live``, ``node_live``, ...). The run
+page's snapshot (apps/dashboard/selectors.py) is a list of these records, and every live event
+that the research services publish carries the same shape, so a browser that applies events to
+a snapshot ends with what a fresh snapshot would show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.core.records import cut, iso, text_or_none
+from apps.research.models import Decision, Guidance, Prediction, ResearchEdge, ResearchNode, Run
+
+# Long texts are cut (a decision's rationale) or left to the side panel, which fetches a node's
+# whole task and summary on click. A 2,000-node run's snapshot is about 0.6 MB this way.
+RATIONALE_CHARS = 240
+
+# The research DAG can have thousands of records, so the snapshot reads rows (values()), not
+# model instances; a live event reads its one row the same way, through the same row -> record
+# function.
+NODE_VALUES = ("uuid", "handle", "kind", "status", "created_by_decision__uuid", "created_at", "finalized_at")
+EDGE_VALUES = ("upstream__uuid", "downstream__uuid", "kind")
+DECISION_VALUES = ("uuid", "kind", "trigger", "rationale", "subject__uuid", "created_at")
+
+
+def run_live(run: Run) -> dict[str, Any]:
+    """The run record of the run page's snapshot and of ``run.*`` events."""
+    return {
+        "uuid": str(run.uuid),
+        "name": run.name,
+        "status": run.status,
+        "benchmark": str(run.benchmark),
+        "target_capability": run.target_capability,
+        "flagged": run.flagged,
+        "max_parallel_workers": run.max_parallel_workers,
+        "budget_accelerator_seconds": run.budget_accelerator_seconds,
+        "budget_llm_tokens": run.budget_llm_tokens,
+        "budget_wall_seconds": run.budget_wall_seconds,
+        "reserved_final_seconds": run.reserved_final_seconds,
+        "used_accelerator_seconds": run.used_accelerator_seconds,
+        "used_llm_tokens": run.used_llm_tokens,
+        "started_at": iso(run.started_at),
+        "finished_at": iso(run.finished_at),
+        "result_checkpoint": run.result_checkpoint.handle if run.result_checkpoint_id else None,
+    }
+
+
+def run_live_get(run: Run) -> dict[str, Any]:
+    """``run_live`` of the run as committed now (a caller's instance may hold stale fields)."""
+    return run_live(Run.objects.select_related("benchmark", "result_checkpoint").get(pk=run.pk))
+
+
+def node_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "uuid": str(row["uuid"]),
+        "handle": row["handle"],
+        "kind": row["kind"],
+        "status": row["status"],
+        "decision": text_or_none(row["created_by_decision__uuid"]),
+        "created_at": iso(row["created_at"]),
+        "finalized_at": iso(row["finalized_at"]),
+    }
+
+
+def edge_row(row: dict[str, Any]) -> dict[str, Any]:
+    # No id of its own: an edge is keyed by its two ends, "<source>><target>" (live.js edgeKey).
+    return {"source": str(row["upstream__uuid"]), "target": str(row["downstream__uuid"]), "kind": row["kind"]}
+
+
+def decision_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "uuid": str(row["uuid"]),
+        "kind": row["kind"],
+        "trigger": row["trigger"],
+        "rationale": cut(row["rationale"], RATIONALE_CHARS),
+        "subject": text_or_none(row["subject__uuid"]),
+        "created_at": iso(row["created_at"]),
+    }
+
+
+def node_live(node: ResearchNode) -> dict[str, Any]:
+    """A Worker or Reviewer of the research DAG (``node.*`` events), as committed so far."""
+    return node_row(ResearchNode.objects.filter(pk=node.pk).values(*NODE_VALUES).get())
+
+
+def edge_live(edge: ResearchEdge) -> dict[str, Any]:
+    """An edge of the research DAG (``edge.*`` events); keyed by its two ends."""
+    return edge_row(ResearchEdge.objects.filter(pk=edge.pk).values(*EDGE_VALUES).get())
+
+
+def decision_live(decision: Decision) -> dict[str, Any]:
+    """A Main Agent decision (``decision.*`` events)."""
+    return decision_row(Decision.objects.filter(pk=decision.pk).values(*DECISION_VALUES).get())
+
+
+def guidance_live(guidance: Guidance) -> dict[str, Any]:
+    """Human guidance (``guidance.*`` events): pending until a planning step applies it."""
+    return {
+        "uuid": str(guidance.uuid),
+        "text": guidance.text,
+        "author": guidance.author.get_username(),
+        "created_at": iso(guidance.created_at),
+        "applied_at": iso(guidance.applied_at),
+        "applied_decision": str(guidance.applied_decision.uuid) if guidance.applied_decision_id else None,
+        "applied_note": guidance.applied_note,
+    }
+
+
+def guidance_live_get(guidance: Guidance) -> dict[str, Any]:
+    """``guidance_live`` of the guidance as committed now."""
+    return guidance_live(Guidance.objects.select_related("author", "applied_decision").get(pk=guidance.pk))
+
+
+def prediction_live(prediction: Prediction) -> dict[str, Any]:
+    """A prediction (``prediction.*`` events): open until reconciled against what was observed."""
+    return {
+        "uuid": str(prediction.uuid),
+        "text": prediction.text,
+        "metric": prediction.metric,
+        "expected_value": prediction.expected_value,
+        "worker": str(prediction.worker.uuid) if prediction.worker_id else None,
+        "verdict": prediction.verdict,
+        "observed_value": prediction.observed_value,
+        "created_at": iso(prediction.created_at),
+        "reconciled_at": iso(prediction.reconciled_at),
+    }
