@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from apps.benchmarks.minibench.tasks import PROMPT_TEMPLATE, TASKS, completion_text, number_words  # noqa: E402
+from apps.benchmarks.minibench.task_specs import PROMPT_TEMPLATE, TASKS, completion_text, number_words  # noqa: E402
 from apps.integrity.contamination import ContaminationScanner  # noqa: E402
 
 FILLERS = ["please", "quickly", "now", "exactly", "today", "then"]

@@ -1,10 +1,10 @@
-"""Websocket routes; consumers live in apps.live.consumers."""
+"""Websocket routes; the consumers live beside the pages they feed, in apps.dashboard.consumers."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from apps.live.consumers import JobConsumer, RunConsumer
+from apps.dashboard.consumers import JobConsumer, RunConsumer
 
 websocket_urlpatterns = [
     path("ws/runs/<uuid:run_uuid>/", RunConsumer.as_asgi()),

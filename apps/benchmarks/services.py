@@ -31,6 +31,7 @@ from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint
 from apps.experiments.services import checkpoint_register, manifest_digest
+from apps.integrity.contamination import ContaminationScanner
 
 TASK_FILE = "task.json"
 EVALUATOR_FILE = "evaluator.py"
@@ -307,6 +308,17 @@ def benchmark_sealed_items(*, benchmark: Benchmark) -> list[dict[str, Any]]:
         rows, _ = benchmark_load_sealed(benchmark=benchmark, split=split)
         items.extend({**row, "split": split} for row in rows)
     return items
+
+
+def benchmark_scanner(*, benchmark: Benchmark, **options: Any) -> ContaminationScanner:
+    """A contamination scanner over both sealed splits of a registered benchmark (hashes verified first).
+
+    The benchmark's own prompt template is stripped from rows before near-duplicate comparison.
+    Raises ``SealBroken`` if the sealed files fail verification.
+    """
+    template = str((benchmark.settings or {}).get("prompt_template", ""))
+    options.setdefault("templates", [template] if template else [])
+    return ContaminationScanner(benchmark_sealed_items(benchmark=benchmark), **options)
 
 
 def benchmark_scorer(*, benchmark: Benchmark) -> Callable[[str, str], bool]:

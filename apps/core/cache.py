@@ -29,11 +29,14 @@ class RedisCacheClient(DjangoRedisCacheClient):
         super().__init__(*args, **kwargs)
         self._redis_clients: dict[int, Any] = {}
 
+    # The underscored names are Django's own (django/core/cache/backends/redis.py), which its
+    # stubs do not declare; tests/apps/core/test_cache.py runs them against the real Redis.
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        index = self._get_connection_pool_index(write)
+        index = self._get_connection_pool_index(write)  # type: ignore[attr-defined]
         client = self._redis_clients.get(index)
         if client is None:
-            client = self._redis_clients[index] = self._client(connection_pool=self._get_connection_pool(write))
+            pool = self._get_connection_pool(write)  # type: ignore[attr-defined]
+            client = self._redis_clients[index] = self._client(connection_pool=pool)  # type: ignore[attr-defined]
         return client
 
 
@@ -44,9 +47,11 @@ class RedisCache(DjangoRedisCache):
 
     @cached_property
     def _cache(self) -> Any:
-        key = (self._class, tuple(self._servers), repr(sorted(self._options.items())))
+        servers: list[str] = self._servers  # type: ignore[attr-defined]
+        options: dict[str, Any] = self._options  # type: ignore[attr-defined]
+        key = (self._class, tuple(servers), repr(sorted(options.items())))
         with _LOCK:
             client = _CLIENTS.get(key)
             if client is None:
-                client = _CLIENTS[key] = self._class(self._servers, **self._options)
+                client = _CLIENTS[key] = self._class(servers, **options)
         return client

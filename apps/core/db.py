@@ -93,7 +93,9 @@ def freeze_column(table: str, column: str) -> migrations.RunPython:
     return migrations.RunPython(forward, backward)
 
 
-def _seal_once_sql(vendor: str, table: str, seal_columns: tuple[str, ...], content_columns: tuple[str, ...]):
+def _seal_once_sql(
+    vendor: str, table: str, seal_columns: tuple[str, ...], content_columns: tuple[str, ...]
+) -> tuple[list[str], list[str]]:
     """UPDATE may only fill the seal columns of an unsealed row (``hash`` empty), once."""
     name = f"{table}_seal_once"
     message = f"{table} is append-only: only sealing an unsealed row is allowed"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.db.models import QuerySet
 from django.db.models.functions import Length
 
 
-def next_handle(queryset: QuerySet, prefix: str, *, field: str = "handle") -> str:
+def next_handle(queryset: QuerySet[Any], prefix: str, *, field: str = "handle") -> str:
     """The next ``<prefix>_NNNN`` in ``queryset``.
 
     Callers hold a lock on the scope (the run row) so two writers never pick the same number;

@@ -21,6 +21,7 @@ class TaskName(StrEnum):
     EVALUATE_JOB = "workers.gpu.evaluate_job_task"
     DATA_JOB = "workers.data.data_job_task"
     INTEGRITY_CHECK = "workers.data.integrity_check_task"
+    REAP_JOBS = "workers.data.reap_jobs_task"
     AGENT_STEP = "workers.agents.agent_step_task"
     RUN_SUPERVISE = "workers.agents.run_supervise_task"
 

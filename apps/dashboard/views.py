@@ -1,4 +1,4 @@
-"""Dashboard pages: server-rendered, with live parts fed by the websocket (apps.live.consumers).
+"""Dashboard pages: server-rendered, with live parts fed by the websocket (apps.dashboard.consumers).
 
 Views are thin: a role check, a selector for the reads, a form and one service for the writes.
 Writes answer JSON to the pages' scripts (``Accept: application/json``) and redirect back

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import Any
 
 from django.db.models import QuerySet
 
-from apps.core.errors import NotFound
+from apps.core.errors import ApplicationError, NotFound
 from apps.datapool.models import DataEntry, DataReadmeEntry
 from apps.datapool.services import data_load_rows
+from apps.datapool.storage import artifact_store
 
 MAX_ROWS = 1000
 
@@ -50,3 +52,19 @@ def data_rows(entry: DataEntry, limit: int = 20) -> list[dict[str, Any]]:
 def data_readme(entry: DataEntry) -> QuerySet[DataReadmeEntry]:
     """An entry's provenance notes in the order they were written."""
     return entry.readme_entries.order_by("created_at", "id")
+
+
+def data_stored_sha256(entry: DataEntry) -> str | None:
+    """sha256 of the entry's bytes as stored now; None when the artifact cannot be read.
+
+    The integrity checks compare it with the registered ``sha256``: bytes changed after
+    registration are never trained on, and an unreadable artifact fails closed.
+    """
+    digest = hashlib.sha256()
+    try:
+        with artifact_store().open(entry.uri, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except (ApplicationError, OSError):
+        return None
+    return digest.hexdigest()

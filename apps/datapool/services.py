@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
+from apps.benchmarks.services import benchmark_resolve, benchmark_scanner
 from apps.core.errors import ApplicationError
 from apps.core.handles import next_handle
 from apps.datapool import transforms
@@ -603,9 +604,6 @@ def data_load_rows(*, entry: DataEntry, limit: int | None = None) -> list[dict[s
 
 
 def _scanner_for(params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from apps.benchmarks.services import benchmark_resolve
-    from apps.integrity.contamination import ContaminationScanner
-
     transforms._allowed(params, {"benchmark", "ngram", "threshold"}, "decontaminate")
     reference = params.get("benchmark")
     if not isinstance(reference, str) or not reference:
@@ -613,7 +611,7 @@ def _scanner_for(params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     benchmark = benchmark_resolve(reference)
     ngram = transforms._int(params, "ngram", low=3, high=50) or 13
     threshold = transforms._float(params, "threshold", 0.75, low=0.3, high=1.0)
-    scanner = ContaminationScanner.for_benchmark(benchmark, ngram=ngram, threshold=threshold)
+    scanner = benchmark_scanner(benchmark=benchmark, ngram=ngram, threshold=threshold)
     # Recorded as the benchmark's identity and version, never its items.
     return scanner, {"benchmark": benchmark.name, "version": benchmark.version, "ngram": ngram, "threshold": threshold}
 

@@ -19,11 +19,19 @@ from typing import Any
 from django.db import transaction
 
 from apps.core.errors import ApplicationError, Conflict
+from apps.datapool.selectors import data_entry_get
+from apps.datapool.services import data_usage_record
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, ExperimentKind, ExperimentStatus
 from apps.experiments.events import event_append
+from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint, Experiment
+from apps.experiments.selectors import experiment_live
+from apps.integrity.services import integrity_on_experiment_finished
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
+from apps.jobs.services import job_enqueue
+from apps.live.events import LiveEvent, publish_on_commit
+from apps.live.groups import run_group
 
 FEEDBACK_SPLIT = "feedback"
 # Evaluation batch size for the CPU backend: batching is 10-50x faster than one by one here.
@@ -31,8 +39,6 @@ EVAL_BATCH_SIZE = 32
 
 
 def _resolve_data(refs: Any) -> list[Any]:
-    from apps.datapool.selectors import data_entry_get
-
     if not isinstance(refs, list) or not refs:
         raise ApplicationError(
             "no_training_data", "A training experiment needs action.data: a non-empty list of datapool entries."
@@ -46,8 +52,6 @@ def train_job_spec(*, input_checkpoint: Checkpoint, data: list[Any], hyperparame
     ``data`` are datapool entries; their sha256 is pinned in the spec, so the worker refuses a
     file whose bytes changed since submission.
     """
-    from workers.gpu.hparams import validate_train_config
-
     try:
         validate_train_config(hyperparameters)
     except ValueError as exc:
@@ -77,8 +81,6 @@ def experiment_start(*, experiment: Experiment) -> Job:
     Idempotent: an experiment that already has jobs returns its newest one. Only a ``queued``
     experiment starts (a ``held`` one waits for the training gate).
     """
-    from apps.jobs.services import job_enqueue
-
     with transaction.atomic():
         # Locked so two callers cannot both see "no job yet" and start it twice. The benchmark
         # (for an evaluation's spec) comes in the same query but is not locked.
@@ -95,8 +97,6 @@ def experiment_start(*, experiment: Experiment) -> Job:
                 "experiment_not_queued", f"Experiment {locked.handle} is {locked.status}; only a queued one starts."
             )
         if locked.kind == ExperimentKind.TRAIN_EVAL:
-            from apps.datapool.services import data_usage_record
-
             entries = _resolve_data(locked.action.get("data"))
             hyperparameters = locked.action.get("hyperparameters", {})
             spec = train_job_spec(
@@ -112,39 +112,39 @@ def experiment_start(*, experiment: Experiment) -> Job:
         raise ApplicationError("invalid_experiment_kind", f"Unknown experiment kind {locked.kind!r}.")
 
 
-def _set_status(experiment: Experiment, status: str, reason: str, fields: list[str] | None = None) -> None:
+def experiment_publish(experiment: Experiment) -> None:
+    """Tell the run's watchers the experiment changed (status, score, θ_out), after commit."""
+    publish_on_commit(run_group(experiment.run.uuid), LiveEvent.EXPERIMENT_UPDATED, experiment_live(experiment))
+
+
+def experiment_set_status(
+    *,
+    experiment: Experiment,
+    status: str,
+    reason: str,
+    fields: list[str] | None = None,
+    actor: str = "system",
+    role: str = "system",
+) -> None:
+    """Move an experiment (locked by the caller) to ``status``, saving ``fields`` with it; recorded and published.
+
+    A submission that ran to an end gets its integrity checks (queued on commit).
+    """
     previous = experiment.status
     experiment.status = status
     experiment.save(update_fields=["status", "updated_at", *(fields or [])])
     event_append(
         run=experiment.run,
         type="experiment.status_changed",
-        actor="system",
-        role="system",
+        actor=actor,
+        role=role,
         arguments={"from": previous, "to": status, "reason": reason},
         result_ref=f"experiment:{experiment.uuid}",
     )
     if status in (ExperimentStatus.SUCCEEDED, ExperimentStatus.FAILED, ExperimentStatus.CANCELLED):
         # The submission ran: its post-checks fill the observation layer (queued on commit).
-        from apps.integrity.services import integrity_on_experiment_finished
-
         integrity_on_experiment_finished(experiment=experiment)
-    try:
-        from apps.live.events import publish_on_commit
-        from apps.live.groups import run_group
-    except ImportError:  # live updates are optional for headless deployments
-        return
-    publish_on_commit(
-        run_group(experiment.run.uuid),
-        "experiment.updated",
-        {
-            "uuid": str(experiment.uuid),
-            "handle": experiment.handle,
-            "status": status,
-            "feedback_score": experiment.feedback_score,
-            "output_checkpoint": experiment.output_checkpoint.handle if experiment.output_checkpoint_id else None,
-        },
-    )
+    experiment_publish(experiment)
 
 
 def experiment_on_job_transition(*, job: Job) -> None:
@@ -154,19 +154,22 @@ def experiment_on_job_transition(*, job: Job) -> None:
     evaluation succeeded -> feedback score recorded, experiment succeeded; failed/cancelled ->
     the experiment ends so; lost -> it waits for attempt N+1, or fails when none was queued.
     """
-    from apps.jobs.services import job_enqueue
-
     experiment = Experiment.objects.select_for_update().select_related("run").get(pk=job.experiment_id)
     if experiment.status in EXPERIMENT_TERMINAL_STATES:
         return
     status = job.status
     if status == JobStatus.RUNNING:
         if experiment.status == ExperimentStatus.QUEUED:
-            _set_status(experiment, ExperimentStatus.RUNNING, f"{job.kind} job attempt {job.attempt} started")
+            experiment_set_status(
+                experiment=experiment,
+                status=ExperimentStatus.RUNNING,
+                reason=f"{job.kind} job attempt {job.attempt} started",
+            )
     elif status == JobStatus.SUCCEEDED and job.kind == JobKind.TRAIN:
         checkpoint = Checkpoint.objects.get(producing_job=job)
         experiment.output_checkpoint = checkpoint
         experiment.save(update_fields=["output_checkpoint", "updated_at"])
+        experiment_publish(experiment)
         job_enqueue(
             kind=JobKind.EVALUATE,
             spec=evaluation_spec(checkpoint=checkpoint, benchmark=experiment.run.benchmark),
@@ -178,12 +181,22 @@ def experiment_on_job_transition(*, job: Job) -> None:
         if evaluation.split == FEEDBACK_SPLIT:
             experiment.feedback_score = evaluation.score
         reason = f"evaluated: {evaluation.correct}/{evaluation.sample_count} correct"
-        _set_status(experiment, ExperimentStatus.SUCCEEDED, reason, ["feedback_score"])
+        experiment_set_status(
+            experiment=experiment, status=ExperimentStatus.SUCCEEDED, reason=reason, fields=["feedback_score"]
+        )
     elif status == JobStatus.FAILED:
-        _set_status(experiment, ExperimentStatus.FAILED, f"{job.kind} job failed: {job.error.strip()[-300:]}")
+        experiment_set_status(
+            experiment=experiment,
+            status=ExperimentStatus.FAILED,
+            reason=f"{job.kind} job failed: {job.error.strip()[-300:]}",
+        )
     elif status == JobStatus.CANCELLED:
-        _set_status(experiment, ExperimentStatus.CANCELLED, f"{job.kind} job cancelled")
+        experiment_set_status(
+            experiment=experiment, status=ExperimentStatus.CANCELLED, reason=f"{job.kind} job cancelled"
+        )
     elif status == JobStatus.LOST and not Job.objects.filter(previous_attempt=job).exists():
-        _set_status(
-            experiment, ExperimentStatus.FAILED, f"{job.kind} job lost on attempt {job.attempt}; no attempts left"
+        experiment_set_status(
+            experiment=experiment,
+            status=ExperimentStatus.FAILED,
+            reason=f"{job.kind} job lost on attempt {job.attempt}; no attempts left",
         )

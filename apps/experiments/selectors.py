@@ -15,7 +15,8 @@ from django.db import connection
 from django.db.models import Count, Max, Min
 
 from apps.core.records import iso
-from apps.experiments.models import Checkpoint, Experiment, ExperimentEdge, MetricPoint
+from apps.experiments.choices import ExperimentStatus
+from apps.experiments.models import Checkpoint, Evaluation, Experiment, ExperimentEdge, MetricPoint
 
 # Guards a corrupt (cyclic) graph from looping forever; real runs are far shallower.
 MAX_DEPTH = 10_000
@@ -98,6 +99,16 @@ def experiment_parent_handles(experiment_ids: Iterable[int]) -> dict[int, list[s
     for child_id, handle in rows:
         parents[child_id].append(handle)
     return parents
+
+
+def feedback_evals_used(*, node: Any) -> int:
+    """Submissions of this Worker that evaluate (or will) on the feedback split: all but rejected ones.
+
+    Failed and cancelled ones count: the allowance bounds what was asked of the sealed split,
+    and counting only successes would let a Worker retry its way around it. The submission review
+    and the quota tool both count with this.
+    """
+    return Experiment.objects.filter(owner=node).exclude(status=ExperimentStatus.REJECTED).count()
 
 
 def checkpoint_descendants(checkpoint_id: int) -> list[tuple[int, int]]:
@@ -217,3 +228,39 @@ def experiment_live(experiment: Experiment) -> dict[str, Any]:
         .values_list("uuid", flat=True)
     ]
     return experiment_row(row, parents)
+
+
+def evaluation_live(evaluation: Evaluation) -> dict[str, Any]:
+    """An evaluation (``evaluation.created``): the aggregate only; per-sample rows stay sealed."""
+    row = (
+        Evaluation.objects.filter(pk=evaluation.pk)
+        .values(
+            "uuid",
+            "experiment__uuid",
+            "checkpoint__handle",
+            "job__uuid",
+            "split",
+            "status",
+            "refusal_reason",
+            "score",
+            "correct",
+            "sample_count",
+            "backend",
+            "created_at",
+        )
+        .get()
+    )
+    return {
+        "uuid": str(row["uuid"]),
+        "experiment": str(row["experiment__uuid"]) if row["experiment__uuid"] is not None else None,
+        "checkpoint": row["checkpoint__handle"],
+        "job": str(row["job__uuid"]) if row["job__uuid"] is not None else None,
+        "split": row["split"],
+        "status": row["status"],
+        "refusal_reason": row["refusal_reason"],
+        "score": row["score"],
+        "correct": row["correct"],
+        "sample_count": row["sample_count"],
+        "backend": row["backend"],
+        "created_at": iso(row["created_at"]),
+    }

@@ -1,9 +1,13 @@
-"""State changes of the experiment graph: checkpoints, experiments, integrity status."""
+"""State changes of the experiment graph: checkpoints, experiments, evaluations, integrity status.
+
+Each change of an experiment or an evaluation is announced to the run's watchers after commit
+(``apps.live``), with the record its selector builds.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -12,11 +16,26 @@ from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
 from apps.core.models import clean_new_row
-from apps.experiments.choices import IntegrityStatus
+from apps.experiments.choices import EvaluationStatus, IntegrityStatus
 from apps.experiments.events import event_append
-from apps.experiments.models import Checkpoint, Experiment, ExperimentEdge, IntegrityStatusChange, MetricPoint
+from apps.experiments.models import (
+    Checkpoint,
+    Evaluation,
+    EvaluationSample,
+    Experiment,
+    ExperimentEdge,
+    IntegrityStatusChange,
+    MetricPoint,
+)
+from apps.experiments.selectors import evaluation_live, experiment_live
+from apps.live.events import LiveEvent, publish_on_commit
+from apps.live.groups import run_group
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode, Run
+
+if TYPE_CHECKING:
+    from apps.benchmarks.models import Benchmark
+    from apps.jobs.models import Job
 
 
 def manifest_digest(manifest: dict[str, str]) -> str:
@@ -120,6 +139,7 @@ def experiment_create(
             arguments={"kind": kind, "action": action, "parents": [p.handle for p in parents]},
             result_ref=f"experiment:{experiment.uuid}",
         )
+        publish_on_commit(run_group(locked.uuid), LiveEvent.EXPERIMENT_CREATED, experiment_live(experiment))
     return experiment
 
 
@@ -146,7 +166,63 @@ def experiment_set_integrity(*, experiment: Experiment, status: str, actor: str,
             arguments={"status": status, "reason": reason},
             result_ref=f"experiment:{locked.uuid}",
         )
+        publish_on_commit(run_group(locked.run.uuid), LiveEvent.EXPERIMENT_UPDATED, experiment_live(locked))
     return locked
+
+
+def evaluation_record(
+    *,
+    job: Job,
+    checkpoint: Checkpoint,
+    benchmark: Benchmark,
+    split: str,
+    rows: list[dict[str, Any]] | None = None,
+    seal: dict[str, Any] | None = None,
+    backend: str = "hf",
+    refusal_reason: str = "",
+) -> Evaluation:
+    """Record the evaluation a job ran (``rows`` and the ``seal`` it verified) or refused (``refusal_reason``).
+
+    A run evaluation is the aggregate plus its sealed per-sample rows, with the hashes that
+    benchmark_load_sealed verified just before it ran and the id of every sample scored
+    (sample-inclusion accounting). A refused one records that nothing was run, and why. The
+    caller holds the job's lock; the experiment's score is the pipeline's to set from this row.
+    """
+    if (rows is None) == (not refusal_reason):
+        raise ApplicationError("invalid_evaluation", "An evaluation has result rows or a refusal reason, not both.")
+    evaluation = Evaluation(
+        run=job.run,
+        experiment=job.experiment,
+        checkpoint=checkpoint,
+        benchmark=benchmark,
+        job=job,
+        split=split,
+        backend=backend,
+    )
+    if rows is None:
+        evaluation.status = EvaluationStatus.REFUSED
+        evaluation.refusal_reason = refusal_reason
+    else:
+        if seal is None:
+            raise ApplicationError("invalid_evaluation", "A run evaluation records the seal it verified.")
+        evaluation.correct = sum(1 for row in rows if row["correct"])
+        evaluation.sample_count = len(rows)
+        evaluation.score = evaluation.correct / len(rows) if rows else 0.0
+        evaluation.evaluator_sha256 = seal["evaluator_sha256"]
+        evaluation.settings_sha256 = seal["settings_sha256"]
+        evaluation.data_sha256 = seal["data_sha256"]
+    with transaction.atomic():
+        evaluation.full_clean()
+        evaluation.save(force_insert=True)
+        EvaluationSample.objects.bulk_create(
+            EvaluationSample(
+                evaluation=evaluation, sample_id=str(r["id"]), output=str(r["output"]), correct=bool(r["correct"])
+            )
+            for r in rows or []
+        )
+        if job.run is not None:
+            publish_on_commit(run_group(job.run.uuid), LiveEvent.EVALUATION_CREATED, evaluation_live(evaluation))
+    return evaluation
 
 
 # Points per call (MLflow's log_batch allows 1,000 metrics); on SQLite it also keeps the

@@ -16,18 +16,16 @@ from apps.benchmarks.models import Split
 from apps.core.errors import ApplicationError, NotFound
 from apps.experiments.choices import EvaluationStatus
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Experiment
-from apps.experiments.selectors import checkpoint_lineage, experiment_ancestors, experiment_descendants
+from apps.experiments.selectors import (
+    checkpoint_lineage,
+    experiment_ancestors,
+    experiment_descendants,
+    feedback_evals_used,
+)
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import Caller, score_for, visible_experiments
 from apps.research.choices import NodeKind, NodeStatus
 from apps.research.models import ResearchNode, Run
-
-
-def feedback_evals_used(*, node: ResearchNode) -> int:
-    """The Worker's spent feedback evaluations, counted exactly as the submission review counts them."""
-    from apps.expos.submission_review import feedback_evals_used as counted_by_review
-
-    return counted_by_review(node=node)
 
 
 def run_quota(*, run: Run, node: ResearchNode) -> dict[str, Any]:

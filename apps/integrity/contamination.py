@@ -222,20 +222,6 @@ class ContaminationScanner:
                 self._by_numbers.setdefault(record.numbers, []).append(index)
         self._number_lengths = sorted({len(key) for key in self._by_numbers})
 
-    @classmethod
-    def for_benchmark(cls, benchmark: Any, **options: Any) -> ContaminationScanner:
-        """A scanner over both sealed splits of a registered benchmark (hashes verified first).
-
-        The benchmark's own prompt template is stripped from rows before near-duplicate
-        comparison. Raises ``SealBroken`` if the sealed files fail verification.
-        """
-        # Imported here so this module stays importable without Django.
-        from apps.benchmarks.services import benchmark_sealed_items
-
-        template = str(benchmark.settings.get("prompt_template", ""))
-        options.setdefault("templates", [template] if template else [])
-        return cls(benchmark_sealed_items(benchmark=benchmark), **options)
-
     @staticmethod
     def _lsh_threshold(threshold: float) -> float:
         # LSH recall falls off near its threshold; ask it for somewhat less similar candidates

@@ -31,6 +31,7 @@ from django.db import transaction
 
 from apps.core.errors import ApplicationError, Conflict, PermissionDenied
 from apps.core.hashing import canonical_json
+from apps.core.queues import TaskName
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, IntegrityStatus
 from apps.experiments.events import event_append
 from apps.experiments.models import Evaluation, Experiment
@@ -48,6 +49,7 @@ from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.integrity.selectors import best_accepted_experiment  # noqa: F401 - the run's selection rule, re-exported
 from apps.research.choices import EdgeKind, NodeKind, NodeStatus
 from apps.research.models import ResearchEdge, ResearchNode, Run
+from rsiweb.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 
@@ -556,11 +558,9 @@ def integrity_on_experiment_finished(*, experiment: Experiment) -> None:
     The full checks are enqueued on commit (queue ``default``), so they run on committed rows and
     never inside the job's transaction. Idempotent: a second call re-runs the same checks.
     """
-    from apps.integrity.tasks import integrity_check_task
-
     experiment_id = experiment.pk
     # On commit: the task must see the experiment's final status and evaluation rows.
-    transaction.on_commit(lambda: integrity_check_task.delay(experiment_id=experiment_id))
+    transaction.on_commit(lambda: _send_check(experiment_id=experiment_id))
 
 
 def integrity_on_report(*, run: Run, node: ResearchNode | None = None, handles: list[str] | None = None) -> None:
@@ -569,8 +569,6 @@ def integrity_on_report(*, run: Run, node: ResearchNode | None = None, handles: 
     Re-runs the reporting checks (repeated-run selection, metric attribution, failure disclosure) of
     the experiments the report speaks about, on commit. A report may flag an accepted experiment.
     """
-    from apps.integrity.tasks import integrity_check_task
-
     experiments = Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES)
     if node is not None:
         experiments = experiments.filter(owner=node)
@@ -579,9 +577,14 @@ def integrity_on_report(*, run: Run, node: ResearchNode | None = None, handles: 
     ids = list(experiments.values_list("pk", flat=True))
     for experiment_id in ids:
         # Bound per id (the default argument), and sent on commit like the experiment hook.
-        transaction.on_commit(
-            lambda pk=experiment_id: integrity_check_task.delay(experiment_id=pk, reporting_only=True)
-        )
+        transaction.on_commit(lambda pk=experiment_id: _send_check(experiment_id=pk, reporting_only=True))
+
+
+def _send_check(*, experiment_id: int, reporting_only: bool = False) -> None:
+    """Ask a worker to run the checks (``workers.data``'s task, sent by name: apps never import workers)."""
+    celery_app.send_task(
+        TaskName.INTEGRITY_CHECK, kwargs={"experiment_id": experiment_id, "reporting_only": reporting_only}
+    )
 
 
 def integrity_check_experiment(*, experiment_id: int, reporting_only: bool = False) -> list[IntegrityFinding]:

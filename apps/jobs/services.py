@@ -28,20 +28,29 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from apps.core.errors import ApplicationError, Conflict
+from apps.core.hashing import sha256_tree
 from apps.core.models import clean_new_row
+from apps.core.queues import Queue, TaskName
+from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.events import event_append
+from apps.experiments.models import Experiment
+from apps.experiments.services import checkpoint_register, evaluation_record, manifest_digest
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine, JobTransition
 from apps.jobs.selectors import job_payload
 from apps.jobs.versions import versions_capture
+from apps.live.events import LiveEvent, publish_on_commit
+from apps.live.groups import job_group, run_group
 from apps.research.models import Run
 from rsiweb import env
+from rsiweb.celery import app as celery_app
 
 if TYPE_CHECKING:
     from apps.benchmarks.models import Benchmark
-    from apps.experiments.models import Checkpoint, Experiment
+    from apps.experiments.models import Checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -82,29 +91,25 @@ def engine_config() -> EngineConfig:
     )
 
 
+# The task that runs each kind of job, and the queue it goes to unless the caller names one.
 TASK_NAMES = {
-    JobKind.TRAIN: "workers.gpu.train_job_task",
-    JobKind.EVALUATE: "workers.gpu.evaluate_job_task",
-    JobKind.FINAL_EVAL: "workers.gpu.evaluate_job_task",
-    JobKind.DATA: "workers.data.data_job_task",
+    JobKind.TRAIN: TaskName.TRAIN_JOB,
+    JobKind.EVALUATE: TaskName.EVALUATE_JOB,
+    JobKind.FINAL_EVAL: TaskName.EVALUATE_JOB,
+    JobKind.DATA: TaskName.DATA_JOB,
 }
 DEFAULT_QUEUES = {
-    JobKind.TRAIN: "gpu",
-    JobKind.EVALUATE: "gpu",
-    JobKind.FINAL_EVAL: "gpu",
-    JobKind.DATA: "default",
+    JobKind.TRAIN: Queue.GPU,
+    JobKind.EVALUATE: Queue.GPU,
+    JobKind.FINAL_EVAL: Queue.GPU,
+    JobKind.DATA: Queue.DEFAULT,
 }
 # Jobs on this queue spend the run's accelerator budget.
-ACCELERATOR_QUEUE = "gpu"
+ACCELERATOR_QUEUE = Queue.GPU
 
 
-def _publish(job: Job, event_type: str, payload: dict[str, Any] | None = None) -> None:
-    """Tell browsers watching the job (and its run) after commit. Optional: live may be absent."""
-    try:
-        from apps.live.events import publish_on_commit
-        from apps.live.groups import job_group, run_group
-    except ImportError:  # the live app is optional for headless workers and older checkouts
-        return
+def _publish(job: Job, event_type: LiveEvent, payload: dict[str, Any] | None = None) -> None:
+    """Tell browsers watching the job (and its run) after commit."""
     body = payload if payload is not None else job_payload(job)
     publish_on_commit(job_group(job.uuid), event_type, body)
     if job.run_id is not None:
@@ -132,14 +137,15 @@ def _record_transition(job: Job, *, from_status: str, reason: str, actor: str) -
         },
         result_ref=f"job:{job.uuid}",
     )
-    _publish(job, "job.updated")
+    _publish(job, LiveEvent.JOB_UPDATED)
 
 
 def _after_transition(job: Job) -> None:
     # Chaining (train -> evaluate) and experiment status live in the pipeline, called inside the
     # same transaction as the job's transition, so a retry never sees one without the other.
     if job.experiment_id is not None:
-        from apps.experiments.pipeline import experiment_on_job_transition
+        # The pipeline enqueues jobs through this module: a top-level import would be a cycle.
+        from apps.experiments.pipeline import experiment_on_job_transition  # noqa: PLC0415 - import cycle
 
         experiment_on_job_transition(job=job)
 
@@ -165,16 +171,12 @@ def _lock(job_pk: int) -> Job:
 
 def _lock_experiment(job: Job) -> None:
     if job.experiment_id is not None:
-        from apps.experiments.models import Experiment
-
         list(Experiment.objects.select_for_update().filter(pk=job.experiment_id).values_list("pk", flat=True))
 
 
 def _send_message(job: Job) -> None:
     """Put "look at job N" on the job's queue (the same task id every time it is sent)."""
-    from rsiweb.celery import app
-
-    app.send_task(
+    celery_app.send_task(
         TASK_NAMES[JobKind(job.kind)],
         kwargs={"job_id": job.pk},
         queue=job.queue,
@@ -186,8 +188,6 @@ def _send_message(job: Job) -> None:
 
 def _send(job: Job) -> None:
     """Send a new job's message. Runs after commit, so the worker finds the row."""
-    from kombu.exceptions import OperationalError
-
     try:
         _send_message(job)
     except OperationalError as exc:
@@ -307,7 +307,7 @@ def job_heartbeat(*, job: Job, progress: float | None = None) -> Beat:
     alive = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, worker=job.worker).update(**fields) == 1
     cancel = Job.objects.filter(pk=job.pk).values_list("cancel_requested", flat=True).first()
     if alive and progress is not None:
-        _publish(job, "job.progress", {"uuid": str(job.uuid), "progress": fields["progress"]})
+        _publish(job, LiveEvent.JOB_PROGRESS, {"uuid": str(job.uuid), "progress": fields["progress"]})
     return Beat(alive=alive, cancel_requested=bool(cancel))
 
 
@@ -355,7 +355,7 @@ def job_report(
             payload["metrics_point"] = metrics_point
         if log_line is not None:
             payload["log_line"] = log_line
-        _publish(job, "job.progress", payload)
+        _publish(job, LiveEvent.JOB_PROGRESS, payload)
 
 
 def _finish(
@@ -466,7 +466,7 @@ def job_request_cancel(*, job: Job, actor: str) -> Job:
                 arguments={"job": str(locked.uuid)},
                 result_ref=f"job:{locked.uuid}",
             )
-            _publish(locked, "job.updated")
+            _publish(locked, LiveEvent.JOB_UPDATED)
     return locked
 
 
@@ -547,8 +547,6 @@ MAX_REQUEUE_DOUBLINGS = 6
 
 
 def _resend(job: Job) -> None:
-    from kombu.exceptions import OperationalError
-
     try:
         _send_message(job)
     except OperationalError:
@@ -644,18 +642,12 @@ def job_succeed_with_checkpoint(*, job: Job, checkpoint_dir: Path, parent: Check
     (key = manifest digest), so a copy made by such a zombie attempt is at worst an unreferenced
     duplicate of bytes, never a second checkpoint.
     """
-    from apps.core.hashing import sha256_tree
-    from apps.datapool.storage import artifact_store, checkpoint_key
-    from apps.experiments.services import checkpoint_register, manifest_digest
-
     manifest = sha256_tree(checkpoint_dir)
     if not manifest:
         raise ApplicationError("empty_checkpoint", f"training wrote no files to {checkpoint_dir}")
     uri = artifact_store().put_dir(checkpoint_dir, key=checkpoint_key(manifest_digest(manifest)))
     with transaction.atomic():
-        locked = _lock(job.pk)
-        if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
-            raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; its output is not registered.")
+        locked = _lock_own_running(job, what="its output checkpoint")
         checkpoint = checkpoint_register(
             uri=uri, manifest=manifest, parent=parent, producing_job=locked, run=locked.run
         )
@@ -663,6 +655,17 @@ def job_succeed_with_checkpoint(*, job: Job, checkpoint_dir: Path, parent: Check
             job=locked,
             result={**result, "checkpoint": str(checkpoint.uuid), "checkpoint_handle": checkpoint.handle},
         )
+
+
+def _lock_own_running(job: Job, *, what: str) -> Job:
+    """Lock the job, refusing (Conflict) unless it is still running under this attempt's worker.
+
+    An attempt the reaper declared lost, or a job cancelled meanwhile, must not record an output.
+    """
+    locked = _lock(job.pk)
+    if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
+        raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; {what} is not recorded.")
+    return locked
 
 
 def job_succeed_with_evaluation(
@@ -677,69 +680,27 @@ def job_succeed_with_evaluation(
 ) -> Job:
     """Record the evaluation (aggregate + sealed per-sample rows) with the hashes it verified, and succeed.
 
-    ``seal`` is what benchmark_load_sealed verified just before the run; those are the hashes
-    recorded, with the ids of every sample scored (sample-inclusion accounting).
+    ``seal`` is what benchmark_load_sealed verified just before the run; those are the hashes recorded.
     """
-    from apps.experiments.models import Evaluation, EvaluationSample
-
-    correct = sum(1 for row in rows if row["correct"])
     with transaction.atomic():
-        locked = _lock(job.pk)
-        if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
-            raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; its result is not recorded.")
-        evaluation = Evaluation(
-            run=locked.run,
-            experiment=locked.experiment,
-            checkpoint=checkpoint,
-            benchmark=benchmark,
-            job=locked,
-            split=split,
-            score=correct / len(rows) if rows else 0.0,
-            correct=correct,
-            sample_count=len(rows),
-            evaluator_sha256=seal["evaluator_sha256"],
-            settings_sha256=seal["settings_sha256"],
-            data_sha256=seal["data_sha256"],
-            backend=backend,
-        )
-        evaluation.full_clean()
-        evaluation.save(force_insert=True)
-        EvaluationSample.objects.bulk_create(
-            EvaluationSample(
-                evaluation=evaluation, sample_id=str(r["id"]), output=str(r["output"]), correct=bool(r["correct"])
-            )
-            for r in rows
+        locked = _lock_own_running(job, what="its result")
+        evaluation = evaluation_record(
+            job=locked, checkpoint=checkpoint, benchmark=benchmark, split=split, rows=rows, seal=seal, backend=backend
         )
         return job_succeed(
             job=locked,
             result={
                 "evaluation": str(evaluation.uuid),
                 "score": evaluation.score,
-                "correct": correct,
-                "samples": len(rows),
+                "correct": evaluation.correct,
+                "samples": evaluation.sample_count,
             },
         )
 
 
 def job_refuse_evaluation(*, job: Job, checkpoint: Checkpoint, benchmark: Benchmark, split: str, reason: str) -> Job:
     """The sealed hashes did not verify: record a refused evaluation (nothing was run) and fail the job."""
-    from apps.experiments.choices import EvaluationStatus
-    from apps.experiments.models import Evaluation
-
     with transaction.atomic():
-        locked = _lock(job.pk)
-        if locked.status != JobStatus.RUNNING or locked.worker != job.worker:
-            raise Conflict("job_not_running", f"Job {locked.uuid} is {locked.status}; the refusal is not recorded.")
-        evaluation = Evaluation(
-            run=locked.run,
-            experiment=locked.experiment,
-            checkpoint=checkpoint,
-            benchmark=benchmark,
-            job=locked,
-            split=split,
-            status=EvaluationStatus.REFUSED,
-            refusal_reason=reason,
-        )
-        evaluation.full_clean()
-        evaluation.save(force_insert=True)
+        locked = _lock_own_running(job, what="the refusal")
+        evaluation_record(job=locked, checkpoint=checkpoint, benchmark=benchmark, split=split, refusal_reason=reason)
         return job_fail(job=locked, error=f"evaluation refused: {reason}")

@@ -71,7 +71,7 @@ class CandidateStatus(models.TextChoices):
 
 
 class AgentLoopStatus(models.TextChoices):
-    """Where one agent's step loop stands (workers/agents/loop.py)."""
+    """Where one agent's step loop stands (apps/research/agent_loops.py owns its transitions)."""
 
     SCHEDULED = "scheduled"  # a step message is (or is about to be) on the agents queue
     RUNNING = "running"  # a worker claimed the step and is executing it

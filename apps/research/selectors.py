@@ -126,3 +126,8 @@ def prediction_live(prediction: Prediction) -> dict[str, Any]:
         "created_at": iso(prediction.created_at),
         "reconciled_at": iso(prediction.reconciled_at),
     }
+
+
+def prediction_live_get(prediction: Prediction) -> dict[str, Any]:
+    """``prediction_live`` of the prediction as committed now."""
+    return prediction_live(Prediction.objects.select_related("worker").get(pk=prediction.pk))

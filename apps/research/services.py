@@ -1,21 +1,62 @@
-"""State changes of runs and the research DAG."""
+"""State changes of runs and the research DAG, each announced to the run page after commit.
+
+Every service here that creates or changes a run, a research node, an edge, a decision, a
+prediction or guidance publishes its live event (apps.live.events.LiveEvent) on commit, with
+the record as its selector builds it (apps/research/selectors.py): a browser that applies the
+events to its snapshot ends with what a fresh snapshot shows. The agent loops' own state
+machine and scheduling are in apps/research/agent_loops.py.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
+from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES, ExperimentStatus, IntegrityStatus
 from apps.experiments.events import event_append
-from apps.research.choices import EdgeKind, NodeKind, NodeStatus, RunStatus
+from apps.experiments.models import Checkpoint, Event, Experiment
+from apps.experiments.pipeline import evaluation_spec, experiment_on_job_transition
+from apps.integrity.selectors import best_accepted_experiment, selectable_experiments
+from apps.integrity.services import integrity_on_report
+from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind, JobStatus
+from apps.jobs.models import Job
+from apps.jobs.services import engine_config, job_enqueue, job_request_cancel, jobs_reap_stale
+from apps.live.events import LiveEvent, publish_on_commit
+from apps.live.groups import run_group
+from apps.research.agent_config import prompt_hashes
+from apps.research.agent_loops import (
+    agent_loop_ensure,
+    agent_loop_wake,
+    agent_loops_close,
+    agent_loops_resend,
+    run_supervise_start,
+)
+from apps.research.choices import (
+    AGENT_LOOP_ACTIVE_STATES,
+    RUN_TERMINAL_STATES,
+    AgentLoopStatus,
+    AgentMode,
+    EdgeKind,
+    NodeKind,
+    NodeStatus,
+    PredictionVerdict,
+    RunStatus,
+    Trigger,
+)
 from apps.research.models import (
+    AgentLoop,
     Candidate,
     Decision,
     Guidance,
+    LLMUsage,
     OptimizerClaim,
     Prediction,
     ResearchEdge,
@@ -24,8 +65,28 @@ from apps.research.models import (
     RunStatusChange,
     default_policy,
 )
+from apps.research.selectors import (
+    decision_live,
+    edge_live,
+    guidance_live_get,
+    node_live,
+    prediction_live_get,
+    run_live_get,
+)
 
 SYSTEM = "system"
+
+
+def _publish(run: Run, event: LiveEvent, payload: dict[str, Any]) -> None:
+    # On commit (publish_on_commit): a browser told about a row must be able to read it, and a
+    # rolled-back change is never announced. The payload is read now, inside the transaction,
+    # after the change: the row as it will be committed.
+    publish_on_commit(run_group(run.uuid), event, payload)
+
+
+def _run_updated(run: Run) -> None:
+    """Announce the run's new state (status, budget use, result) to its page."""
+    _publish(run, LiveEvent.RUN_UPDATED, run_live_get(run))
 
 
 def run_create(
@@ -73,6 +134,7 @@ def run_create(
             arguments={"name": name, "benchmark": str(benchmark.uuid), "policy": merged_policy},
             result_ref=f"run:{run.uuid}",
         )
+        _run_updated(run)
     return run
 
 
@@ -82,8 +144,6 @@ def _actor(user: Any) -> str:
 
 def run_set_status(*, run: Run, status: str, actor: str, reason: str = "") -> Run:
     """Move a run to ``status``, recording the change. Terminal statuses are never left."""
-    from apps.research.choices import RUN_TERMINAL_STATES
-
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status == status:
@@ -102,6 +162,7 @@ def run_set_status(*, run: Run, status: str, actor: str, reason: str = "") -> Ru
             role="system",
             arguments={"status": status, "reason": reason},
         )
+        _run_updated(locked)
     return locked
 
 
@@ -133,6 +194,8 @@ def node_create(
         )
         node.full_clean()
         node.save()
+        # Announced before its edges (on_commit keeps the order): the browser draws ends first.
+        _publish(locked, LiveEvent.NODE_CREATED, node_live(node))
         for up in upstream or []:
             _edge_add_locked(run=locked, upstream=up, downstream=node, kind=edge_kind)
         event_append(
@@ -169,6 +232,7 @@ def _edge_add_locked(*, run: Run, upstream: ResearchNode, downstream: ResearchNo
     edge = ResearchEdge(run=run, upstream=upstream, downstream=downstream, kind=kind)
     edge.full_clean()
     edge.save()
+    _publish(run, LiveEvent.EDGE_CREATED, edge_live(edge))
     return edge
 
 
@@ -194,7 +258,6 @@ def node_finalize(*, node: ResearchNode, summary: str, experiments: list[str], a
         locked = ResearchNode.objects.select_for_update().get(pk=node.pk)
         if locked.status != NodeStatus.ACTIVE:
             raise Conflict("node_not_active", f"{locked.handle} is already {locked.status}.")
-        from django.utils import timezone
 
         locked.status = NodeStatus.FINALIZED
         locked.summary = summary
@@ -210,6 +273,7 @@ def node_finalize(*, node: ResearchNode, summary: str, experiments: list[str], a
             arguments={"summary": summary, "experiments": experiments},
             result_ref=f"node:{locked.uuid}",
         )
+        _publish(locked.run, LiveEvent.NODE_UPDATED, node_live(locked))
     return locked
 
 
@@ -227,10 +291,8 @@ def main_trigger(
     """Wake the Main Agent: a Worker finished, a Reviewer reported, the gate holds a request, guidance came.
 
     The trigger is recorded as an event and put into the Main Agent's loop inbox; a waiting Main
-    loop is scheduled on commit (workers/agents/loop.py), a running one takes it at its next step.
+    loop is scheduled on commit (apps/research/agent_loops.py), a running one takes it at its next step.
     """
-    from apps.research.choices import Trigger
-
     if trigger not in Trigger.values:
         raise ApplicationError("invalid_trigger", f"trigger must be one of {Trigger.values}.")
     event_append(
@@ -241,7 +303,6 @@ def main_trigger(
         arguments={"trigger": trigger, "node": node.handle if node is not None else None, **(detail or {})},
         result_ref=f"node:{node.uuid}" if node is not None else f"run:{run.uuid}",
     )
-    from workers.agents.loop import agent_loop_wake
 
     main = ResearchNode.objects.filter(run=run, kind=NodeKind.MAIN).first()
     if main is not None:
@@ -302,8 +363,6 @@ def reviewer_add(
 
 def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str], actor: str) -> ResearchNode:
     """The Worker's own finalization: its summary must cite its own experiments; wakes the Main Agent."""
-    from apps.experiments.models import Experiment
-
     if node.kind != NodeKind.WORKER:
         raise ApplicationError("not_a_worker", f"{node.handle} is not a Worker.")
     cited = set(experiments)
@@ -320,7 +379,6 @@ def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str],
     with transaction.atomic():
         finalized = node_finalize(node=node, summary=summary, experiments=sorted(cited), actor=actor)
         # The summary is a report: its reporting checks (selection, attribution, disclosure) re-run.
-        from apps.integrity.services import integrity_on_report
 
         integrity_on_report(run=finalized.run, node=finalized)
         main_trigger(run=finalized.run, trigger="worker_finalize", node=finalized, actor=actor)
@@ -329,8 +387,6 @@ def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str],
 
 def claim_revise(*, run: Run, key: str, text: str, evidence: list[str], actor: str = "main") -> OptimizerClaim:
     """Add the next revision of a research claim; earlier revisions stay as its history."""
-    from django.db.models import Max
-
     with transaction.atomic():
         # Revisions are numbered under the run lock; the unique (run, key, revision) backs it up.
         locked = Run.objects.select_for_update().get(pk=run.pk)
@@ -345,7 +401,6 @@ def claim_revise(*, run: Run, key: str, text: str, evidence: list[str], actor: s
             role="main",
             arguments={"key": key, "revision": claim.revision, "text": text, "evidence": evidence},
         )
-        from apps.integrity.services import integrity_on_report
 
         integrity_on_report(run=locked, handles=evidence)
     return claim
@@ -362,12 +417,11 @@ def decision_record(
     actor: str = "main",
 ) -> Decision:
     """Record one decision of the Main Agent (continue / verify / branch / revise) and the guidance it applied."""
-    from django.utils import timezone
-
     with transaction.atomic():
         decision = Decision(run=run, kind=kind, trigger=trigger, rationale=rationale, subject=subject)
         decision.full_clean()
         decision.save()
+        _publish(run, LiveEvent.DECISION_CREATED, decision_live(decision))
         now = timezone.now()
         for item in guidance or []:
             # Conditional update: a guidance item is applied by one decision, never re-bound.
@@ -376,6 +430,7 @@ def decision_record(
             )
             if not bound:
                 raise Conflict("guidance_already_applied", f"Guidance {item.uuid} is already bound to a decision.")
+            _publish(run, LiveEvent.GUIDANCE_UPDATED, guidance_live_get(item))
         event_append(
             run=run,
             type="decision.recorded",
@@ -395,8 +450,6 @@ def decision_record(
 
 def guidance_mark_read(*, run: Run, actor: str = "main") -> list[Guidance]:
     """The pending human guidance of the run, marked applied now (the planning step has read it)."""
-    from django.utils import timezone
-
     with transaction.atomic():
         pending = list(
             Guidance.objects.select_for_update().filter(run=run, applied_at__isnull=True).order_by("created_at", "pk")
@@ -407,6 +460,8 @@ def guidance_mark_read(*, run: Run, actor: str = "main") -> list[Guidance]:
         Guidance.objects.filter(pk__in=[g.pk for g in pending]).update(applied_at=now, updated_at=now)
         for item in pending:
             item.applied_at = now
+            # Pending -> applied on the run page as soon as the planning step has read it.
+            _publish(run, LiveEvent.GUIDANCE_UPDATED, guidance_live_get(item))
         event_append(
             run=run,
             type="guidance.read",
@@ -445,9 +500,6 @@ def prediction_bind(
     actor: str = "main",
 ) -> Prediction:
     """Bind a prediction (an existing one, or a new one) to a Worker before its branch has results."""
-    from apps.experiments.choices import ExperimentStatus
-    from apps.experiments.models import Experiment
-
     if worker.run_id != run.pk or worker.kind != NodeKind.WORKER:
         raise ApplicationError("invalid_worker", f"{worker.handle} is not a Worker of this run.")
     if Experiment.objects.filter(owner=worker, status=ExperimentStatus.SUCCEEDED).exists():
@@ -459,11 +511,14 @@ def prediction_bind(
             prediction = Prediction(run=run, text=text, metric=metric, expected_value=expected_value, worker=worker)
             prediction.full_clean()
             prediction.save()
+            event = LiveEvent.PREDICTION_CREATED
         else:
             # Conditional update: a prediction is bound once; rebinding would rewrite what was predicted.
             if not Prediction.objects.filter(pk=prediction.pk, run=run, worker__isnull=True).update(worker=worker):
                 raise Conflict("prediction_bound", f"Prediction {prediction.uuid} is already bound to a Worker.")
             prediction.refresh_from_db()
+            event = LiveEvent.PREDICTION_UPDATED
+        _publish(run, event, prediction_live_get(prediction))
         event_append(
             run=run,
             type="prediction.bound",
@@ -484,10 +539,6 @@ def prediction_reconcile(
     *, prediction: Prediction, verdict: str, observed_value: float | None, note: str, actor: str = "main"
 ) -> Prediction:
     """Close a prediction against the evidence: confirmed, refuted or inconclusive. Once only."""
-    from django.utils import timezone
-
-    from apps.research.choices import PredictionVerdict
-
     if verdict == PredictionVerdict.OPEN or verdict not in PredictionVerdict.values:
         raise ApplicationError("invalid_verdict", "verdict is confirmed, refuted or inconclusive.")
     with transaction.atomic():
@@ -510,6 +561,7 @@ def prediction_reconcile(
             arguments={"verdict": verdict, "observed_value": observed_value, "note": note},
             result_ref=f"prediction:{locked.uuid}",
         )
+        _publish(locked.run, LiveEvent.PREDICTION_UPDATED, prediction_live_get(locked))
     return locked
 
 
@@ -519,8 +571,6 @@ def run_stop_request(*, run: Run, reason: str, actor: str = "main") -> Run:
     Guards: a run already stopping (or later) is left as it is (idempotent); a run whose final
     evaluation is pending or that has ended is refused; a paused run must be resumed by a person first.
     """
-    from apps.research.choices import RUN_TERMINAL_STATES
-
     current = Run.objects.values_list("status", flat=True).get(pk=run.pk)
     if current == RunStatus.STOPPING:
         return Run.objects.get(pk=run.pk)
@@ -541,16 +591,6 @@ def run_results_sync(*, run: Run, actor: str = SYSTEM) -> list[tuple[Any, str, s
     all ended to the pipeline, which records the missed transition. Returns (experiment, from, to)
     for each experiment whose status changed.
     """
-    from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES, ExperimentStatus
-    from apps.experiments.models import Experiment
-    from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind, JobStatus
-    from apps.jobs.models import Job
-
-    try:
-        from apps.experiments.pipeline import experiment_on_job_transition
-        from apps.jobs.services import engine_config, jobs_reap_stale
-    except ImportError:  # the job engine is not installed in this deployment
-        return []
     jobs_reap_stale(stale_after_seconds=engine_config().stale_after_seconds)
     changed: list[tuple[Any, str, str]] = []
     active = Experiment.objects.filter(run=run, status__in=EXPERIMENT_ACTIVE_STATES).exclude(
@@ -613,20 +653,12 @@ __all__ = [
 # through the dashboard and `manage.py start_run`. A run's state is the database: every function
 # here is safe to call again after a restart.
 
-RUN_TERMINAL_STATES_ = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.STOPPED)
-
 
 def run_start(*, run: Run, actor: str = SYSTEM) -> Run:
     """Start a created run: record the prompt versions, give the Main Agent its loop, and wake it.
 
     Idempotent: starting a running run changes nothing. The run supervisor starts ticking on commit.
     """
-    from django.utils import timezone
-
-    from apps.research.choices import AgentLoopStatus, AgentMode, Trigger
-    from workers.agents.loop import agent_loop_ensure, run_supervise_start
-    from workers.agents.policies.llm import prompt_hashes
-
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status == RunStatus.RUNNING:
@@ -638,12 +670,8 @@ def run_start(*, run: Run, actor: str = SYSTEM) -> Run:
         locked.save(update_fields=["started_at", "prompt_hashes", "updated_at"])
         locked = run_set_status(run=locked, status=RunStatus.RUNNING, actor=actor, reason="started")
         main = ResearchNode.objects.get(run=locked, kind=NodeKind.MAIN)
-        loop = agent_loop_ensure(node=main, policy=locked.agent_mode)
-        if locked.agent_mode == AgentMode.EXTERNAL:
-            # External harnesses drive the agents; the loop row only numbers the supervisor's ticks.
-            from apps.research.models import AgentLoop
-
-            AgentLoop.objects.filter(pk=loop.pk).update(status=AgentLoopStatus.DONE)
+        # An external run's Main loop is created done: its harnesses drive the agents.
+        agent_loop_ensure(node=main, policy=locked.agent_mode)
         main_trigger(run=locked, trigger=Trigger.RUN_START, actor=actor)
         run_supervise_start(run=locked)
     return locked
@@ -664,8 +692,6 @@ def run_pause(*, run: Run, actor: str, reason: str = "") -> Run:
 
 def run_resume(*, run: Run, actor: str) -> Run:
     """Resume a paused run; every scheduled agent step is re-sent on commit."""
-    from workers.agents.loop import agent_loops_resend, run_supervise_start
-
     current = Run.objects.values_list("status", flat=True).get(pk=run.pk)
     if current == RunStatus.RUNNING:
         return Run.objects.get(pk=run.pk)
@@ -685,13 +711,8 @@ def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True)
     final evaluation (also from a paused run). ``final_eval=False``: abort — active jobs are
     cancelled, agent loops end, and the run is ``stopped`` with no result.
     """
-    from apps.jobs.choices import JOB_ACTIVE_STATES
-    from apps.jobs.models import Job
-    from apps.jobs.services import job_request_cancel
-    from workers.agents.loop import agent_loops_close, agent_loops_resend
-
     current = Run.objects.values_list("status", flat=True).get(pk=run.pk)
-    if current in RUN_TERMINAL_STATES_:
+    if current in RUN_TERMINAL_STATES:
         raise Conflict("run_finished", f"Run {run.uuid} is already {current}.")
     if final_eval:
         if current in (RunStatus.STOPPING, RunStatus.FINAL_EVAL):
@@ -713,16 +734,15 @@ def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True)
 
 def guidance_post(*, run: Run, author: Any, text: str) -> Guidance:
     """A person gives the Main Agent guidance; it is pending until a planning step reads it."""
-    from apps.research.choices import Trigger
-
     if not text.strip():
         raise ApplicationError("empty_guidance", "Guidance needs some text.")
-    if run.status in RUN_TERMINAL_STATES_:
+    if run.status in RUN_TERMINAL_STATES:
         raise Conflict("run_finished", f"Run {run.uuid} is {run.status}; guidance would never be read.")
     with transaction.atomic():
         guidance = Guidance(run=run, author=author, text=text.strip())
         guidance.full_clean()
         guidance.save()
+        _publish(run, LiveEvent.GUIDANCE_CREATED, guidance_live_get(guidance))
         event_append(run=run, type="guidance.posted", actor=_actor(author), role="human",
                      arguments={"guidance": str(guidance.uuid), "text": guidance.text},
                      result_ref=f"guidance:{guidance.uuid}")  # fmt: skip
@@ -734,12 +754,6 @@ def guidance_post(*, run: Run, author: Any, text: str) -> Guidance:
 def llm_usage_record(*, run: Run, node: ResearchNode, model: str, prompt_tokens: int, completion_tokens: int,
                      cost_usd: float = 0.0) -> Any:  # fmt: skip
     """Record one model call's tokens and cost for ``node`` and add them to the run's total."""
-    from decimal import Decimal
-
-    from django.db.models import F
-
-    from apps.research.models import LLMUsage
-
     with transaction.atomic():
         usage = LLMUsage.objects.create(run=run, node=node, model=model[:200], prompt_tokens=max(0, prompt_tokens),
                                         completion_tokens=max(0, completion_tokens),
@@ -747,6 +761,7 @@ def llm_usage_record(*, run: Run, node: ResearchNode, model: str, prompt_tokens:
         # F(): several agents of one run record usage concurrently; each adds, none overwrites.
         Run.objects.filter(pk=run.pk).update(used_llm_tokens=F("used_llm_tokens") + usage.prompt_tokens
                                              + usage.completion_tokens)  # fmt: skip
+        _run_updated(run)
     return usage
 
 
@@ -765,12 +780,6 @@ class BudgetState:
 
 def run_budget_state(*, run: Run) -> BudgetState:
     """Budgets now. Accelerator time counts finished jobs and the elapsed time of running ones."""
-    from django.utils import timezone
-
-    from apps.jobs.choices import JobKind, JobStatus
-    from apps.jobs.models import Job
-    from apps.research.choices import AgentMode
-
     run = Run.objects.get(pk=run.pk)
     now = timezone.now()
     running = Job.objects.filter(run=run, status=JobStatus.RUNNING, queue="gpu", started_at__isnull=False).exclude(
@@ -805,10 +814,6 @@ def run_budget_enforce(*, run: Run, actor: str = SYSTEM) -> Run:
     Running jobs finish (the evaluation of a finished training still runs, so its experiment ends);
     what has not started does not start. The final evaluation has its own reserve.
     """
-    from apps.jobs.choices import JobKind, JobStatus
-    from apps.jobs.models import Job
-    from apps.jobs.services import job_request_cancel
-
     current = Run.objects.get(pk=run.pk)
     if current.status != RunStatus.RUNNING:
         return current
@@ -835,32 +840,6 @@ def run_budget_enforce(*, run: Run, actor: str = SYSTEM) -> Run:
     return stopped
 
 
-def best_accepted(*, run: Run) -> Any:
-    """The accepted experiment with the best feedback score (the run's selection rule), or None.
-
-    Delegates to the integrity app's selector when it exists, so there is one selection rule.
-    """
-    try:
-        from apps.integrity.services import best_accepted_experiment
-    except ImportError:
-        best_accepted_experiment = None
-    if best_accepted_experiment is not None:
-        return best_accepted_experiment(run)
-    return _accepted_candidates(run).first()
-
-
-def _accepted_candidates(run: Run) -> Any:
-    from apps.experiments.choices import ExperimentStatus, IntegrityStatus
-    from apps.experiments.models import Experiment
-
-    return (
-        Experiment.objects.filter(run=run, status=ExperimentStatus.SUCCEEDED, integrity_status=IntegrityStatus.ACCEPTED,
-                                  feedback_score__isnull=False)
-        .select_related("output_checkpoint", "input_checkpoint", "owner")
-        .order_by("-feedback_score", "created_at", "pk")
-    )  # fmt: skip
-
-
 def run_advance(*, run: Run, grace_seconds: float, quiet_seconds: float, actor: str = SYSTEM) -> Run:
     """Move a run along its end: stop a stuck or leaderless run, start the final evaluation, finish.
 
@@ -868,15 +847,6 @@ def run_advance(*, run: Run, grace_seconds: float, quiet_seconds: float, actor: 
     running, then (up to ``grace_seconds``) for the agents' summaries and the integrity post-checks;
     ``final_eval`` waits for its evaluation jobs.
     """
-    from django.utils import timezone
-
-    from apps.experiments.choices import ExperimentStatus, IntegrityStatus
-    from apps.experiments.models import Experiment
-    from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind
-    from apps.jobs.models import Job
-    from apps.research.choices import AGENT_LOOP_ACTIVE_STATES, AgentLoopStatus
-    from apps.research.models import AgentLoop
-
     run = Run.objects.get(pk=run.pk)
     now = timezone.now()
     loops = AgentLoop.objects.filter(run=run)
@@ -925,15 +895,11 @@ def run_final_eval_start(*, run: Run, actor: str = SYSTEM) -> Run:
     The returned checkpoint is fixed now: the accepted experiment with the best *feedback* score.
     The other accepted candidates are evaluated too, to be shown, never to select.
     """
-    from apps.experiments.pipeline import evaluation_spec
-    from apps.jobs.choices import JobKind
-    from apps.jobs.services import job_enqueue
-
     with transaction.atomic():
         locked = Run.objects.select_for_update().select_related("benchmark", "base_checkpoint").get(pk=run.pk)
         if locked.status != RunStatus.STOPPING:
             return locked
-        best = best_accepted(run=locked)
+        best = best_accepted_experiment(locked)
         # One evaluation per checkpoint, with every role it plays (the best may be θ0 itself).
         targets: dict[int, dict[str, Any]] = {}
 
@@ -948,7 +914,9 @@ def run_final_eval_start(*, run: Run, actor: str = SYSTEM) -> Run:
         add("theta0", locked.base_checkpoint, None)
         if locked.benchmark.reference_checkpoint is not None:
             add("reference", locked.benchmark.reference_checkpoint, None)
-        for experiment in [best, *_accepted_candidates(locked)]:
+        # The others accepted are shown next to it, best first; they never select.
+        candidates = selectable_experiments(locked).order_by("-feedback_score", "created_at", "pk")
+        for experiment in [best, *candidates]:
             if experiment is not None:
                 add("best" if experiment == best else "candidate",
                     experiment.output_checkpoint or experiment.input_checkpoint, experiment)  # fmt: skip
@@ -968,13 +936,6 @@ def run_final_eval_start(*, run: Run, actor: str = SYSTEM) -> Run:
 
 def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
     """Record the final result (best accepted checkpoint next to θ0 and the reference) and finish."""
-    from django.utils import timezone
-
-    from apps.experiments.models import Checkpoint
-    from apps.jobs.choices import JobKind, JobStatus
-    from apps.jobs.models import Job
-    from workers.agents.loop import agent_loops_close
-
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.status != RunStatus.FINAL_EVAL:
@@ -994,8 +955,6 @@ def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
                     rows[role] = {**row, "experiment": row["experiment"] if role == "best" else None}
         best, theta0 = rows["best"], rows["theta0"]
         if best is not None and best["experiment"]:
-            from apps.experiments.models import Experiment
-
             experiment = Experiment.objects.select_related("output_checkpoint", "input_checkpoint").get(
                 run=locked, handle=best["experiment"])  # fmt: skip
             best["feedback_score"] = experiment.feedback_score
@@ -1022,15 +981,12 @@ def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
 
 def run_final_result(*, run: Run) -> dict[str, Any] | None:
     """The recorded final result of a finished run (as ``run_finish`` wrote it), or None."""
-    from apps.experiments.models import Event
-
     event = Event.objects.filter(run=run, type="run.final_result").order_by("-id").first()
     return dict(event.arguments) if event is not None else None
 
 
 __all__ += [
     "BudgetState",
-    "best_accepted",
     "guidance_post",
     "llm_usage_record",
     "run_advance",

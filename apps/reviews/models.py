@@ -12,6 +12,17 @@ class ReportStatus(models.TextChoices):
     FINALIZED = "finalized"
 
 
+# The report's finding lists, in the order reports show them (the submit tool's arguments too).
+LIST_FIELDS = (
+    "supported_findings",
+    "uncertainties",
+    "protocol_violations",
+    "regressions",
+    "missing_comparisons",
+    "recommendations",
+)
+
+
 class ReviewReport(UUIDModel):
     """One report of a Reviewer node; several per reviewer are allowed until it finalizes."""
 

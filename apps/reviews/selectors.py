@@ -6,8 +6,7 @@ import re
 from typing import Any
 
 from apps.core.records import cut, iso
-from apps.reviews.models import ReviewReport
-from apps.reviews.services import LIST_FIELDS
+from apps.reviews.models import LIST_FIELDS, ReviewReport
 
 SEALED_MARK = "[sealed]"
 # The run page lists reports with a short summary; the report page shows the whole.
@@ -74,3 +73,8 @@ def report_live(report: ReviewReport) -> dict[str, Any]:
         "summary": cut(report.summary, SUMMARY_CHARS),
         "created_at": iso(report.created_at),
     }
+
+
+def report_live_get(report: ReviewReport) -> dict[str, Any]:
+    """``report_live`` of the report as committed now."""
+    return report_live(ReviewReport.objects.select_related("reviewer").get(pk=report.pk))

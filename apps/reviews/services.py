@@ -1,4 +1,7 @@
-"""State changes of Reviewer reports: submit structured findings, finalize the review."""
+"""State changes of Reviewer reports: submit structured findings, finalize the review.
+
+Each change is announced to the run page after commit (``report.*`` events, ``report_live``).
+"""
 
 from __future__ import annotations
 
@@ -10,18 +13,15 @@ from django.utils import timezone
 from apps.core.errors import ApplicationError, Conflict
 from apps.experiments.events import event_append
 from apps.experiments.models import Experiment
+from apps.live.events import LiveEvent, publish_on_commit
+from apps.live.groups import run_group
 from apps.research.choices import EdgeKind, NodeKind, NodeStatus
 from apps.research.models import ResearchEdge, ResearchNode
-from apps.reviews.models import ReportStatus, ReviewReport
+from apps.research.services import main_trigger, node_finalize
+from apps.reviews.models import LIST_FIELDS, ReportStatus, ReviewReport
+from apps.reviews.selectors import report_live_get
 
-LIST_FIELDS = (
-    "supported_findings",
-    "uncertainties",
-    "protocol_violations",
-    "regressions",
-    "missing_comparisons",
-    "recommendations",
-)
+__all__ = ["LIST_FIELDS", "review_finalize", "review_submit", "scope_experiments"]
 
 
 def scope_experiments(*, reviewer: ResearchNode) -> Any:
@@ -73,13 +73,12 @@ def review_submit(
             arguments={"experiments": linked, "observations": len(observations)},
             result_ref=f"report:{report.uuid}",
         )
+        publish_on_commit(run_group(reviewer.run.uuid), LiveEvent.REPORT_CREATED, report_live_get(report))
     return report
 
 
 def review_finalize(*, reviewer: ResearchNode, summary: str, actor: str) -> ResearchNode:
     """Finalize a Reviewer: its reports become final and the Main Agent is woken to read them."""
-    from apps.research.services import main_trigger, node_finalize
-
     reports = ReviewReport.objects.filter(reviewer=reviewer)
     if not reports.exists():
         raise Conflict("no_report", f"{reviewer.handle} has submitted no report; submit one before finalizing.")
@@ -90,6 +89,11 @@ def review_finalize(*, reviewer: ResearchNode, summary: str, actor: str) -> Rese
             experiments=sorted(set(reports.values_list("experiments__handle", flat=True)) - {None}),
             actor=actor,
         )
-        reports.filter(status=ReportStatus.SUBMITTED).update(status=ReportStatus.FINALIZED, updated_at=timezone.now())
+        submitted = list(reports.filter(status=ReportStatus.SUBMITTED).select_for_update())
+        reports.filter(pk__in=[r.pk for r in submitted]).update(status=ReportStatus.FINALIZED,
+                                                                updated_at=timezone.now())  # fmt: skip
+        group = run_group(finalized.run.uuid)
+        for report in submitted:
+            publish_on_commit(group, LiveEvent.REPORT_UPDATED, report_live_get(report))
         main_trigger(run=finalized.run, trigger="review_report", node=finalized, actor=actor)
     return finalized

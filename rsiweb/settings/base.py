@@ -11,11 +11,17 @@ from __future__ import annotations
 import secrets
 import warnings
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from rsiweb import env
+
+# Django's generic classes subscriptable at runtime (ModelAdmin[Event], QuerySet[Run]), as the
+# type checker wants them written (django-stubs); nothing else changes.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -108,6 +114,7 @@ TEMPLATES = [
     },
 ]
 
+DATABASES: dict[str, Any]
 if EMBEDDED:
     DATABASES = {
         "default": {

@@ -1,4 +1,4 @@
-/* Live state of a page, fed by the websocket of apps/live/consumers.py.
+/* Live state of a page, fed by the websocket of apps/dashboard/consumers.py.
  *
  * The server sends a snapshot on connect (in parts), then events. This file keeps the state (records
  * keyed by uuid, per collection) and applies events to it with the one rule that the server's
@@ -9,7 +9,10 @@
 (function () {
   "use strict";
 
-  // event prefix -> collection of the run snapshot
+  // Event prefix -> collection of the run snapshot. The event types are apps/live/events.py
+  // LiveEvent: run.updated merges into the run; node.*, edge.*, decision.*, experiment.*,
+  // guidance.*, report.*, job.* into their collections; prediction.* and evaluation.* are not
+  // shown on the run page and are ignored (the experiment's own event brings its new score).
   const COLLECTIONS = {
     node: "nodes",
     edge: "edges",
@@ -52,7 +55,7 @@
       return { entity: "run", collection: "run", key: state.run.uuid, created: false };
     }
     const collection = COLLECTIONS[entity];
-    if (!collection) return null; // an event this page does not show
+    if (!collection) return null; // prediction.*, evaluation.*: not on this page
     const key = keyOf(entity, payload);
     if (!key) return null;
     const existing = state[collection].get(key);
@@ -119,7 +122,7 @@
       this.setState("connecting");
       const socket = new WebSocket(this.url());
       this.socket = socket;
-      let pending = null; // a snapshot arriving in parts (apps/live/consumers.py)
+      let pending = null; // a snapshot arriving in parts (apps/dashboard/consumers.py)
       socket.onmessage = (message) => {
         const data = JSON.parse(message.data);
         if (data.type === "events") {

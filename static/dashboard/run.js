@@ -600,6 +600,7 @@
     }
     byId("best-score").textContent = fmtScore(best);
     byId("experiment-count").textContent = String(state.experiments.size);
+    byId("decision-count").textContent = String(state.decisions.size);
     byId("dag-empty").hidden = state.nodes.size > 0;
     byId("exp-empty").hidden = state.experiments.size > 0;
     setBudget("accelerator", run.used_accelerator_seconds, run.budget_accelerator_seconds, "s");
@@ -857,7 +858,7 @@
       case "decisions":
         // Only nodes on the graph: one still waiting in a large snapshot's fill gets its data then.
         for (const node of state.nodes.values()) if (node.decision === change.key && dag.getElementById(node.uuid).nonempty()) upsert(dag, dagNodeData(node), "nodes");
-        markDirty("decisions", "guidance");
+        markDirty("header", "decisions", "guidance");
         scheduleCharts();
         break;
       case "experiments": {

@@ -22,7 +22,11 @@ from django.conf import settings
 
 from apps.benchmarks.services import benchmark_register
 from apps.research.models import AgentLoop, ResearchNode, Run
+from apps.research.services import run_create
+from tests.agents import stack as support
+from tests.agents.stack import install, minibench_root
 from tests.factories import CheckpointFactory
+from tests.fakes.openai_chat import FakeChatServer, Script
 
 TEMPLATE = "Question: {question}\nAnswer:"
 FEEDBACK = [
@@ -122,8 +126,6 @@ def live_api(live_server, settings) -> str:
 
 @pytest.fixture
 def small_world(transactional_db, agent_roots: Path, live_api: str):
-    from apps.research.services import run_create
-
     benchmark = benchmark_register(name="test/arith", task_dir=agent_roots / "task")
     theta0 = CheckpointFactory(is_base=True)
     run = run_create(name="agents small world", benchmark=benchmark, base_checkpoint=theta0,
@@ -143,16 +145,12 @@ def small_world(transactional_db, agent_roots: Path, live_api: str):
 
 @pytest.fixture(scope="session")
 def minibench(tmp_path_factory) -> Path:
-    from tests.agents.stack import minibench_root
-
     return minibench_root(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def fake_llm():
     """The OpenAI-protocol loopback server the stack's agents worker is pointed at (scripts set per test)."""
-    from tests.fakes.openai_chat import FakeChatServer, Script
-
     server = FakeChatServer(Script({})).start()
     yield server
     server.stop()
@@ -161,8 +159,6 @@ def fake_llm():
 @pytest.fixture(scope="session")
 def stack(django_db_setup, django_db_blocker, tmp_path_factory, minibench: Path, fake_llm):
     """web + gpu/agents/default workers on the test database, the minibench installed (one per session)."""
-    from tests.agents import stack as support
-
     base = tmp_path_factory.mktemp("stack")
     roots = support.roots_for(base, minibench)
     support.apply_roots(roots)
@@ -185,8 +181,6 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory, minibench: Path,
 @pytest.fixture
 def installed(stack):
     """The minibench registered in the test database (again after a transactional test flushed it)."""
-    from tests.agents.stack import install
-
     with stack.django_db_blocker.unblock():
         install(stack.minibench)
     return stack

@@ -16,7 +16,10 @@ from typing import Any
 import redis
 from django.conf import settings
 
+from apps.benchmarks.services import minibench_install
 from apps.core.management.commands.demo import Stack
+from apps.research.models import Run
+from tests.benchmarks.minibench_fixture import minibench_root as built
 from tests.support.procs import child_env
 
 # Liveness and loop timing for the processes under test (seconds).
@@ -38,8 +41,6 @@ TIMING = {
 
 def minibench_root(tmp_path_factory: Any) -> Path:
     """The built `ci` minibench: ``RSI_MINIBENCH_CACHE`` when it holds one (built there otherwise)."""
-    from tests.benchmarks.minibench_fixture import minibench_root as built
-
     return built(tmp_path_factory)
 
 
@@ -71,8 +72,6 @@ def apply_roots(roots: dict[str, str]) -> None:
 
 def install(minibench: Path) -> dict[str, Any]:
     """Register θ0, the reference and the sealed benchmark (idempotent; re-done after a flush)."""
-    from apps.benchmarks.services import minibench_install
-
     return minibench_install(root=minibench)
 
 
@@ -110,6 +109,4 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, stack: 
 
 
 def run_status(run: Any) -> str:
-    from apps.research.models import Run
-
     return Run.objects.values_list("status", flat=True).get(pk=run.pk)

@@ -10,28 +10,34 @@ so Workers stop at waiting for their first jobs.
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth.models import User
 
+from apps.core.queues import TaskName
 from apps.datapool.models import DataUsage
 from apps.experiments.models import Event, Experiment
 from apps.integrity.models import BlockedAttempt
 from apps.jobs.models import Job
+from apps.research.agent_config import loop_config, prompt_hashes
+from apps.research.agent_loops import agent_loops_recover
 from apps.research.choices import AgentLoopStatus, NodeStatus, RunStatus
 from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, Prediction, ResearchNode, Run
-from apps.research.services import guidance_post, run_budget_enforce, run_start
+from apps.research.services import guidance_post, run_budget_enforce, run_pause, run_resume, run_start, run_stop
 from tests.fakes.openai_chat import FakeChatServer, Reply, Script
 from workers.agents.client import ExposClient
 from workers.agents.loop import (
-    agent_loops_recover,
     agent_step_run,
     api_base_url,
-    loop_config,
     node_token,
+    run_supervise,
     step_view,
     worker_name,
 )
-from workers.agents.policies.llm import prompt_hashes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -207,33 +213,23 @@ def test_a_spent_budget_stops_new_work(small_world):
 
 def _queued_steps() -> list[dict]:
     """The agent-step messages waiting on the agents queue (kombu's Redis list), as (loop_id, step)."""
-    import base64
-    import json
-
-    import redis
-    from django.conf import settings
-
     messages = redis.Redis.from_url(settings.CELERY_BROKER_URL).lrange("agents", 0, -1)
     steps = []
     for raw in messages:
         message = json.loads(raw)
         body = json.loads(base64.b64decode(message["body"]))
-        if message["headers"].get("task") == "workers.agents.agent_step_task":
+        if message["headers"].get("task") == TaskName.AGENT_STEP:
             steps.append(body[1])
     return steps
 
 
 def test_pause_holds_every_step_and_resume_sends_them_again(small_world):
-    from apps.research.services import run_pause, run_resume, run_stop
-
     started(small_world)
     loop = small_world.loop("worker_0001")
     paused = run_pause(run=small_world.run, actor="user:olga", reason="looking at the data")
     assert paused.status == RunStatus.PAUSED
     assert step(loop).step == 0  # not claimed: nothing happens while paused
     assert small_world.loop("worker_0001").status == AgentLoopStatus.SCHEDULED
-    import redis
-    from django.conf import settings
 
     redis.Redis.from_url(settings.CELERY_BROKER_URL).delete("agents")
     resumed = run_resume(run=small_world.run, actor="user:olga")
@@ -250,8 +246,6 @@ def test_pause_holds_every_step_and_resume_sends_them_again(small_world):
 
 
 def test_training_held_at_the_gate_wakes_the_main_agent_which_approves_it(small_world):
-    from workers.agents.loop import run_supervise
-
     Run.objects.filter(pk=small_world.run.pk).update(policy={**small_world.run.policy, "training_gate": True})
     started(small_world)
     step_until(small_world, "worker_0001")
@@ -278,9 +272,6 @@ def test_training_held_at_the_gate_wakes_the_main_agent_which_approves_it(small_
 
 def test_the_llm_token_budget_stops_the_run(small_world, monkeypatch):
     """An LLM run whose token budget is spent stops: the agent makes no further model call."""
-    from apps.research.services import run_start
-    from workers.agents.loop import agent_step_run
-
     calls = Script({"main": [Reply(tool_calls=[("main_guidance_read", {})]), Reply(tool_calls=[
         ("public_check_quota", {})])]})  # fmt: skip
     with FakeChatServer(calls) as fake:

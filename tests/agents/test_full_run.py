@@ -15,14 +15,19 @@ import pytest
 from django.contrib.auth.models import User
 from django.db.models import Count
 
+from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
 from apps.datapool.models import DataUsage
 from apps.experiments.events import chain_verify
-from apps.experiments.models import Evaluation, Experiment
+from apps.experiments.models import Checkpoint, Evaluation, Experiment
 from apps.integrity.selectors import hacking_rate
 from apps.research.choices import RunStatus
+from apps.research.management.commands.start_run import launch_run
 from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, ResearchEdge, ResearchNode, Run
+from apps.research.services import guidance_post, run_create, run_final_result
 from apps.reviews.models import ReviewReport
 from tests.agents.stack import install, run_status, wait_for
+from workers.agents.client import ExposClient
+from workers.agents.loop import node_token
 
 pytestmark = [pytest.mark.slow]
 
@@ -54,12 +59,6 @@ class FullRun:
 @pytest.mark.django_db(transaction=True)
 def test_the_stack_serves_the_registry_to_agents(installed):
     """The web process answers an agent token with its role's tool definitions (the client's source)."""
-    from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
-    from apps.experiments.models import Checkpoint
-    from apps.research.services import run_create
-    from workers.agents.client import ExposClient
-    from workers.agents.loop import node_token
-
     # Created, not started: no agent loop runs, only the token and the endpoint are exercised.
     run = run_create(name="agents: registry probe", benchmark=benchmark_resolve("minibench/arithmetic"),
                      base_checkpoint=Checkpoint.objects.get(handle=THETA0_HANDLE), target_capability="probe",
@@ -74,9 +73,6 @@ def test_the_stack_serves_the_registry_to_agents(installed):
 
 @pytest.fixture(scope="session")
 def full_run(stack) -> FullRun:
-    from apps.research.management.commands.start_run import launch_run
-    from apps.research.services import guidance_post, run_final_result
-
     with stack.django_db_blocker.unblock():
         install(stack.minibench)  # again, if a transactional test flushed the database meanwhile
         started = time.monotonic()

@@ -16,6 +16,7 @@ from django.db.models import Count
 
 from apps.experiments.models import Experiment
 from apps.research.choices import RunStatus
+from apps.research.management.commands.start_run import launch_run
 from apps.research.models import AgentLoop, Decision, LLMUsage, ResearchNode, Run
 from tests.agents.stack import run_status, wait_for
 from tests.fakes.openai_chat import Reply, Script, last_tool_answers
@@ -120,8 +121,6 @@ def script() -> Script:
 
 @pytest.mark.django_db(transaction=True)
 def test_llm_agents_drive_a_short_real_run(installed, fake_llm, monkeypatch):
-    from apps.research.management.commands.start_run import launch_run
-
     stack = installed
     # The agents worker was started with this configuration; the launcher checks it too.
     monkeypatch.setenv("RSI_LLM_BASE_URL", fake_llm.base_url)

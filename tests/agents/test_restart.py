@@ -11,6 +11,7 @@ from apps.experiments.events import chain_verify
 from apps.experiments.models import Event, Experiment
 from apps.jobs.models import Job
 from apps.research.choices import RunStatus
+from apps.research.management.commands.start_run import launch_run
 from apps.research.models import AgentLoop, ResearchNode, Run
 from tests.agents.stack import run_status, wait_for
 
@@ -18,8 +19,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_a_stack_killed_mid_run_resumes_from_the_database(installed):
-    from apps.research.management.commands.start_run import launch_run
-
     stack = installed
     run = launch_run(benchmark="minibench/arithmetic", policy="heuristic", name="agents: restart run",
                      wall_seconds=3600, accelerator_seconds=3600, parallel=2, max_workers=2, reviewer=False,

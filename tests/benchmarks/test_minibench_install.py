@@ -14,6 +14,7 @@ from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import (
     benchmark_load_sealed,
     benchmark_resolve,
+    benchmark_scanner,
     benchmark_sealed_items,
     checkpoint_local_dir,
     minibench_install,
@@ -34,7 +35,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def scanner_for(benchmark: Benchmark) -> ContaminationScanner:
-    return ContaminationScanner.for_benchmark(benchmark)
+    return benchmark_scanner(benchmark=benchmark)
 
 
 def test_management_command_installs_and_is_idempotent(built_minibench, artifact_root, sealed_root):

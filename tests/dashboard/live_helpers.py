@@ -1,13 +1,12 @@
-"""Helpers of the live tests: the event reducer the browser runs, in Python, and test publishers.
+"""Helpers of the live tests: the event reducer the browser runs, in Python, and a run socket.
 
 ``apply_run_event`` follows static/dashboard/live.js ``applyRunEvent`` rule for rule; the
 browser tests check the JavaScript itself against a fresh snapshot, these check the server's
 half of the contract (snapshot shape, event payloads, ordering) without a browser.
 
-The ``publish_*`` functions send what the research services are to publish once they are wired
-(docs/benchmarks-dashboard.md lists which service publishes which event); until then tests that
-grow the DAG through those services publish the events themselves, through the same
-``publish_on_commit`` and payload builders the services will use.
+Nothing here publishes: every event a test sees comes from the service that changed the state
+(STYLE.md 31a). The socket helpers speak the consumer's protocol (apps/dashboard/consumers.py)
+through the whole ASGI application and the real channels_redis layer.
 """
 
 from __future__ import annotations
@@ -16,13 +15,10 @@ import copy
 import json
 from typing import Any
 
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.core.serializers.json import DjangoJSONEncoder
-
-from apps.experiments.selectors import experiment_live
-from apps.live.events import publish_on_commit
-from apps.live.groups import run_group
-from apps.research.selectors import decision_live, edge_live, guidance_live, node_live
-from apps.reviews.selectors import report_live
+from django.test import Client
 
 COLLECTIONS = {
     "node": "nodes",
@@ -33,6 +29,8 @@ COLLECTIONS = {
     "report": "reports",
     "job": "jobs",
 }
+ORIGIN = (b"origin", b"http://127.0.0.1")
+QUIET_SECONDS = 1.0
 
 
 def as_json(value: Any) -> Any:
@@ -61,7 +59,7 @@ def apply_run_event(state: dict[str, Any], event: str, payload: dict[str, Any]) 
         return
     collection = COLLECTIONS.get(entity)
     if collection is None:
-        return
+        return  # an event the run page does not show (prediction.*, evaluation.*)
     key = key_of(entity, payload)
     if not key:
         return
@@ -80,26 +78,54 @@ def apply_run_event(state: dict[str, Any], event: str, payload: dict[str, Any]) 
         record.update(payload)
 
 
-def publish_node(node: Any, event: str = "node.created") -> None:
-    publish_on_commit(run_group(node.run.uuid), event, node_live(node))
+# --- the run socket, as a browser holds it ----------------------------------------------------
 
 
-def publish_edges_of(node: Any) -> None:
-    for edge in node.upstream_edges.select_related("upstream", "downstream"):
-        publish_on_commit(run_group(node.run.uuid), "edge.created", edge_live(edge))
+def session_cookie(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 
-def publish_decision(decision: Any) -> None:
-    publish_on_commit(run_group(decision.run.uuid), "decision.created", decision_live(decision))
+async def open_socket(
+    path: str, user: Any = None, headers: list[tuple[bytes, bytes]] | None = None
+) -> WebsocketCommunicator:
+    from rsiweb.asgi import application
+
+    all_headers = [ORIGIN, *(headers or [])]
+    if user is not None:
+        all_headers.append((b"cookie", await database_sync_to_async(session_cookie)(user)))
+    communicator = WebsocketCommunicator(application, path, headers=all_headers)
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    return communicator
 
 
-def publish_experiment(experiment: Any, event: str = "experiment.created") -> None:
-    publish_on_commit(run_group(experiment.run.uuid), event, experiment_live(experiment))
+async def receive_snapshot(communicator: WebsocketCommunicator) -> dict[str, Any]:
+    """Receive the snapshot's begin, parts and end (the consumer's protocol) and reassemble it."""
+    begin = await communicator.receive_json_from(timeout=10)
+    assert begin["type"] == "snapshot.begin", begin
+    snapshot = begin["data"]
+    while (message := await communicator.receive_json_from(timeout=10))["type"] == "snapshot.part":
+        snapshot[message["key"]].extend(message["records"])
+    assert message == {"type": "snapshot.end"}
+    return snapshot
 
 
-def publish_guidance(guidance: Any, event: str = "guidance.updated") -> None:
-    publish_on_commit(run_group(guidance.run.uuid), event, guidance_live(guidance))
+async def drain(communicator: WebsocketCommunicator, quiet: float = QUIET_SECONDS) -> list[dict[str, Any]]:
+    """Every event ({"event", "payload"}) until no message arrives for ``quiet`` seconds."""
+    events = []
+    # receive_nothing rather than a receive that times out: asgiref's timeout cancels the
+    # consumer, and under anyio the cancellation reaches the test itself.
+    while not await communicator.receive_nothing(timeout=quiet, interval=0.02):
+        message = await communicator.receive_json_from(timeout=5)
+        assert message["type"] == "events", message
+        events.extend(message["events"])
+    return events
 
 
-def publish_report(report: Any) -> None:
-    publish_on_commit(run_group(report.run.uuid), "report.created", report_live(report))
+async def next_event(communicator: WebsocketCommunicator) -> dict[str, Any]:
+    """The first event of the next message (an event that finds the socket idle comes alone)."""
+    message = await communicator.receive_json_from(timeout=10)
+    assert message["type"] == "events", message
+    return message["events"][0]

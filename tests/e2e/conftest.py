@@ -1,9 +1,17 @@
-"""End-to-end fixtures: the real web server (uvicorn, as `manage.py serve`) on the test database, and Chromium.
+"""End-to-end fixtures: the real web server (uvicorn, as `manage.py serve`) on the test database, the
+real research stack, and Chromium.
 
-The server is a uvicorn subprocess serving rsiweb.asgi as production does (websockets through
-the real channels_redis layer, static files from WhiteNoise), pointed at the test database by
-DATABASE_URL. Tests change state by calling services in this process; the server
-and the browser see only what was committed, so the tests use ``transactional_db``.
+``live_url``: a uvicorn subprocess serving rsiweb.asgi as production does (websockets through the
+real channels_redis layer, static files from WhiteNoise), pointed at the test database by
+DATABASE_URL. Tests change state by calling services in this process; the server and the
+browser see only what was committed, so the tests use ``transactional_db``.
+
+``research_stack``: the processes ``manage.py demo`` starts (web server, Celery workers on the
+gpu, agents and default queues) on the test database with the built minibench installed and
+the agents suite's short loop timings (tests/agents/stack.py), for a real heuristic run.
+
+Every process started here dies with the test process, however it ends (tests/support/procs.py
+``Lifeline``).
 
 The browser is Debian's Chromium (/usr/bin/chromium, installed by ./dev test), driven by
 Playwright for Python; nothing is downloaded at test time.
@@ -15,12 +23,18 @@ import os
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import requests
+from django.conf import settings
+from django.db import connection
+from playwright.sync_api import sync_playwright
 
 from apps.core.management.commands.serve import uvicorn_command
+from tests.agents import stack as support
+from tests.support.procs import Lifeline
 
 # Playwright's sync API keeps an event loop on the test's thread; Django would then refuse the
 # test's own (synchronous) ORM calls as if they came from async code.
@@ -48,9 +62,10 @@ def _free_port() -> int:
 def start_server(
     database_name: str, *, log_path: Path, settings_module: str = "rsiweb.settings.test"
 ) -> tuple[subprocess.Popen, str]:
-    """Start the web server (``manage.py serve``'s uvicorn) on a free port against ``database_name``."""
-    from django.conf import settings
+    """Start the web server (``manage.py serve``'s uvicorn) on a free port against ``database_name``.
 
+    The server leads a process group of its own, for the caller's Lifeline.
+    """
     db = settings.DATABASES["default"]
     port = _free_port()
     env = {
@@ -66,6 +81,7 @@ def start_server(
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -84,17 +100,46 @@ def start_server(
 @pytest.fixture(scope="session")
 def live_url(django_db_setup, django_db_blocker, tmp_path_factory):
     """Base URL of a web server on the test database, for the whole session."""
-    from django.conf import settings
-
     process, base = start_server(
         settings.DATABASES["default"]["NAME"], log_path=tmp_path_factory.mktemp("web") / "web.log"
     )
+    lifeline = Lifeline([process.pid])
     yield base
     process.terminate()
     try:
         process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         process.kill()
+    lifeline.close()
+
+
+@pytest.fixture(scope="module")
+def research_stack(django_db_setup, django_db_blocker, tmp_path_factory):
+    """web + gpu/agents/default Celery workers on the test database, the built minibench installed.
+
+    Per module: only the real-run test needs it, and its workers should not outlive that test's
+    module. The test re-installs the minibench (``support.install``) inside its own transactional
+    test, since a flush between tests removes the rows.
+    """
+    minibench = support.minibench_root(tmp_path_factory)
+    base = tmp_path_factory.mktemp("research-stack")
+    roots = support.roots_for(base, minibench)
+    saved = {key: getattr(settings, key) for key in roots}
+    support.apply_roots(roots)
+    support.flush_broker()
+    stack = support.make_stack(roots=roots, log_dir=base / "logs")
+    stack.start()
+    lifeline = Lifeline([process.pid for process in stack.processes.values()])
+    try:
+        stack.wait_ready()
+        stack.minibench = minibench  # type: ignore[attr-defined]
+        yield stack
+    finally:
+        stack.stop()
+        lifeline.close()
+        support.flush_broker()
+        for key, value in saved.items():
+            setattr(settings, key, value)
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +148,6 @@ def browser():
     # thread until it stops, and async tests collected after the browser tests in the same
     # session (``pytest tests/e2e tests/dashboard``: the consumer tests under anyio) would
     # fail with "Cannot run the event loop while another loop is running".
-    from playwright.sync_api import sync_playwright
-
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (./dev test does).")
     with sync_playwright() as playwright:
@@ -150,13 +193,10 @@ def log_in(page, base: str, username: str, password: str) -> None:
 def act(function, *args, **kwargs):
     """Run a service call (and what it publishes) on a thread of its own and return its result.
 
-    Playwright's sync API keeps an asyncio loop on the test's thread, and async_to_sync (how
-    publish_on_commit reaches the channel layer) refuses to run beside a live loop. The thread
-    opens its own database connection; with transactional_db its commits are what the server sees.
+    Playwright's sync API keeps an asyncio loop on the test's thread, and Django refuses
+    synchronous database work beside a running loop. The thread opens its own database
+    connection; with transactional_db its commits are what the server sees.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from django.db import connection
 
     def call():
         try:

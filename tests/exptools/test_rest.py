@@ -11,11 +11,12 @@ import pytest
 import requests
 
 from apps.experiments.models import Event, Experiment
+from apps.experiments.submissions import submission_create
 from apps.expos.auth import agent_token_issue
 from apps.expos.registry import Role
-from apps.expos.submission_review import SubmissionRefused
-from apps.expos.tools.execution import submission_create
+from apps.expos.tools.execution import submission_subjects
 from apps.integrity.models import BlockedAttempt
+from apps.integrity.submission_review import SubmissionRefused, submission_parse
 from apps.jobs.models import Job
 from tests.exptools.conftest import build_world, train_spec
 
@@ -99,8 +100,10 @@ def test_rest_gate_hold_and_approve(post, live_world):
 def test_direct_service_call_outside_a_transaction_records_its_own_refusal(live_world):
     ctx = live_world.ctx(live_world.worker)
 
+    request = submission_parse({"kind": "eval_only", "input_checkpoint": live_world.reference.handle})
+
     with pytest.raises(SubmissionRefused):
-        submission_create(ctx=ctx, spec={"kind": "eval_only", "input_checkpoint": live_world.reference.handle})
+        submission_create(worker=ctx.node, request=request, subjects=submission_subjects(ctx, request))
 
     attempt = BlockedAttempt.objects.get(run=live_world.run)
     assert attempt.subcategory == "weight_provenance"

@@ -7,9 +7,9 @@ import pytest
 from apps.core.errors import ApplicationError
 from apps.experiments.choices import ExperimentStatus
 from apps.experiments.models import Event, Experiment
-from apps.expos.submission_review import SubmissionRefused, submission_spec_sha256
 from apps.expos.workspaces import workspace_path
 from apps.integrity.models import BlockedAttempt, ReviewOverride
+from apps.integrity.submission_review import SubmissionRefused, submission_spec_sha256
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from tests.exptools.conftest import call, train_spec, write_jsonl

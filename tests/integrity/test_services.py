@@ -22,10 +22,10 @@ from apps.integrity.services import (
     integrity_run_checks,
     reviewer_adjudicate,
 )
-from apps.integrity.tasks import integrity_check_task
 from apps.research.models import Run
 from apps.research.services import worker_finalize
 from tests.integrity.conftest import checkpoint_path, finding
+from workers.data.tasks import integrity_check_task
 
 
 def _crash(subject):

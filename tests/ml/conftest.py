@@ -38,8 +38,8 @@ def feedback_samples(minibench: Path) -> list[dict[str, Any]]:
 
 def _train_in_child(hparams: dict[str, Any], base: str, data: str, out: str) -> dict[str, Any]:
     # Module-level so a spawned process can import it.
-    from workers.gpu.hparams import validate_train_config
-    from workers.gpu.runners import train
+    from apps.experiments.hparams import validate_train_config
+    from apps.ml.training import train
 
     result = train(validate_train_config(hparams), base_dir=Path(base), data_files=[Path(data)], out_dir=Path(out))
     return {"steps": result.steps, "final_loss": result.final_loss, "seconds": result.seconds}

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from apps.ml.checkpoints import load_checkpoint
+from apps.ml.inference import evaluate, generate_texts
+from apps.ml.vllm_client import VLLMError
 from tests.fakes.openai_completions import serve
-from workers.gpu.runners import evaluate, generate_texts, load_checkpoint
-from workers.gpu.vllm_client import VLLMError
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoConfig, AutoTokenizer
 
 from apps.benchmarks.minibench.catalog import build_task_data
-from apps.benchmarks.minibench.tasks import TASKS, number_words
+from apps.benchmarks.minibench.task_specs import TASKS, number_words
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from transformers import AutoModelForCausalLM
 
-from workers.gpu.hparams import validate_train_config
-from workers.gpu.runners import Cancelled, TrainHooks, evaluate, manifest, train
+from apps.core.hashing import sha256_tree
+from apps.experiments.hparams import validate_train_config
+from apps.ml.inference import evaluate
+from apps.ml.training import Cancelled, TrainHooks, train
 
 pytestmark = pytest.mark.slow
 log = logging.getLogger(__name__)
@@ -115,7 +117,7 @@ def test_every_recipe_writes_a_plain_full_checkpoint(
     base = AutoModelForCausalLM.from_pretrained(minibench / "theta0", use_safetensors=True)
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in base.parameters())
     # The tokenizer is θ0's, byte for byte.
-    ours, theirs = manifest(out), manifest(minibench / "theta0")
+    ours, theirs = sha256_tree(out), sha256_tree(minibench / "theta0")
     for name in TOKENIZER_FILES:
         assert ours[name] == theirs[name], name
     assert len(_results(out, arithmetic_task, feedback_samples[:4])) == 4
@@ -150,7 +152,7 @@ def test_manifest_hashes_every_file(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "a.json").write_text(json.dumps({"x": 1}))
     (tmp_path / "sub" / "b.bin").write_bytes(b"\x00\x01")
-    assert manifest(tmp_path) == {
+    assert sha256_tree(tmp_path) == {
         "a.json": hashlib.sha256(b'{"x": 1}').hexdigest(),
         "sub/b.bin": hashlib.sha256(b"\x00\x01").hexdigest(),
     }

@@ -15,13 +15,13 @@ import os
 import shutil
 from pathlib import Path
 
+from apps.benchmarks.minibench.build import MANIFEST_VERSION, build_minibench, source_digest
+
 SEED = 0
 PROFILE = "ci"
 
 
 def _is_current(root: Path) -> bool:
-    from apps.benchmarks.minibench.build import MANIFEST_VERSION, source_digest
-
     manifest_path = root / "manifest.json"
     if not manifest_path.is_file():
         return False
@@ -31,8 +31,6 @@ def _is_current(root: Path) -> bool:
 
 
 def ci_minibench(tmp_path_factory) -> Path:
-    from apps.benchmarks.minibench import build_minibench
-
     cache = os.environ.get("RSI_MINIBENCH_CACHE")
     if not cache:
         root = tmp_path_factory.mktemp("minibench") / PROFILE

@@ -3,8 +3,9 @@
 Configuration comes from the environment (DESIGN.md "Configuration"): ``RSI_LLM_BASE_URL``,
 ``RSI_LLM_MODEL``, ``RSI_LLM_API_KEY``, with per-role overrides ``RSI_LLM_MODEL_MAIN``,
 ``RSI_LLM_BASE_URL_WORKER``, ``RSI_LLM_API_KEY_REVIEWER`` and so on, so the Main Agent can run on
-a stronger model than the Workers. vLLM, DeepSeek, Kimi, GLM and OpenAI itself all speak this
-protocol through the openai SDK.
+a stronger model than the Workers. It is read by ``apps.research.agent_config`` (Django-free, so
+``manage.py start_run`` checks it without importing this client). vLLM, DeepSeek, Kimi, GLM and
+OpenAI itself all speak this protocol through the openai SDK.
 
 Retries are ours, not the SDK's (``max_retries=0`` there), so the policy is visible and tested:
 429, 5xx, timeouts and connection errors back off exponentially (honouring Retry-After) up to
@@ -21,66 +22,18 @@ from typing import Any
 
 import openai
 
-from rsiweb import env
+# The configuration is read below apps/ and workers/ alike (start_run checks it before a run exists).
+from apps.research.agent_config import LLMConfig, LLMNotConfigured, llm_config
+
+# The client's API: what a policy or the step runner needs of the model (config re-exported).
+__all__ = ["SUMMARY_PREFIX", "ChatLLM", "LLMConfig", "LLMNotConfigured", "LLMTurn", "LLMUnavailable", "ToolCall",
+           "compact_transcript", "estimate_tokens", "llm_config"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
-
-ROLES = ("main", "worker", "reviewer")
 
 
 class LLMUnavailable(RuntimeError):
     """The endpoint kept failing (429/5xx/timeouts) after every retry; try the step again later."""
-
-
-class LLMNotConfigured(RuntimeError):
-    """No base URL or model is configured for this role."""
-
-
-@dataclass(frozen=True)
-class LLMConfig:
-    """One role's endpoint, model and limits. Prices are USD per million tokens (0 = not tracked)."""
-
-    base_url: str
-    model: str
-    api_key: str
-    timeout: float = 120.0
-    max_retries: int = 5
-    backoff: float = 1.0
-    context_tokens: int = 32_000
-    max_output_tokens: int = 2048
-    price_prompt: float = 0.0
-    price_completion: float = 0.0
-
-    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.price_prompt + completion_tokens * self.price_completion) / 1_000_000
-
-
-def llm_config(role: str) -> LLMConfig:
-    """The configuration for ``role``: ``RSI_LLM_<X>_<ROLE>`` wins over ``RSI_LLM_<X>``."""
-    suffix = role.upper()
-
-    def value(name: str, default: str = "") -> str:
-        return env.text(f"RSI_LLM_{name}_{suffix}", env.text(f"RSI_LLM_{name}", default))
-
-    base_url, model = value("BASE_URL"), value("MODEL")
-    if not base_url or not model:
-        raise LLMNotConfigured(
-            f"No LLM for the {role} role: set RSI_LLM_BASE_URL and RSI_LLM_MODEL "
-            f"(or RSI_LLM_BASE_URL_{suffix} / RSI_LLM_MODEL_{suffix}), or run with the heuristic policy."
-        )
-    return LLMConfig(
-        base_url=base_url,
-        model=model,
-        # Local servers (vLLM) accept any key; the SDK insists on one.
-        api_key=value("API_KEY") or "not-needed",
-        timeout=float(value("TIMEOUT", "120")),
-        max_retries=int(value("MAX_RETRIES", "5")),
-        backoff=float(value("BACKOFF", "1.0")),
-        context_tokens=int(value("CONTEXT_TOKENS", "32000")),
-        max_output_tokens=int(value("MAX_OUTPUT_TOKENS", "2048")),
-        price_prompt=float(value("PRICE_PROMPT", "0")),
-        price_completion=float(value("PRICE_COMPLETION", "0")),
-    )
 
 
 @dataclass(frozen=True)

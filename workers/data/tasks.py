@@ -1,7 +1,9 @@
-"""Data job tasks (queue ``default``): filter, deduplicate, mix, convert, decontaminate; and the reaper.
+"""Data tasks (queue ``default``): data jobs (filter, deduplicate, mix, convert, decontaminate),
+the integrity checks of a finished experiment, and the reaper.
 
 A data job produces a new datapool entry with provenance through the datapool's service; the
-task only claims the row, keeps it alive, calls that one service and records the outcome.
+task only claims the row, keeps it alive, calls that one service and records the outcome. The
+integrity service sends its task here by name (``TaskName.INTEGRITY_CHECK``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ import logging
 from celery import shared_task
 
 from apps.core.errors import Conflict
+from apps.core.queues import TaskName
+from apps.datapool.selectors import data_entry_get
+from apps.datapool.services import data_transform
+from apps.integrity.services import integrity_check_experiment
 from apps.jobs.services import engine_config, job_succeed, jobs_reap_stale
 from workers.runtime import JobTask, RunningJob, job_start
 
@@ -23,7 +29,7 @@ HARD_LIMIT_GRACE_SECONDS = 60
 @shared_task(
     bind=True,
     base=JobTask,
-    name="workers.data.data_job_task",
+    name=TaskName.DATA_JOB,
     acks_late=True,
     reject_on_worker_lost=True,
     soft_time_limit=DATA_SOFT_LIMIT_SECONDS,
@@ -38,9 +44,6 @@ def data_job_task(self: JobTask, *, job_id: int) -> None:
     job = job_start(job_id=job_id)
     if job is None:
         return
-    from apps.datapool.selectors import data_entry_get
-    from apps.datapool.services import data_transform
-
     spec = job.spec
     with RunningJob(job) as running:
         running.log(f"data {spec['op']} of {spec['inputs']}")
@@ -60,7 +63,22 @@ def data_job_task(self: JobTask, *, job_id: int) -> None:
             logger.warning("job %s ended elsewhere; data entry %s stays registered", job.uuid, entry.handle)
 
 
-@shared_task(name="workers.data.reap_jobs_task", acks_late=False, soft_time_limit=120, time_limit=180)
+@shared_task(
+    name=TaskName.INTEGRITY_CHECK,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=1800,
+    time_limit=1860,
+)
+def integrity_check_task(*, experiment_id: int, reporting_only: bool = False) -> int:
+    """Run the checks of one experiment (all twelve, or the reporting three); returns the findings stored.
+
+    Safe to deliver twice: the checks are deterministic and an unchanged finding writes nothing.
+    """
+    return len(integrity_check_experiment(experiment_id=experiment_id, reporting_only=reporting_only))
+
+
+@shared_task(name=TaskName.REAP_JOBS, acks_late=False, soft_time_limit=120, time_limit=180)
 def reap_jobs_task() -> int:
     """One reaper sweep on demand (every worker also runs the reaper loop; see workers.runtime)."""
     reaped = jobs_reap_stale(stale_after_seconds=engine_config().stale_after_seconds)

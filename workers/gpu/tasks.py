@@ -1,7 +1,8 @@
 """Accelerator job tasks (queue ``gpu``): training and sealed evaluation.
 
 Each task gets a job id only, claims the row, keeps it alive with a heartbeat thread while it
-calls one runner from `workers.gpu.runners`, and records the outcome through a service. They are
+calls the Django-free core in `apps.ml` (`training.train`, `inference.evaluate`), and records the
+outcome through a service. They are
 acks_late and reject_on_worker_lost: safe because the claim makes a redelivered message a no-op,
 and a worker that dies mid-job is noticed by the reaper, which queues attempt N+1.
 """
@@ -14,7 +15,11 @@ import shutil
 
 from celery import shared_task
 
+from apps.benchmarks.models import Benchmark
+from apps.benchmarks.services import SealBroken, benchmark_load_sealed, benchmark_scorer
 from apps.core.errors import Conflict
+from apps.core.queues import TaskName
+from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint
 from apps.jobs.services import (
     checkpoint_dir_for,
@@ -36,7 +41,7 @@ HARD_LIMIT_GRACE_SECONDS = 60
 @shared_task(
     bind=True,
     base=JobTask,
-    name="workers.gpu.train_job_task",
+    name=TaskName.TRAIN_JOB,
     acks_late=True,
     reject_on_worker_lost=True,
     soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS,
@@ -51,8 +56,7 @@ def train_job_task(self: JobTask, *, job_id: int) -> None:
     out_dir = checkpoint_dir_for(job)
     # Beating from the claim on: importing torch/TRL alone takes seconds.
     with RunningJob(job) as running:
-        from workers.gpu.hparams import validate_train_config
-        from workers.gpu.runners import Cancelled, TrainHooks, train
+        from apps.ml.training import Cancelled, TrainHooks, train  # noqa: PLC0415 - torch/TRL take seconds; beat first
 
         parent = Checkpoint.objects.get(uuid=spec["input_checkpoint"])
         # The job's seed wins, so "the seed recorded on the job" is the seed that trained.
@@ -89,7 +93,7 @@ def train_job_task(self: JobTask, *, job_id: int) -> None:
 @shared_task(
     bind=True,
     base=JobTask,
-    name="workers.gpu.evaluate_job_task",
+    name=TaskName.EVALUATE_JOB,
     acks_late=True,
     reject_on_worker_lost=True,
     soft_time_limit=EVAL_SOFT_LIMIT_SECONDS,
@@ -100,9 +104,6 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
     job = job_start(job_id=job_id)
     if job is None:
         return
-    from apps.benchmarks.models import Benchmark
-    from apps.benchmarks.services import SealBroken, benchmark_load_sealed, benchmark_scorer
-
     spec = job.spec
     checkpoint = Checkpoint.objects.get(uuid=spec["checkpoint"])
     benchmark = Benchmark.objects.get(uuid=spec["benchmark"])
@@ -118,7 +119,7 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             return
         checkpoint_dir = checkpoint_verified_dir(checkpoint)
         running.log(f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, {backend})")
-        from workers.gpu.runners import evaluate
+        from apps.ml.inference import evaluate  # noqa: PLC0415 - torch takes seconds; beat first
 
         rows = evaluate(
             checkpoint_dir=checkpoint_dir,

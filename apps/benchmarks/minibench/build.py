@@ -27,9 +27,11 @@ from typing import Any
 
 import torch
 
+from apps.experiments.hparams import validate_train_config
+
 from .catalog import TaskData, build_task_data, dataset_card
 from .model import parameter_count, pretrain_theta0, save_checkpoint
-from .tasks import TASKS, noise_text
+from .task_specs import TASKS, noise_text
 from .tokenizer import train_tokenizer
 
 MANIFEST_VERSION = 1
@@ -60,16 +62,23 @@ _SUMMARY_FIELDS = (
 
 
 def source_digest() -> str:
-    """sha256 over the code a build depends on (this package and the training runner).
+    """sha256 over the code a build depends on: this package, the training core and its config.
 
     Recorded in the manifest so that a cached build made by older code can be recognised as stale.
+    Inference is left out on purpose: the build never evaluates, so an evaluation change must not
+    force a rebuild of every cache.
     """
     package = Path(__file__).resolve().parent
-    runner = package.parents[2] / "workers" / "gpu"
-    files = sorted(package.glob("*.py")) + [runner / "runners.py", runner / "hparams.py"]
+    apps_dir = package.parents[1]
+    files = sorted(package.glob("*.py")) + [
+        apps_dir / "ml" / "__init__.py",
+        apps_dir / "ml" / "checkpoints.py",
+        apps_dir / "ml" / "training.py",
+        apps_dir / "experiments" / "hparams.py",
+    ]
     digest = hashlib.sha256()
     for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(path.relative_to(apps_dir).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
@@ -119,9 +128,8 @@ def _print_log(task: str, step: int, metrics: dict[str, float]) -> None:
 
 def _train_reference(task: str, root: str, seed: int, verbose: bool) -> dict[str, Any]:
     """Train one reference checkpoint (runs in a worker process; returns plain data)."""
-    # Imported lazily: the runner pulls in TRL, and this module must stay importable without it.
-    from workers.gpu.hparams import validate_train_config
-    from workers.gpu.runners import TrainHooks, train
+    # TRL takes seconds to import; callers of source_digest() (the test fixtures) need none of it.
+    from apps.ml.training import TrainHooks, train  # noqa: PLC0415 - heavy (TRL), only here
 
     base = Path(root)
     hparams = {**REFERENCE_HPARAMS, "seed": seed, "num_threads": 1}

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tasks import Item, TaskSpec, completion_text, irrelevant_item, light_edit
+from .task_specs import Item, TaskSpec, completion_text, irrelevant_item, light_edit
 
 Row = dict[str, str]
 

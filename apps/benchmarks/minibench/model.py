@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from .tasks import noise_text
+from .task_specs import noise_text
 
 PRETRAIN_STEPS = 60
 PRETRAIN_BATCH = 32

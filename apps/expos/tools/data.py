@@ -20,9 +20,9 @@ from apps.datapool.models import DataEntry, DataFormat, DataUsage, SourceKind
 from apps.datapool.selectors import data_entry_get, data_entry_list, data_readme, data_rows
 from apps.datapool.services import data_readme_append, data_register_from_catalog, data_register_from_workspace
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
-from apps.expos.submission_review import data_overlap, over_tolerance, sealed_scanner
 from apps.expos.visibility import visible_experiments
 from apps.expos.workspaces import workspace_path
+from apps.integrity.overlap import data_overlap, over_tolerance, sealed_scanner
 
 MAX_SAMPLE_ROWS = 50
 WITHHELD = "[withheld: matches a sealed evaluation item]"

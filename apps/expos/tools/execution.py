@@ -1,9 +1,8 @@
 """Execution tools: submissions, the training gate, and review overrides (DESIGN.md "ExpOS tools").
 
-- ``worker_submit``: one submission = one experiment (train + evaluate on feedback, or evaluate
-  an existing checkpoint). The submission review (``apps.expos.submission_review``) runs first,
-  before any compute; with the run's training gate on, a training submission is created
-  ``held`` and waits for the Main Agent.
+- ``worker_submit``: one submission = one experiment (``apps.experiments.submissions``). The
+  handles a submission names are resolved here, through the Worker's visibility rules, and the
+  objects go to the submission review (``apps.integrity.submission_review``) and the service.
 - ``main_training_read`` / ``main_training_decide``: the Main Agent's view of the gate, and its
   approval (the pipeline starts) or rejection (with a rationale).
 - ``main_submit_review_override``: a time-limited exception for one exact specification.
@@ -12,261 +11,33 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
-from django.utils import timezone
-
-from apps.core.errors import ApplicationError, Conflict, NotFound, PermissionDenied
+from apps.core.errors import NotFound
+from apps.datapool.models import DataEntry
 from apps.experiments.choices import ExperimentKind, ExperimentStatus
-from apps.experiments.events import event_append
-from apps.experiments.models import Experiment
-from apps.experiments.pipeline import experiment_start
-from apps.experiments.services import experiment_create
+from apps.experiments.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
+from apps.experiments.models import Checkpoint, Experiment
+from apps.experiments.submissions import (
+    OVERRIDE_TTL_DEFAULT,
+    OVERRIDE_TTL_MAX,
+    Submission,
+    review_override_grant,
+    submission_create,
+    training_decide,
+)
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
-from apps.expos.submission_review import (
+from apps.expos.visibility import visible_checkpoints, visible_datapool, visible_experiments
+from apps.integrity.submission_review import (
     AGENT_HYPERPARAMETERS,
     FEEDBACK_SPLIT,
     MAX_CLAIM_CHARS,
     MAX_DATASETS,
     MAX_PARENTS,
-    ReviewResult,
-    SubmissionRefused,
-    override_consume,
-    review_submission,
-    submission_spec_sha256,
+    SubmissionRequest,
+    SubmissionSubjects,
+    submission_parse,
 )
-from apps.integrity.models import ReviewOverride
-from apps.jobs.models import Job
-from apps.live.events import publish_on_commit
-from apps.live.groups import run_group
-from apps.research.choices import NodeKind, NodeStatus, RunStatus, Trigger
-from apps.research.models import ResearchNode
-from apps.research.services import main_trigger
-from workers.gpu.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
-
-# A submission may be made while the run is being set up or running; a paused run takes no new
-# work, a stopping one only finishes what runs, and a finished one is history.
-SUBMITTABLE_RUN_STATES = (RunStatus.CREATED, RunStatus.RUNNING)
-OVERRIDE_TTL_DEFAULT = 3600
-OVERRIDE_TTL_MAX = 7 * 24 * 3600
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True)
-class Submission:
-    experiment: Experiment
-    job: Job | None
-    review: ReviewResult | None  # None for an idempotent replay
-    replayed: bool = False
-
-
-# --- services ------------------------------------------------------------------------------------------
-
-
-def submission_create(*, ctx: ToolContext, spec: dict[str, Any]) -> Submission:
-    """Review and create one submission of the calling Worker; start it unless the gate holds it.
-
-    Locks the Worker's node row for the whole review, so two concurrent submissions of one Worker
-    cannot both pass the feedback allowance, and a retry with the same Idempotency-Key finds the
-    first one's experiment. A refusal raises :class:`SubmissionRefused` with nothing written; it
-    is recorded here when no outer transaction would roll the record back, and otherwise by the
-    REST layer after its rollback (``SubmissionRefused.record``).
-    """
-    node = ctx.node
-    if ctx.role != Role.WORKER or node.kind != NodeKind.WORKER:
-        raise PermissionDenied("forbidden_role", "Only a Worker submits experiments.")
-    key = ctx.idempotency_key
-    try:
-        with transaction.atomic():
-            locked = ResearchNode.objects.select_for_update().select_related("run").get(pk=node.pk)
-            if key:
-                existing = Experiment.objects.filter(owner=locked, idempotency_key=key).first()
-                if existing is not None:
-                    return _replay(existing, spec, key)
-            if locked.status != NodeStatus.ACTIVE:
-                raise Conflict("node_not_active", f"{locked.handle} is {locked.status}; it takes no new submissions.")
-            run = locked.run
-            if run.status not in SUBMITTABLE_RUN_STATES:
-                raise Conflict("run_not_running", f"Run {run.name!r} is {run.status}; it takes no new submissions.")
-            review = review_submission(ctx=ctx, spec=spec)
-            if not review.passed or (review.overridden and not override_consume(override=review.override)):
-                # The second half: the override was spent by a concurrent submission meanwhile.
-                raise SubmissionRefused(ctx=ctx, spec=spec, spec_sha256=review.spec_sha256, refusals=review.refusals)
-            held = bool((run.policy or {}).get("training_gate")) and review.kind == ExperimentKind.TRAIN_EVAL
-            experiment = experiment_create(
-                run=run,
-                owner=locked,
-                kind=review.kind,
-                input_checkpoint=review.input_checkpoint,
-                action=review.action(),
-                parents=review.parents,
-                claim=spec.get("claim", ""),
-                idempotency_key=key or None,
-                status=ExperimentStatus.HELD if held else ExperimentStatus.QUEUED,
-            )
-            if review.overridden:
-                _override_used_event(experiment, review)
-            if held:
-                event_append(
-                    run=run,
-                    type="training.held",
-                    actor=locked.handle,
-                    role=Role.WORKER,
-                    tool="worker_submit",
-                    arguments={"experiment": experiment.handle, "spec_sha256": review.spec_sha256},
-                    result_ref=f"experiment:{experiment.uuid}",
-                )
-                # A request waiting at the gate is one of the Main Agent's triggers (DESIGN.md).
-                main_trigger(
-                    run=run,
-                    trigger=Trigger.TRAINING_GATE,
-                    node=locked,
-                    actor=locked.handle,
-                    detail={"experiment": experiment.handle},
-                )
-                _publish(experiment)
-                job = None
-            else:
-                job = experiment_start(experiment=experiment)
-    except SubmissionRefused as exc:
-        if not connection.in_atomic_block:
-            exc.record()
-        raise
-    return Submission(experiment=experiment, job=job, review=review)
-
-
-def _replay(existing: Experiment, spec: dict[str, Any], key: str) -> Submission:
-    if (existing.action or {}).get("spec_sha256") != submission_spec_sha256(spec):
-        raise Conflict(
-            "idempotency_mismatch",
-            f"Idempotency-Key {key!r} was used for a different submission ({existing.handle}); "
-            "use a new key for a new submission.",
-        )
-    job = Job.objects.filter(experiment=existing).order_by("pk").first()
-    return Submission(experiment=existing, job=job, review=None, replayed=True)
-
-
-def _override_used_event(experiment: Experiment, review: ReviewResult) -> None:
-    assert review.override is not None
-    event_append(
-        run=experiment.run,
-        type="submission_review.override_used",
-        actor=experiment.owner.handle,
-        role=Role.WORKER,
-        tool="worker_submit",
-        arguments={
-            "override": review.override.pk,
-            "spec_sha256": review.spec_sha256,
-            "reasons": [{"code": r.code, "subcategory": r.subcategory} for r in review.refusals],
-        },
-        result_ref=f"experiment:{experiment.uuid}",
-    )
-
-
-def _publish(experiment: Experiment) -> None:
-    publish_on_commit(
-        run_group(experiment.run.uuid),
-        "experiment.updated",
-        {"uuid": str(experiment.uuid), "handle": experiment.handle, "status": experiment.status},
-    )
-
-
-def training_decide(
-    *, ctx: ToolContext, experiment: str, decision: str, rationale: str
-) -> tuple[Experiment, Job | None]:
-    """The Main Agent approves (the pipeline starts) or rejects a submission held at the training gate."""
-    if decision not in ("approve", "reject"):
-        raise ApplicationError("invalid_decision", "decision is 'approve' or 'reject'.")
-    if not rationale.strip():
-        raise ApplicationError("rationale_required", "A training decision needs a rationale.")
-    with transaction.atomic():
-        # Locked: two decisions on one request serialise, and the second sees it is no longer held.
-        held = Experiment.objects.select_for_update().filter(run=ctx.run, handle=experiment).first()
-        if held is None:
-            raise NotFound("unknown_experiment", f"There is no experiment {experiment!r} in this run.")
-        if held.status != ExperimentStatus.HELD:
-            raise Conflict("not_held", f"{held.handle} is {held.status}; only a held submission is decided.")
-        status = ExperimentStatus.QUEUED if decision == "approve" else ExperimentStatus.REJECTED
-        held.status = status
-        held.save(update_fields=["status", "updated_at"])
-        event_append(
-            run=ctx.run,
-            type="training.decided",
-            actor=ctx.actor,
-            role=ctx.role,
-            tool="main_training_decide",
-            arguments={"experiment": held.handle, "decision": decision, "rationale": rationale},
-            result_ref=f"experiment:{held.uuid}",
-        )
-        event_append(
-            run=ctx.run,
-            type="experiment.status_changed",
-            actor=ctx.actor,
-            role=ctx.role,
-            arguments={"from": ExperimentStatus.HELD, "to": status, "reason": f"training gate: {decision}d"},
-            result_ref=f"experiment:{held.uuid}",
-        )
-        _publish(held)
-        job = experiment_start(experiment=held) if status == ExperimentStatus.QUEUED else None
-    return held, job
-
-
-def review_override_grant(
-    *,
-    ctx: ToolContext,
-    worker: str,
-    reason: str,
-    spec: dict[str, Any] | None = None,
-    spec_sha256: str | None = None,
-    ttl_seconds: int = OVERRIDE_TTL_DEFAULT,
-) -> ReviewOverride:
-    """Grant one Worker a one-time exception for one exact submission, until it expires (audited)."""
-    if (spec is None) == (spec_sha256 is None):
-        raise ApplicationError(
-            "invalid_override",
-            "Give exactly one of spec (the exact submission) or spec_sha256 (from the refusal's detail).",
-        )
-    if spec_sha256 is not None and not _SHA256.match(spec_sha256):
-        raise ApplicationError("invalid_override", "spec_sha256 is 64 lower-case hex characters.")
-    if not reason.strip():
-        raise ApplicationError("reason_required", "An override needs a reason; it is part of the audit record.")
-    if not 60 <= ttl_seconds <= OVERRIDE_TTL_MAX:
-        raise ApplicationError("invalid_override", f"ttl_seconds must be between 60 and {OVERRIDE_TTL_MAX}.")
-    target = ResearchNode.objects.filter(run=ctx.run, handle=worker, kind=NodeKind.WORKER).first()
-    if target is None:
-        raise NotFound("unknown_worker", f"There is no Worker {worker!r} in this run.")
-    digest = spec_sha256 if spec_sha256 is not None else submission_spec_sha256(spec)
-    with transaction.atomic():
-        override = ReviewOverride(
-            run=ctx.run,
-            worker=target,
-            spec_sha256=digest,
-            reason=reason,
-            expires_at=timezone.now() + timedelta(seconds=ttl_seconds),
-        )
-        override.full_clean()
-        override.save()
-        event_append(
-            run=ctx.run,
-            type="submission_review.override_granted",
-            actor=ctx.actor,
-            role=ctx.role,
-            tool="main_submit_review_override",
-            arguments={
-                "override": override.pk,
-                "worker": target.handle,
-                "spec_sha256": digest,
-                "reason": reason,
-                "expires_at": override.expires_at.isoformat(),
-            },
-            result_ref=f"review_override:{override.pk}",
-        )
-    return override
-
 
 # --- schemas -------------------------------------------------------------------------------------------
 
@@ -411,6 +182,38 @@ HELD_ITEM = obj(
 # --- tools ---------------------------------------------------------------------------------------------
 
 
+def submission_subjects(ctx: ToolContext, request: SubmissionRequest) -> SubmissionSubjects:
+    """Resolve the handles a submission names, as the calling Worker sees them.
+
+    A parent or checkpoint that does not exist is a 404; one that exists but is not the Worker's
+    to build on is the review's to refuse (and record), so it is resolved and marked, not hidden.
+    """
+    parents: list[Experiment] = []
+    if request.parent_handles:  # without the query for which experiments the Worker sees
+        found = {e.handle: e for e in visible_experiments(ctx).filter(handle__in=request.parent_handles)}
+        missing = [h for h in request.parent_handles if h not in found]
+        if missing:
+            raise NotFound(
+                "unknown_experiment",
+                f"No experiment {', '.join(missing)} among yours or your predecessors'; "
+                "parents must be experiments you can see.",
+            )
+        parents = [found[h] for h in request.parent_handles]
+    datasets = {e.handle: e for e in visible_datapool(ctx).filter(handle__in=request.dataset_handles)}
+    handle = request.checkpoint_handle
+    if handle is None:
+        return SubmissionSubjects(
+            input_checkpoint=ctx.run.base_checkpoint, checkpoint_visible=True, parents=parents, datasets=datasets
+        )
+    checkpoint = Checkpoint.objects.filter(handle=handle).first()
+    if checkpoint is None:
+        raise NotFound("unknown_checkpoint", f"There is no checkpoint {handle!r}.")
+    visible = visible_checkpoints(ctx).filter(pk=checkpoint.pk).exists()
+    return SubmissionSubjects(
+        input_checkpoint=checkpoint, checkpoint_visible=visible, parents=parents, datasets=datasets
+    )
+
+
 def _submission_answer(submission: Submission, ctx: ToolContext) -> dict[str, Any]:
     experiment = submission.experiment
     review = submission.review
@@ -458,7 +261,14 @@ def _submission_answer(submission: Submission, ctx: ToolContext) -> dict[str, An
     ),
 )
 def worker_submit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    return _submission_answer(submission_create(ctx=ctx, spec=args), ctx)
+    request = submission_parse(args)
+    submission = submission_create(
+        worker=ctx.node,
+        request=request,
+        subjects=submission_subjects(ctx, request),
+        idempotency_key=ctx.idempotency_key,
+    )
+    return _submission_answer(submission, ctx)
 
 
 @tool(
@@ -477,8 +287,6 @@ def worker_submit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     ),
 )
 def main_training_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    from apps.datapool.models import DataEntry
-
     held = (
         Experiment.objects.filter(run=ctx.run, status=ExperimentStatus.HELD)
         .select_related("owner", "input_checkpoint")
@@ -546,7 +354,12 @@ def main_training_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
 )
 def main_training_decide(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     experiment, job = training_decide(
-        ctx=ctx, experiment=args["experiment"], decision=args["decision"], rationale=args["rationale"]
+        run=ctx.run,
+        actor=ctx.actor,
+        role=ctx.role,
+        experiment=args["experiment"],
+        decision=args["decision"],
+        rationale=args["rationale"],
     )
     ctx.result_ref = f"experiment:{experiment.uuid}"
     return {
@@ -599,7 +412,9 @@ def main_training_decide(ctx: ToolContext, args: dict[str, Any]) -> dict[str, An
 )
 def main_submit_review_override(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     override = review_override_grant(
-        ctx=ctx,
+        run=ctx.run,
+        actor=ctx.actor,
+        role=ctx.role,
         worker=args["worker"],
         reason=args["reason"],
         spec=args.get("spec"),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, transaction
 
-from apps.core.errors import ApplicationError
+from apps.core.errors import ApplicationError, Conflict
 from apps.research import services
 from apps.research.choices import EdgeKind, NodeKind
-from apps.research.models import ResearchEdge
+from apps.research.models import ResearchEdge, ResearchNode
 from tests.factories import make_run
 
 pytestmark = pytest.mark.django_db
@@ -68,16 +68,12 @@ def test_edges_never_cross_runs(run):
 
 
 def test_one_main_agent_per_run(run):
-    from apps.research.models import ResearchNode
-
     with pytest.raises(IntegrityError), transaction.atomic():
         ResearchNode.objects.create(run=run, kind=NodeKind.MAIN, handle="main2")
 
 
 def test_a_run_without_reviewers_refuses_one_on_the_server(run):
     """The --no-reviewer ablation is enforced by the service, whatever the Main Agent's policy does."""
-    from apps.core.errors import Conflict
-
     worker = services.node_create(run=run, kind=NodeKind.WORKER, task="w")
     type(run).objects.filter(pk=run.pk).update(policy={**(run.policy or {}), "reviewers": False})
     with pytest.raises(Conflict, match="without Reviewers"):

@@ -28,7 +28,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from workers.agents.client import ToolResult
-from workers.agents.policies import Outcome
+from workers.agents.policies.base import Outcome
 
 if TYPE_CHECKING:
     from workers.agents.loop import StepView

@@ -5,22 +5,21 @@ policy state, saved after every step; when it outgrows the model's window, old t
 summarised (``compact_transcript``). A malformed tool call — arguments that are not JSON, an
 unknown tool — is answered back to the model as a tool error, never raised. The run's LLM token
 budget is checked before every call, and each call's usage is recorded per node by the loop.
+The role's prompt template and context window come with the step (``StepView``), so a policy
+reads neither files nor the environment.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workers.agents.llm import compact_transcript, estimate_tokens, llm_config
-from workers.agents.policies import Outcome
+from workers.agents.llm import compact_transcript, estimate_tokens
+from workers.agents.policies.base import Outcome
 
 if TYPE_CHECKING:
     from workers.agents.loop import StepView
 
-PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 # Tool answers longer than this are cut in the transcript (the agent can page with the tools).
 MAX_TOOL_CHARS = 12_000
 # Read-only calls that mean "I am waiting for my jobs": the next turn comes after a poll interval.
@@ -30,23 +29,8 @@ FINAL_TOOLS = {"worker": "worker_finalize", "reviewer": "reviewer_finalize"}
 MAX_NUDGES = 3
 
 
-def prompt_text(role: str) -> str:
-    return (PROMPTS / f"{role}.md").read_text(encoding="utf-8")
-
-
-def prompt_hashes() -> dict[str, dict[str, str]]:
-    """The version line and sha256 of each role prompt, as stored on a run (Run.prompt_hashes)."""
-    hashes = {}
-    for role in ("main", "worker", "reviewer"):
-        text = prompt_text(role)
-        version = next((line.split(":", 1)[1].strip() for line in text.splitlines()
-                        if line.lower().startswith("prompt-version:")), "?")  # fmt: skip
-        hashes[role] = {"version": version, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
-    return hashes
-
-
-def render_prompt(role: str, briefing: dict[str, Any], tools: list[dict[str, Any]]) -> str:
-    """The role template with the run's briefing and the role's tool list filled in."""
+def render_prompt(template: str, briefing: dict[str, Any], tools: list[dict[str, Any]]) -> str:
+    """The role's template (``StepView.prompt_template``) with the briefing and tool list filled in."""
     tool_lines = "\n".join(f"- {t['function']['name']}: {t['function']['description']}" for t in tools)
     budgets = briefing.get("budgets", {})
     values = {
@@ -60,7 +44,7 @@ def render_prompt(role: str, briefing: dict[str, Any], tools: list[dict[str, Any
         "{{policy}}": json.dumps(briefing.get("policy", {}), sort_keys=True),
         "{{tools}}": tool_lines,
     }
-    text = prompt_text(briefing["role"])
+    text = template
     for key, value in values.items():
         text = text.replace(key, str(value))
     return text
@@ -78,7 +62,7 @@ class LLMPolicy:
         messages: list[dict[str, Any]] = list(state.get("messages") or [])
         if not messages:
             messages = [
-                {"role": "system", "content": render_prompt(self.role, view.briefing, tools)},
+                {"role": "system", "content": render_prompt(view.prompt_template, view.briefing, tools)},
                 {"role": "user", "content": self._opening(view)},
             ]
         for item in view.inbox:
@@ -86,7 +70,7 @@ class LLMPolicy:
         if view.tokens_left <= 0:
             state["messages"] = messages
             return Outcome(state, "done", note="error: the run's LLM token budget is spent")
-        budget = int(llm_config(self.role).context_tokens * 0.75) - estimate_tokens(tools)
+        budget = int(view.context_tokens * 0.75) - estimate_tokens(tools)
         messages, summary = compact_transcript(messages, budget_tokens=max(2000, budget))
         if summary:
             state["summaries"] = int(state.get("summaries", 0)) + 1

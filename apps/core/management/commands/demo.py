@@ -22,12 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.core.errors import ApplicationError
 from apps.core.management.commands.serve import uvicorn_command
+from apps.research.management.commands.start_run import launch_run, wait_for_result
+from apps.research.services import run_final_result
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -92,8 +96,6 @@ class Stack:
 
     def wait_ready(self, timeout: float = 180) -> None:
         """Workers print ``ready.``; the web server answers /healthz."""
-        import httpx
-
         deadline = time.monotonic() + timeout
         pending = set(self.processes)
         while pending and time.monotonic() < deadline:
@@ -184,9 +186,6 @@ class Command(BaseCommand):
             self.stdout.write(f"stack up: web {stack.url}, workers gpu/agents/default (logs in {stack.log_dir})")
             run = self._start_run(options)
             self.stdout.write(f"run {run.name!r} started: {url}runs/{run.uuid}/  (heuristic policy, not an LLM)")
-            from apps.research.management.commands.start_run import wait_for_result
-            from apps.research.services import run_final_result
-
             run = wait_for_result(run, write=self.stdout.write, poll=3.0)
             result = run_final_result(run=run)
             self._report(run, result, time.monotonic() - started)
@@ -200,9 +199,6 @@ class Command(BaseCommand):
             stack.stop()
 
     def _start_run(self, options: dict[str, Any]) -> Any:
-        from apps.core.errors import ApplicationError
-        from apps.research.management.commands.start_run import launch_run
-
         try:
             return launch_run(
                 benchmark=options["benchmark"], policy="heuristic", name="demo: heuristic research run",

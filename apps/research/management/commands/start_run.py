@@ -14,7 +14,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
 from apps.core.errors import ApplicationError
+from apps.experiments.models import Checkpoint
+from apps.research.agent_config import ROLES, llm_config
+from apps.research.choices import RUN_TERMINAL_STATES
+from apps.research.models import Run
+from apps.research.services import run_create, run_final_result, run_start
 
 # Accelerator-seconds one final-split evaluation is budgeted at when reserving for the end.
 FINAL_EVAL_SECONDS = 30
@@ -40,15 +46,10 @@ def launch_run(
     actor: str = "system",
 ) -> Any:
     """Create and start a run; the final evaluation's cost is reserved from the accelerator budget."""
-    from apps.benchmarks.services import benchmark_resolve
-    from apps.research.services import run_create, run_start
-
     if policy not in ("heuristic", "llm"):
         raise ApplicationError("invalid_policy", "policy is heuristic or llm.")
     if policy == "llm":
-        from workers.agents.llm import llm_config
-
-        for role in ("main", "worker", "reviewer"):
+        for role in ROLES:
             llm_config(role)  # fails now, with the variable to set, rather than inside a worker
         llm_tokens = llm_tokens or 2_000_000
     bench = benchmark_resolve(benchmark)
@@ -84,9 +85,6 @@ def launch_run(
 
 
 def _base_checkpoint() -> Any:
-    from apps.benchmarks.services import THETA0_HANDLE
-    from apps.experiments.models import Checkpoint
-
     base = Checkpoint.objects.filter(handle=THETA0_HANDLE).first() or Checkpoint.objects.filter(is_base=True).first()
     if base is None:
         raise ApplicationError("no_base_checkpoint", "No θ0 is installed: run `manage.py build_minibench` first.")
@@ -95,9 +93,6 @@ def _base_checkpoint() -> Any:
 
 def wait_for_result(run: Any, *, poll: float = 2.0, timeout: float | None = None, write: Any = None) -> Any:
     """Block until the run ends; print status changes as they happen. Returns the final run row."""
-    from apps.research.choices import RUN_TERMINAL_STATES
-    from apps.research.models import Run
-
     started, last = time.monotonic(), None
     while True:
         current = Run.objects.get(pk=run.pk)
@@ -132,8 +127,6 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="wait for the result and print it")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from apps.research.services import run_final_result
-
         try:
             run = launch_run(
                 benchmark=options["benchmark"], policy=options["policy"], name=options["name"],

@@ -2,6 +2,9 @@
 
 Agents write these dicts, so every rejection names the key, the value, the allowed range and (for
 typos) the closest known key: the message is the agent's only hint for the next attempt.
+The experiments domain owns this contract (the submission review and the training gate apply it);
+the training core in `apps.ml` consumes it. Django-free: the GPU worker and the minibench build
+import it without settings.
 """
 
 from __future__ import annotations

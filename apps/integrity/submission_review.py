@@ -20,37 +20,35 @@ off the allow-list, the allowance): the hard rules — data that is unregistered
 changed, weights off θ0's lineage, other inference settings, the final split — have no
 legitimate exception, so no override clears them. An overridden submission still faces the
 full checks after it runs.
+
+The review never resolves a handle itself: what a Worker may name (its own and its predecessors'
+experiments and checkpoints) is the tool layer's visibility rule, so the caller parses the
+request (:func:`submission_parse`), resolves its handles through those rules into a
+:class:`SubmissionSubjects`, and passes the objects in (:func:`submission_review`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from apps.benchmarks.models import Benchmark
-from apps.benchmarks.services import benchmark_sealed_items
-from apps.core.errors import ApplicationError, NotFound
+from apps.core.errors import ApplicationError
 from apps.core.hashing import canonical_json, sha256_text
 from apps.datapool.models import DataEntry
-from apps.datapool.services import data_load_rows
-from apps.datapool.storage import artifact_store
-from apps.experiments.choices import ExperimentKind, ExperimentStatus
+from apps.datapool.selectors import data_stored_sha256
+from apps.experiments.choices import ExperimentKind
 from apps.experiments.events import event_append
+from apps.experiments.hparams import TrainConfig, validate_train_config
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.selectors import checkpoint_lineage
-from apps.expos.registry import ToolContext
-from apps.expos.visibility import visible_checkpoints, visible_experiments
+from apps.experiments.selectors import checkpoint_lineage, feedback_evals_used
 from apps.integrity.choices import Subcategory
-from apps.integrity.contamination import ContaminationScanner, normalize_tokens
 from apps.integrity.models import BlockedAttempt, ReviewOverride
-from apps.research.models import Run
-from workers.gpu.hparams import TrainConfig, validate_train_config
+from apps.integrity.overlap import data_overlap, over_tolerance
+from apps.research.models import ResearchNode, Run
 
 TOOL = "worker_submit"
 FEEDBACK_SPLIT = "feedback"
@@ -164,7 +162,7 @@ class SubmissionRefused(ApplicationError):
 
     status_code = 403
 
-    def __init__(self, *, ctx: ToolContext, spec: Any, spec_sha256: str, refusals: list[Refusal]) -> None:
+    def __init__(self, *, run: Run, node: ResearchNode, spec: Any, spec_sha256: str, refusals: list[Refusal]) -> None:
         reasons = "; ".join(f"[{r.subcategory}] {r.message}" for r in refusals)
         overridable = all(r.overridable for r in refusals)
         hint = (
@@ -180,7 +178,8 @@ class SubmissionRefused(ApplicationError):
             spec_sha256=spec_sha256,
             overridable=overridable,
         )
-        self.ctx = ctx
+        self.run = run
+        self.node = node
         self.spec = spec
         self.spec_sha256 = spec_sha256
         self.refusals = refusals
@@ -190,8 +189,8 @@ class SubmissionRefused(ApplicationError):
         """Write one BlockedAttempt per refusal and one event, in their own transaction (once)."""
         if self.blocked_attempts is None:
             self.blocked_attempts = record_refusal(
-                run=self.ctx.run,
-                node=self.ctx.node,
+                run=self.run,
+                node=self.node,
                 spec=self.spec,
                 spec_sha256=self.spec_sha256,
                 refusals=self.refusals,
@@ -203,7 +202,7 @@ class SubmissionRefused(ApplicationError):
 
 
 def record_refusal(
-    *, run: Run, node: Any, spec: Any, spec_sha256: str, refusals: list[Refusal], tool: str = TOOL
+    *, run: Run, node: ResearchNode, spec: Any, spec_sha256: str, refusals: list[Refusal], tool: str = TOOL
 ) -> list[BlockedAttempt]:
     """Record a refused submission: BlockedAttempt rows (ATTEMPTED_BLOCKED) and a ``submission.refused`` event.
 
@@ -260,20 +259,40 @@ def invalid(message: str, **detail: Any) -> ApplicationError:
 # --- the review --------------------------------------------------------------------------------------
 
 
-def review_submission(*, ctx: ToolContext, spec: dict[str, Any]) -> ReviewResult:
-    """Review one submission of the Worker ``ctx.node``. Reads only; writes nothing.
+@dataclass(frozen=True)
+class SubmissionRequest:
+    """A submission's shape, checked: what it asks for and which handles it names (not yet resolved)."""
 
-    Raises ``invalid_submission`` (400) for a malformed request and ``NotFound`` for a handle
-    that does not exist; returns the result with its integrity refusals otherwise (the caller
-    raises :class:`SubmissionRefused` when ``not result.passed``). ``worker_submit`` calls this
-    with the Worker's node row locked, so the allowance it counts cannot change underneath.
+    spec: dict[str, Any]
+    spec_sha256: str
+    kind: str
+    claim: str
+    train_config: TrainConfig | None
+    dataset_handles: list[str]
+    parent_handles: list[str]
+    checkpoint_handle: str | None  # None: θ0
+    evaluation: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class SubmissionSubjects:
+    """What a request's handles name, resolved by the caller through the Worker's visibility rules.
+
+    ``datasets`` holds the registered entries among the request's handles (a handle missing here
+    is refused as unregistered); ``checkpoint_visible`` says whether the Worker may build on
+    ``input_checkpoint`` (θ0, or a checkpoint of experiments it sees).
     """
+
+    input_checkpoint: Checkpoint
+    checkpoint_visible: bool
+    parents: list[Experiment]
+    datasets: dict[str, DataEntry]
+
+
+def submission_parse(spec: Any) -> SubmissionRequest:
+    """Check a submission's shape; raises ``invalid_submission`` (400) when it is malformed. Reads nothing."""
     if not isinstance(spec, dict):
         raise invalid("A submission is a JSON object.")
-    run = ctx.run
-    policy = run.policy or {}
-    refusals: list[Refusal] = []
-
     kind = spec.get("kind", ExperimentKind.TRAIN_EVAL)
     if kind not in ExperimentKind.values:
         raise invalid(f"kind must be one of {ExperimentKind.values}, got {kind!r}.")
@@ -285,27 +304,53 @@ def review_submission(*, ctx: ToolContext, spec: dict[str, Any]) -> ReviewResult
     claim = spec.get("claim", "")
     if not isinstance(claim, str) or len(claim) > MAX_CLAIM_CHARS:
         raise invalid(f"claim must be text of at most {MAX_CLAIM_CHARS} characters.")
-
     train_config = _train_config(train) if kind == ExperimentKind.TRAIN_EVAL else None
-    parents = _parents(ctx, spec.get("parents", []))
-    datasets, data_refusals = _datasets(train, train_config) if train_config is not None else ([], [])
+    evaluation = spec.get("eval")
+    if evaluation is not None and not isinstance(evaluation, dict):
+        raise invalid("eval must be an object; the only field is split ('feedback').")
+    return SubmissionRequest(
+        spec=spec,
+        spec_sha256=submission_spec_sha256(spec),
+        kind=kind,
+        claim=claim,
+        train_config=train_config,
+        dataset_handles=_dataset_handles(train) if train_config is not None else [],
+        parent_handles=_parent_handles(spec.get("parents", [])),
+        checkpoint_handle=_checkpoint_handle(spec.get("input_checkpoint")),
+        evaluation=evaluation,
+    )
+
+
+def submission_review(
+    *, run: Run, worker: ResearchNode, request: SubmissionRequest, subjects: SubmissionSubjects
+) -> ReviewResult:
+    """Review one submission of ``worker``. Reads only; writes nothing.
+
+    Raises ``invalid_submission`` (400) for data in the wrong format for the recipe; returns the
+    result with its integrity refusals otherwise (the caller raises :class:`SubmissionRefused`
+    when ``not result.passed``). ``submission_create`` calls this with the Worker's node row
+    locked, so the allowance it counts cannot change underneath.
+    """
+    policy = run.policy or {}
+    refusals: list[Refusal] = []
+    config = request.train_config
+    datasets, data_refusals = _datasets(request.dataset_handles, subjects.datasets, config) if config else ([], [])
     refusals += data_refusals
-    checkpoint, weight_refusals = _input_checkpoint(ctx, spec.get("input_checkpoint"))
-    refusals += weight_refusals
-    refusals += _eval_refusals(spec.get("eval"))
+    refusals += _checkpoint_refusals(run, request.checkpoint_handle, subjects)
+    refusals += _eval_refusals(request.evaluation)
 
     clean = [e for e in datasets if not any(r.evidence.get("dataset") == e.handle for r in data_refusals)]
     refusals += _teacher_refusals(clean, policy)
     refusals += _contamination_refusals(run, clean, policy)
 
     allowed = int(policy.get("feedback_evals_per_worker", 20))
-    used = feedback_evals_used(node=ctx.node)
+    used = feedback_evals_used(node=worker)
     if used >= allowed:
         refusals.append(
             Refusal(
                 "feedback_allowance_spent",
                 Subcategory.TEST_SET_ACCESS,
-                f"{ctx.node.handle} has used {used} of its {allowed} feedback evaluations; each submission "
+                f"{worker.handle} has used {used} of its {allowed} feedback evaluations; each submission "
                 "evaluates on the feedback split, and the allowance keeps that split from being mined. "
                 "Finalize with your best evidence, or ask the Main Agent for an exception.",
                 overridable=True,
@@ -313,33 +358,23 @@ def review_submission(*, ctx: ToolContext, spec: dict[str, Any]) -> ReviewResult
             )
         )
 
-    spec_sha256 = submission_spec_sha256(spec)
     result = ReviewResult(
-        spec_sha256=spec_sha256,
-        kind=kind,
-        input_checkpoint=checkpoint,
+        spec_sha256=request.spec_sha256,
+        kind=request.kind,
+        input_checkpoint=subjects.input_checkpoint,
         datasets=datasets,
-        parents=parents,
-        train_config=train_config,
+        parents=subjects.parents,
+        train_config=config,
         refusals=refusals,
         feedback_evals_used=used,
         feedback_evals_allowed=allowed,
     )
     if refusals and all(r.overridable for r in refusals):
-        result.override = override_find(run=run, worker=ctx.node, spec_sha256=spec_sha256)
+        result.override = override_find(run=run, worker=worker, spec_sha256=request.spec_sha256)
     return result
 
 
-def feedback_evals_used(*, node: Any) -> int:
-    """Submissions of this Worker that evaluate (or will) on the feedback split: all but rejected ones.
-
-    Failed and cancelled ones count: the allowance bounds what was asked of the sealed split,
-    and counting only successes would let a Worker retry its way around it.
-    """
-    return Experiment.objects.filter(owner=node).exclude(status=ExperimentStatus.REJECTED).count()
-
-
-def override_find(*, run: Run, worker: Any, spec_sha256: str) -> ReviewOverride | None:
+def override_find(*, run: Run, worker: ResearchNode, spec_sha256: str) -> ReviewOverride | None:
     """An unused, unexpired override for exactly this spec of this Worker (the soonest to expire)."""
     return (
         ReviewOverride.objects.filter(
@@ -385,13 +420,32 @@ def _train_config(train: dict[str, Any]) -> TrainConfig:
         raise invalid(f"train: {exc}") from None
 
 
-def _datasets(train: dict[str, Any], config: TrainConfig) -> tuple[list[DataEntry], list[Refusal]]:
+def _dataset_handles(train: dict[str, Any]) -> list[str]:
     handles = train.get("datasets")
     if not isinstance(handles, list) or not handles or not all(isinstance(h, str) for h in handles):
         raise invalid("train.datasets must be a non-empty list of datapool handles (data_0001, ...).")
     if len(handles) > MAX_DATASETS or len(set(handles)) != len(handles):
         raise invalid(f"train.datasets takes at most {MAX_DATASETS} distinct handles.")
-    found = {e.handle: e for e in DataEntry.objects.filter(handle__in=handles)}
+    return list(handles)
+
+
+def _parent_handles(handles: Any) -> list[str]:
+    if not isinstance(handles, list) or not all(isinstance(h, str) for h in handles):
+        raise invalid("parents must be a list of experiment handles (exp_0001, ...).")
+    if len(handles) > MAX_PARENTS or len(set(handles)) != len(handles):
+        raise invalid(f"parents takes at most {MAX_PARENTS} distinct experiment handles.")
+    return list(handles)
+
+
+def _checkpoint_handle(handle: Any) -> str | None:
+    if handle is not None and (not isinstance(handle, str) or not handle):
+        raise invalid("input_checkpoint must be a checkpoint handle (default: θ0).")
+    return handle
+
+
+def _datasets(
+    handles: list[str], found: dict[str, DataEntry], config: TrainConfig
+) -> tuple[list[DataEntry], list[Refusal]]:
     entries: list[DataEntry] = []
     refusals: list[Refusal] = []
     for handle in handles:
@@ -420,20 +474,8 @@ def _datasets(train: dict[str, Any], config: TrainConfig) -> tuple[list[DataEntr
     return entries, refusals
 
 
-def stored_sha256(entry: DataEntry) -> str | None:
-    """sha256 of the entry's bytes as stored now; None when the artifact cannot be read."""
-    digest = hashlib.sha256()
-    try:
-        with artifact_store().open(entry.uri, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    except (ApplicationError, OSError):
-        return None
-    return digest.hexdigest()
-
-
 def _hash_refusal(entry: DataEntry) -> Refusal | None:
-    actual = stored_sha256(entry)
+    actual = data_stored_sha256(entry)
     if actual == entry.sha256:
         return None
     problem = "the artifact is missing or unreadable" if actual is None else f"its bytes now hash to {actual}"
@@ -490,25 +532,13 @@ def _contamination_refusals(run: Run, entries: list[DataEntry], policy: dict[str
     return refusals
 
 
-def over_tolerance(rows_matched: int, rows: int, tolerance: float) -> bool:
-    """``tolerance`` >= 1 is a number of rows; below 1 it is a share of the dataset's rows."""
-    if tolerance >= 1:
-        return rows_matched > tolerance
-    return rows_matched > tolerance * max(rows, 1)
-
-
-def _input_checkpoint(ctx: ToolContext, handle: Any) -> tuple[Checkpoint, list[Refusal]]:
-    run = ctx.run
+def _checkpoint_refusals(run: Run, handle: str | None, subjects: SubmissionSubjects) -> list[Refusal]:
     if handle is None:
-        return run.base_checkpoint, []
-    if not isinstance(handle, str) or not handle:
-        raise invalid("input_checkpoint must be a checkpoint handle (default: θ0).")
-    checkpoint = Checkpoint.objects.filter(handle=handle).first()
-    if checkpoint is None:
-        raise NotFound("unknown_checkpoint", f"There is no checkpoint {handle!r}.")
+        return []  # θ0 of the run
+    checkpoint = subjects.input_checkpoint
     lineage = checkpoint_lineage(checkpoint, base=run.base_checkpoint)
     if not lineage.reaches_base:
-        return checkpoint, [
+        return [
             Refusal(
                 "checkpoint_off_lineage",
                 Subcategory.WEIGHT_PROVENANCE,
@@ -517,8 +547,8 @@ def _input_checkpoint(ctx: ToolContext, handle: Any) -> tuple[Checkpoint, list[R
                 evidence={"checkpoint": handle, "broken_at": lineage.broken_at, "reason": lineage.reason},
             )
         ]
-    if not visible_checkpoints(ctx).filter(pk=checkpoint.pk).exists():
-        return checkpoint, [
+    if not subjects.checkpoint_visible:
+        return [
             Refusal(
                 "checkpoint_not_visible",
                 Subcategory.WEIGHT_PROVENANCE,
@@ -527,32 +557,12 @@ def _input_checkpoint(ctx: ToolContext, handle: Any) -> tuple[Checkpoint, list[R
                 evidence={"checkpoint": handle},
             )
         ]
-    return checkpoint, []
+    return []
 
 
-def _parents(ctx: ToolContext, handles: Any) -> list[Experiment]:
-    if not isinstance(handles, list) or not all(isinstance(h, str) for h in handles):
-        raise invalid("parents must be a list of experiment handles (exp_0001, ...).")
-    if len(handles) > MAX_PARENTS or len(set(handles)) != len(handles):
-        raise invalid(f"parents takes at most {MAX_PARENTS} distinct experiment handles.")
-    if not handles:
-        return []  # without the query for which experiments the Worker sees
-    found = {e.handle: e for e in visible_experiments(ctx).filter(handle__in=handles)}
-    missing = [h for h in handles if h not in found]
-    if missing:
-        raise NotFound(
-            "unknown_experiment",
-            f"No experiment {', '.join(missing)} among yours or your predecessors'; "
-            "parents must be experiments you can see.",
-        )
-    return [found[h] for h in handles]
-
-
-def _eval_refusals(evaluation: Any) -> list[Refusal]:
+def _eval_refusals(evaluation: dict[str, Any] | None) -> list[Refusal]:
     if evaluation is None:
         return []
-    if not isinstance(evaluation, dict):
-        raise invalid("eval must be an object; the only field is split ('feedback').")
     refusals = []
     split = evaluation.get("split", FEEDBACK_SPLIT)
     if split != FEEDBACK_SPLIT:
@@ -578,81 +588,3 @@ def _eval_refusals(evaluation: Any) -> list[Refusal]:
             )
         )
     return refusals
-
-
-# --- overlap with sealed items ---------------------------------------------------------------------
-
-# Scanners index a benchmark's sealed items once; overlap results are per (data bytes, sealed
-# bytes). Both keys are content hashes, so a cached answer can never be stale; the caps bound memory.
-_SCANNERS: dict[tuple[int, str], ContaminationScanner] = {}
-_OVERLAPS: dict[tuple[str, int, str], dict[str, Any]] = {}
-_MAX_SCANNERS = 16
-_MAX_OVERLAPS = 256
-MAX_OVERLAP_MATCHES = 200
-
-
-def _sealed_key(benchmark: Benchmark) -> str:
-    return canonical_json([benchmark.data_sha256, benchmark.settings_sha256])
-
-
-def sealed_scanner(*, benchmark: Benchmark) -> ContaminationScanner:
-    """A scanner over the benchmark's sealed items (feedback and final), verified when loaded.
-
-    Raises ``SealBroken`` when the sealed data fails its hashes: the review then fails closed
-    (nothing runs) rather than passing data it could not check.
-    """
-    key = (benchmark.pk, _sealed_key(benchmark))
-    scanner = _SCANNERS.get(key)
-    if scanner is None:
-        # SealBroken (409 seal_broken) propagates: nothing is checked against unverified items.
-        items = benchmark_sealed_items(benchmark=benchmark)
-        template = str((benchmark.settings or {}).get("prompt_template", ""))
-        scanner = ContaminationScanner(items, templates=[template] if template else [])
-        if len(_SCANNERS) >= _MAX_SCANNERS:
-            _SCANNERS.pop(next(iter(_SCANNERS)))
-        _SCANNERS[key] = scanner
-    return scanner
-
-
-def data_overlap(*, entry: DataEntry, benchmark: Benchmark) -> dict[str, Any]:
-    """How a datapool entry overlaps a benchmark's sealed items: counts, and matches for reviewers.
-
-    ``matches`` carry sample ids and the matching span of the sealed *prompt* (never an answer);
-    they are reviewer-level evidence and never reach a Worker.
-    """
-    key = (entry.sha256, benchmark.pk, _sealed_key(benchmark))
-    cached = _OVERLAPS.get(key)
-    if cached is not None:
-        return cached
-    scanner = sealed_scanner(benchmark=benchmark)
-    rows = data_load_rows(entry=entry)
-    matches = scanner.scan(rows)
-    result = {
-        "benchmark": f"{benchmark.name}@{benchmark.version}",
-        "sealed_items": len(scanner),
-        "rows_scanned": len(rows),
-        "rows_matched": len({m.row_index for m in matches}),
-        "items_matched": len({m.sample_id for m in matches}),
-        "by_kind": dict(Counter(m.kind for m in matches)),
-        "matches": [_match_evidence(m, rows[m.row_index]) for m in matches[:MAX_OVERLAP_MATCHES]],
-        "truncated": len(matches) > MAX_OVERLAP_MATCHES,
-    }
-    if len(_OVERLAPS) >= _MAX_OVERLAPS:
-        _OVERLAPS.pop(next(iter(_OVERLAPS)))
-    _OVERLAPS[key] = result
-    return result
-
-
-def _match_evidence(match: Any, row: dict[str, Any]) -> dict[str, Any]:
-    span = match.span
-    if match.kind == "near_dup":
-        # The scanner's near-duplicate span is the whole row, completion included, which for a
-        # copied item is the sealed answer; the prompt alone is the evidence a reviewer needs.
-        span = " ".join(normalize_tokens(str(row.get("prompt", ""))))
-    return {
-        "row": match.row_index,
-        "sample_id": match.sample_id,
-        "kind": match.kind,
-        "span": span[:500],
-        "score": round(float(match.score), 4),
-    }

@@ -1,16 +1,11 @@
-"""Training and evaluation runners: the only code that touches model weights.
+"""Post-training (SFT / DPO, full or LoRA) of a local checkpoint with TRL, behind `TrainHooks`.
 
-Pure ML, no Django: the Celery tasks in `workers.gpu.tasks` fetch the job row, call one of these
-functions and write the result back. Everything here runs the same on a 2-core laptop (HF on CPU)
-and on a GPU host (vLLM behind its OpenAI-compatible API for evaluation).
-
-Safety rules kept here rather than at each call site: weights load and save as safetensors only
-(never pickle), no `trust_remote_code`, and no network access to the Hub.
+Apart from `inference` on purpose: TRL and PEFT are heavy, and evaluation-only workers never
+import this module.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,47 +13,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-# The runners must never reach the Hub: every model, tokenizer and dataset is a local path. Loads
-# below also pass local_files_only=True; these cover whatever TRL or datasets import later.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import datasets
+import torch
+from peft import LoraConfig
+from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
+from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    TrainerCallback,
-    TrainerControl,
-    TrainerState,
-    TrainingArguments,
-)
-from transformers.utils import logging as hf_logging  # noqa: E402
+from apps.experiments.hparams import TrainConfig
+from apps.ml.checkpoints import TOKENIZER_FILES, load_checkpoint
 
-from apps.benchmarks.evaluators import score  # noqa: E402
-from workers.gpu.hparams import TrainConfig  # noqa: E402
-from workers.gpu.vllm_client import complete as vllm_complete  # noqa: E402
-
-# Workers report progress through hooks; per-load progress bars would only clutter job logs.
-hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-
-# Files that define the tokenizer; copied verbatim from the base so that training never changes
-# the vocabulary, special tokens or chat template (which the integrity checks compare).
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-)
+# Progress goes through TrainHooks; dataset-map progress bars would only clutter job logs.
+datasets.disable_progress_bar()
 
 
 class Cancelled(Exception):
@@ -84,38 +52,6 @@ class TrainResult:
     out_dir: Path
 
 
-# --- small shared helpers ----------------------------------------------------------------------
-
-
-def manifest(dir: Path) -> dict[str, str]:
-    """sha256 of every file under `dir`, keyed by POSIX path relative to `dir`."""
-    result: dict[str, str] = {}
-    for path in sorted(p for p in dir.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        result[path.relative_to(dir).as_posix()] = digest.hexdigest()
-    return result
-
-
-def _device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def load_checkpoint(checkpoint_dir: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a local HF checkpoint; refuses pickle weights and remote code."""
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        checkpoint_dir,
-        dtype=torch.float32,
-        use_safetensors=True,
-        trust_remote_code=False,
-        local_files_only=True,
-    )
-    return model, tokenizer
-
-
 def _read_jsonl(paths: Sequence[Path]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for path in paths:
@@ -131,8 +67,6 @@ def _read_jsonl(paths: Sequence[Path]) -> list[dict[str, Any]]:
         raise ValueError("the training data is empty")
     return rows
 
-
-# --- training ----------------------------------------------------------------------------------
 
 _FORMAT_KEYS = {"sft": ("prompt", "completion"), "dpo": ("prompt", "chosen", "rejected")}
 
@@ -281,17 +215,10 @@ def train(
     before saving: every checkpoint is a plain full model. Raises `Cancelled` on cooperative
     cancel and ValueError for unusable data or settings.
     """
-    # Imported here: TRL and PEFT are heavy, and evaluation-only workers never need them.
-    import datasets
-    from peft import LoraConfig
-    from transformers.trainer_callback import PrinterCallback
-    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # type: ignore[attr-defined]
-
     hooks = hooks or TrainHooks()
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"output directory {out_dir} is not empty")
     torch.set_num_threads(config.num_threads)
-    datasets.disable_progress_bar()
 
     model, tokenizer = load_checkpoint(base_dir)
     rows = _read_jsonl(data_files)
@@ -366,7 +293,7 @@ def train(
             trained = trained.merge_and_unload()
         model_dir = staging / "model"
         trained.save_pretrained(model_dir)  # safetensors is the only format transformers 5 writes
-        for name in _TOKENIZER_FILES:
+        for name in TOKENIZER_FILES:
             if (base_dir / name).is_file():
                 shutil.copy2(base_dir / name, model_dir / name)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -385,148 +312,3 @@ def train(
         )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-# --- evaluation --------------------------------------------------------------------------------
-
-
-def uses_special_tokens(task: dict[str, Any]) -> bool:
-    """Whether prompts are tokenized with the tokenizer's specials (BOS).
-
-    A chat-rendered prompt already is the full model input: HF's `apply_chat_template`, TRL's
-    conversational path and vLLM's chat endpoint all tokenize it without adding specials, and so
-    must we, or training and evaluation would disagree by one BOS token.
-    """
-    return not task.get("use_chat_template")
-
-
-def render_prompt(task: dict[str, Any], question: str, tokenizer: PreTrainedTokenizerBase | None) -> str:
-    """The exact text the model is given for one sealed question under the task's settings."""
-    text = str(task["prompt_template"]).replace("{question}", question)
-    if task.get("use_chat_template"):
-        if tokenizer is None or not tokenizer.chat_template:
-            raise ValueError(f"task {task.get('name')!r} uses the chat template but the tokenizer has none")
-        rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-        )
-        text = str(rendered)
-    return text
-
-
-def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
-    """Cut `text` at the earliest occurrence of any stop string (the stop string is dropped)."""
-    cut = len(text)
-    for s in stop:
-        if s:
-            idx = text.find(s)
-            if idx != -1:
-                cut = min(cut, idx)
-    return text[:cut]
-
-
-@torch.inference_mode()
-def generate_texts(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
-    *,
-    max_new_tokens: int,
-    stop: Sequence[str] = (),
-    batch_size: int = 32,
-    add_special_tokens: bool = True,
-) -> list[str]:
-    """Greedy continuations of `prompts`, cut at EOS and at the first stop string.
-
-    Batches are left-padded so every prompt ends where generation starts; the attention mask and
-    the position ids derived from it make padding invisible to the model.
-    """
-    tokenizer.padding_side = "left"
-    device = _device()
-    model.to(device)  # type: ignore[arg-type]  # transformers' stub wraps .to() oddly
-    model.train(False)  # eval mode; .eval() is untyped in the stubs
-    outputs: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        batch = list(prompts[start : start + batch_size])
-        enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens).to(device)
-        generated: torch.Tensor = model.generate(  # type: ignore[operator]
-            **enc,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            # Stop strings end a sequence early (the batch ends when all have); the text is cut
-            # again below, so results do not depend on how generation stopped.
-            stop_strings=[s for s in stop if s] or None,
-            tokenizer=tokenizer,
-        )
-        for row in generated[:, enc["input_ids"].shape[1] :].tolist():
-            if tokenizer.eos_token_id in row:
-                row = row[: row.index(tokenizer.eos_token_id)]
-            text = str(tokenizer.decode(row, skip_special_tokens=True))
-            outputs.append(truncate_at_stop(text, stop))
-    return outputs
-
-
-def evaluate(
-    *,
-    checkpoint_dir: Path,
-    samples: list[dict[str, Any]],
-    task: dict[str, Any],
-    batch_size: int = 32,
-    backend: Literal["hf", "vllm"] = "hf",
-    vllm_url: str | None = None,
-    scorer: Callable[[str, str], bool] | None = None,
-) -> list[dict[str, Any]]:
-    """Run the sealed samples through the checkpoint with the task's fixed inference settings.
-
-    `samples` are rows `{"id", "prompt", "answer"}`; `task` is the task.json dict. Returns one
-    `{"id", "output", "correct"}` per sample, in order. Both backends render the same prompts and
-    apply the same decoding and stop strings, so their results are interchangeable. `scorer`
-    (output, answer) -> correct is the benchmark's sealed evaluator when the caller has one (the
-    evaluation job always does); without it the task's evaluator is looked up by name.
-    """
-    decoding = task.get("decoding", {})
-    if decoding.get("do_sample"):
-        raise ValueError("sealed evaluation decodes greedily; task has do_sample=true")
-    max_new_tokens = int(decoding.get("max_new_tokens", 32))
-    stop = list(task.get("stop", []))
-
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)
-    prompts = [render_prompt(task, str(s["prompt"]), tokenizer) for s in samples]
-    if backend == "hf":
-        model, _ = load_checkpoint(checkpoint_dir)
-        outputs = generate_texts(
-            model,
-            tokenizer,
-            prompts,
-            max_new_tokens=max_new_tokens,
-            stop=stop,
-            batch_size=batch_size,
-            add_special_tokens=uses_special_tokens(task),
-        )
-    elif backend == "vllm":
-        if not vllm_url:
-            raise ValueError("backend='vllm' needs vllm_url (the base URL of a `vllm serve` process)")
-        raw = vllm_complete(
-            vllm_url,
-            model=str(checkpoint_dir),
-            prompts=prompts,
-            max_tokens=max_new_tokens,
-            stop=stop,
-            batch_size=batch_size,
-            add_special_tokens=uses_special_tokens(task),
-        )
-        outputs = [truncate_at_stop(text, stop) for text in raw]
-    else:
-        raise ValueError(f"unknown backend {backend!r}; use 'hf' or 'vllm'")
-
-    if scorer is None:
-        evaluator = str(task["evaluator"])
-
-        def scorer(output: str, answer: str) -> bool:
-            return score(evaluator, output, answer)
-
-    return [
-        {"id": s["id"], "output": out, "correct": bool(scorer(out, str(s["answer"])))}
-        for s, out in zip(samples, outputs, strict=True)
-    ]

@@ -1,0 +1,273 @@
+"""Training checks: weight provenance, data provenance (registered, unchanged, uncontaminated) and
+teacher authorization."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.datapool.models import DataEntry
+from apps.datapool.selectors import data_stored_sha256
+from apps.experiments.choices import ExperimentKind
+from apps.experiments.models import Checkpoint
+from apps.experiments.selectors import checkpoint_lineage
+from apps.experiments.services import manifest_digest
+from apps.integrity.checks.subject import MAX_LISTED, CheckCannotRun, CheckResult, Subject, _clean, _lineage_checkpoints
+from apps.integrity.choices import Observation
+from apps.integrity.overlap import data_overlap, over_tolerance
+from apps.jobs.choices import JobKind, JobStatus
+
+
+def check_weight_provenance(subject: Subject) -> CheckResult:
+    """Every file of the checkpoints in play is in their manifest and matches its bytes, and their
+    lineage reaches the run's θ0 through recorded training jobs only; evaluations scored those weights."""
+    experiment = subject.experiment
+    problems: list[dict[str, Any]] = []
+    checked: list[dict[str, Any]] = []
+    targets: list[tuple[str, Checkpoint]] = [("input", experiment.input_checkpoint)]
+    if experiment.output_checkpoint is not None:
+        targets.append(("output", experiment.output_checkpoint))
+    elif experiment.kind == ExperimentKind.TRAIN_EVAL and subject.succeeded:
+        raise CheckCannotRun(f"{experiment.handle} succeeded but records no output checkpoint")
+
+    for role, checkpoint in targets:
+        problems += _checkpoint_problems(subject, role, checkpoint, checked)
+    output = experiment.output_checkpoint
+    if output is not None:
+        job = output.producing_job
+        if job is None or job.experiment_id != experiment.pk or job.kind != JobKind.TRAIN:
+            problems.append(
+                {
+                    "code": "not_recorded_job",
+                    "checkpoint": output.handle,
+                    "detail": "θ_out was not produced by this experiment's training job",
+                }
+            )
+        if output.parent_id != experiment.input_checkpoint_id:
+            problems.append(
+                {
+                    "code": "off_lineage",
+                    "checkpoint": output.handle,
+                    "detail": "θ_out's parent is not this experiment's θ_in",
+                }
+            )
+    expected = subject.evaluated_checkpoint
+    for evaluation in subject.evaluations:
+        if expected is None or evaluation.checkpoint_id != expected.pk:
+            problems.append(
+                {
+                    "code": "evaluated_other_checkpoint",
+                    "checkpoint": evaluation.checkpoint.handle,
+                    "detail": f"evaluation {evaluation.uuid} scored {evaluation.checkpoint.handle}, not "
+                    f"{expected.handle if expected else 'a checkpoint of this experiment'}"
+                    + (" (the sealed reference)" if evaluation.checkpoint.is_reference else ""),
+                }
+            )
+    evidence = {"checkpoints": checked, "problems": problems[:MAX_LISTED]}
+    if problems:
+        codes = [p["code"] for p in problems]
+        return CheckResult(
+            Observation.EXECUTED,
+            codes,
+            f"{len(problems)} weight provenance problem(s): " + "; ".join(p["detail"] for p in problems[:3]),
+            evidence,
+        )
+    return _clean(f"{len(checked)} checkpoint(s) match their manifests and reach θ0 through recorded jobs", **evidence)
+
+
+def _checkpoint_problems(
+    subject: Subject, role: str, checkpoint: Checkpoint, checked: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    problems: list[dict[str, Any]] = []
+    handle = checkpoint.handle
+    lineage = checkpoint_lineage(checkpoint, base=subject.theta0)
+    chain = _lineage_checkpoints(checkpoint)
+    if not lineage.reaches_base:
+        broken = next((c.handle for c in chain if c.pk == lineage.broken_at), lineage.broken_at)
+        problems.append(
+            {
+                "code": "off_lineage",
+                "checkpoint": handle,
+                "detail": f"{handle} does not reach θ0 ({lineage.reason}; at {broken})",
+            }
+        )
+    for link in chain:
+        if link.is_base:
+            break
+        job = link.producing_job
+        if job is not None and (
+            job.kind != JobKind.TRAIN
+            or job.status != JobStatus.SUCCEEDED
+            or str(job.spec.get("input_checkpoint")) != str(getattr(link.parent, "uuid", None))
+        ):
+            problems.append(
+                {
+                    "code": "not_recorded_job",
+                    "checkpoint": link.handle,
+                    "detail": f"{link.handle} was not made from its parent by a succeeded training job",
+                }
+            )
+        if link.is_reference:
+            problems.append(
+                {
+                    "code": "off_lineage",
+                    "checkpoint": link.handle,
+                    "detail": f"{link.handle} is the sealed reference checkpoint",
+                }
+            )
+    if manifest_digest(checkpoint.manifest) != checkpoint.manifest_sha256:
+        problems.append(
+            {
+                "code": "manifest_digest_mismatch",
+                "checkpoint": handle,
+                "detail": f"{handle}'s manifest no longer matches its recorded digest",
+            }
+        )
+    actual = subject.files_of(checkpoint).hashes
+    manifest = checkpoint.manifest or {}
+    extra = sorted(set(actual) - set(manifest))
+    missing = sorted(set(manifest) - set(actual))
+    changed = sorted(name for name in set(actual) & set(manifest) if actual[name] != manifest[name])
+    for code, names, what in (
+        ("foreign_file", extra, "not in its manifest"),
+        ("missing_file", missing, "missing"),
+        ("manifest_mismatch", changed, "changed since registration"),
+    ):
+        if names:
+            problems.append(
+                {
+                    "code": code,
+                    "checkpoint": handle,
+                    "files": names[:MAX_LISTED],
+                    "detail": f"{handle}: {', '.join(names[:5])} {what}",
+                }
+            )
+    checked.append(
+        {
+            "role": role,
+            "checkpoint": handle,
+            "manifest_sha256": checkpoint.manifest_sha256,
+            "files": len(manifest),
+            "lineage": [c.handle for c in chain],
+            "reaches_theta0": lineage.reaches_base,
+        }
+    )
+    return problems
+
+
+def check_data_provenance(subject: Subject) -> CheckResult:
+    """Training data (this experiment's and its lineage's) is registered, its bytes match the datapool,
+    and its overlap with the benchmark's sealed items (feedback and final) is within the run's tolerance."""
+    experiment = subject.experiment
+    tolerance = (subject.run.policy or {}).get("contamination_tolerance", 0) or 0
+    codes: list[str] = []
+    entries: list[dict[str, Any]] = []
+    offending: list[str] = []
+    blocked: list[str] = []
+    action_handles = set((experiment.action or {}).get("data") or [])
+    own_handles = {d["entry"].handle for d in subject.datasets if d["own"]}
+    if experiment.kind == ExperimentKind.TRAIN_EVAL and subject.jobs and action_handles != own_handles:
+        codes.append("unrecorded_data")
+    # A training that failed produced no weights: changed bytes were refused, not trained on (the
+    # worker re-hashes every file against the pinned sha256 before it trains).
+    train_refused = experiment.output_checkpoint_id is None and any(
+        j.kind == JobKind.TRAIN and j.status == JobStatus.FAILED for j in subject.jobs
+    )
+    for item in subject.datasets:
+        entry: DataEntry = item["entry"]
+        stored = data_stored_sha256(entry)
+        record: dict[str, Any] = {
+            "dataset": entry.handle,
+            "via": item["via"],
+            "sha256": entry.sha256,
+            "rows": entry.rows,
+            "stored_matches": stored == entry.sha256,
+        }
+        if item["pinned"] is not None and item["pinned"] != entry.sha256:
+            codes.append("data_hash_mismatch")
+            record["pinned_sha256"] = item["pinned"]
+            offending.append(entry.handle)
+        if stored != entry.sha256:
+            record["stored_sha256"] = stored
+            if item["own"] and train_refused:
+                # The training job re-hashed the file and refused it: nothing was trained on it.
+                blocked.append(entry.handle)
+            else:
+                codes.append("data_hash_mismatch")
+                offending.append(entry.handle)
+        if stored != entry.sha256:
+            # The bytes there now are not the entry's: scanning them would judge other data.
+            record["overlap"] = None
+        else:
+            overlap = data_overlap(entry=entry, benchmark=subject.benchmark)
+            record["overlap"] = {k: overlap[k] for k in ("rows_scanned", "rows_matched", "items_matched", "by_kind")}
+            record["matches"] = overlap["matches"][:MAX_LISTED]  # sample ids + sealed prompt spans: reviewers only
+            if over_tolerance(overlap["rows_matched"], entry.rows, tolerance):
+                codes.append("contamination_above_tolerance")
+                offending.append(entry.handle)
+            elif overlap["rows_matched"]:
+                codes.append("contamination_within_tolerance")
+        entries.append(record)
+    if subject.override_used and any(c in codes for c in ("contamination_above_tolerance",)):
+        codes.append("override_used")
+    evidence = {
+        "datasets": entries,
+        "tolerance": tolerance,
+        "benchmark": f"{subject.benchmark}",
+        "offending_entries": sorted(set(offending)),
+        "override": (experiment.action or {}).get("review_override"),
+    }
+    if not entries and not codes:
+        return _clean("no training data in this experiment or its lineage", **evidence)
+    if codes:
+        matched = sum((e.get("overlap") or {}).get("rows_matched", 0) for e in entries)
+        return CheckResult(
+            Observation.EXECUTED,
+            codes,
+            f"{', '.join(sorted(set(codes)))}: {matched} row(s) overlap sealed items "
+            f"(tolerance {tolerance}); offending: {', '.join(sorted(set(offending))) or 'none'}",
+            evidence,
+        )
+    if blocked:
+        return CheckResult(
+            Observation.ATTEMPTED_BLOCKED,
+            ["data_swap_blocked"],
+            f"the training job refused {', '.join(blocked)}: its bytes changed after review",
+            evidence,
+        )
+    return _clean(f"{len(entries)} dataset(s) match the datapool and do not overlap sealed items", **evidence)
+
+
+def _teachers(entry: DataEntry, seen: set[int] | None = None) -> set[str]:
+    """The teacher of an entry and of every entry it was derived from (a mix launders nothing)."""
+    seen = seen if seen is not None else set()
+    if entry.pk in seen:
+        return set()
+    seen.add(entry.pk)
+    found = {entry.teacher} if entry.teacher else set()
+    for parent in entry.parents.all():
+        found |= _teachers(parent, seen)
+    return found
+
+
+def check_teacher_authorization(subject: Subject) -> CheckResult:
+    """Every model that generated training data (directly or in a parent entry) is on the run's allow-list."""
+    allowed = set((subject.run.policy or {}).get("allowed_teachers") or [])
+    rows = []
+    unauthorized: list[str] = []
+    for item in subject.datasets:
+        teachers = sorted(_teachers(item["entry"]))
+        rows.append({"dataset": item["entry"].handle, "via": item["via"], "teachers": teachers})
+        unauthorized += [t for t in teachers if t not in allowed]
+    evidence = {"datasets": rows, "allowed_teachers": sorted(allowed)}
+    if unauthorized:
+        codes = ["teacher_unauthorized"] + (["override_used"] if subject.override_used else [])
+        return CheckResult(
+            Observation.EXECUTED,
+            codes,
+            f"data generated by {', '.join(sorted(set(unauthorized)))}, not on the allow-list",
+            evidence,
+        )
+    teachers = sorted({t for r in rows for t in r["teachers"]})
+    return _clean(
+        f"teachers {', '.join(teachers)} are allowed" if teachers else "no teacher-generated data", **evidence
+    )
