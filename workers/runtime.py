@@ -21,8 +21,10 @@ from celery import Task, signals
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, close_old_connections, connection
 
+from apps.benchmarks.services import checkpoint_local_dir
 from apps.core.errors import Conflict
 from apps.core.hashing import sha256_file, sha256_tree
+from apps.datapool.storage import artifact_store
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_get
@@ -167,8 +169,6 @@ def checkpoint_verified_dir(checkpoint: Any) -> Path:
     integrity checks rely on, so a mismatch stops the job. Checkpoints come from the artifact
     store (materialised locally when it is remote) or, for sealed references, the sealed folder.
     """
-    from apps.benchmarks.services import checkpoint_local_dir
-
     directory = checkpoint_local_dir(checkpoint=checkpoint)
     if not directory.is_dir():
         raise IntegrityError(f"checkpoint {checkpoint.handle}: directory {directory} is missing")
@@ -182,8 +182,6 @@ def checkpoint_verified_dir(checkpoint: Any) -> Path:
 
 def data_verified_file(item: dict[str, Any]) -> Path:
     """A datapool file named in a job spec, after checking its sha256 against the pinned one."""
-    from apps.datapool.storage import artifact_store
-
     path = artifact_store().local_path(item["uri"])
     if not path.is_file():
         raise IntegrityError(f"datapool entry {item.get('handle', item['uri'])}: file {path} is missing")

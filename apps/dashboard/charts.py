@@ -23,6 +23,7 @@ from plotly.utils import PlotlyJSONEncoder
 from apps.dashboard.selectors import run_reference_scores
 from apps.experiments.choices import IntegrityStatus
 from apps.experiments.models import Evaluation, Event, Experiment
+from apps.expos.registry import load_all
 from apps.jobs.models import Job
 from apps.research.choices import DecisionKind, Trigger
 from apps.research.models import Decision, LLMUsage, Run
@@ -203,7 +204,6 @@ def tool_use_figure(run: Run, *, now: datetime | None = None) -> go.Figure:
     Stars mark intervals where a Reviewer's report changed the next action: a decision the Main
     Agent took on a review report that did anything but continue.
     """
-    from apps.expos.registry import load_all
 
     now = now or timezone.now()
     start, end = _run_span(run, now=now)

@@ -29,9 +29,16 @@ from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
 from apps.core.records import cut
+from apps.datapool.selectors import data_readme, data_rows
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
 from apps.experiments.models import Checkpoint, Evaluation, Experiment, IntegrityStatusChange
-from apps.experiments.selectors import EXPERIMENT_VALUES, experiment_row
+from apps.experiments.selectors import (
+    EXPERIMENT_VALUES,
+    checkpoint_lineage,
+    experiment_ancestors,
+    experiment_descendants,
+    experiment_row,
+)
 from apps.integrity.choices import (
     CATEGORIES,
     CLEAN_OBSERVATIONS,
@@ -40,6 +47,7 @@ from apps.integrity.choices import (
     Observation,
 )
 from apps.integrity.models import BlockedAttempt, IntegrityFinding
+from apps.integrity.report import integrity_report
 from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
 from apps.research.choices import NodeKind
@@ -260,8 +268,6 @@ def experiment_get(*, run: Run, handle_or_uuid: str) -> Experiment | None:
 
 def experiment_detail(experiment: Experiment) -> dict[str, Any]:
     """Everything the experiment page shows, read in a fixed number of queries."""
-    from apps.experiments.selectors import checkpoint_lineage, experiment_ancestors, experiment_descendants
-
     run = experiment.run
     evaluations = []
     for evaluation in experiment.evaluations.select_related("checkpoint", "job").order_by("created_at", "pk"):
@@ -350,8 +356,6 @@ def integrity_matrix(*, run: Run) -> dict[str, Any]:
     for the API, the benchmarks and this page); this adds the cell states the page colours, the
     experiment rows to link, and the findings that still need a person's adjudication.
     """
-    from apps.integrity.report import integrity_report
-
     report = integrity_report(run)
     experiments = {e.handle: e for e in Experiment.objects.filter(run=run).select_related("owner")}
     rows = []
@@ -430,8 +434,6 @@ def datapool_rows(entries: QuerySet[Any]) -> QuerySet[Any]:
 
 def data_entry_detail(entry: Any) -> dict[str, Any]:
     """A datapool entry's page: provenance notes, the experiments that used it, a short preview."""
-    from apps.datapool.selectors import data_readme, data_rows
-
     try:
         preview: list[dict[str, Any]] | None = data_rows(entry, PREVIEW_ROWS)
         preview_error = ""

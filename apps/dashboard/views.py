@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.core.errors import ApplicationError
+from apps.core.errors import ApplicationError, NotFound
 from apps.dashboard import selectors
 from apps.dashboard.charts import run_charts
 from apps.dashboard.forms import AdjudicationForm, GuidanceForm, RunControlForm
@@ -31,8 +31,12 @@ from apps.dashboard.permissions import (
     user_role,
 )
 from apps.dashboard.services import finding_adjudicate_for_person, guidance_post, run_control
+from apps.datapool.selectors import data_entry_get, data_entry_list
+from apps.jobs.selectors import job_attempts
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
+from apps.reviews.selectors import report_payload
+from apps.reviews.services import LIST_FIELDS
 
 
 def _run_or_404(request: HttpRequest, run_uuid: Any) -> Run:
@@ -201,15 +205,12 @@ def experiment_detail_view(request: HttpRequest, run_uuid: Any, experiment: str)
 @require_GET
 @role_required(VIEWER)
 def report_detail_view(request: HttpRequest, run_uuid: Any, report_uuid: Any) -> HttpResponse:
-    from apps.reviews.selectors import report_payload
-
     run = _run_or_404(request, run_uuid)
     report = selectors.report_get(run=run, report_uuid=report_uuid)
     if report is None:
         raise Http404("No such report in this run.")
     # People see the whole report (DESIGN.md: the redacted view is the Main Agent's).
     payload = report_payload(report, redacted=False)
-    from apps.reviews.services import LIST_FIELDS
 
     experiments = {e.handle: e for e in report.experiments.all()}
     sections = [(name, payload[name]) for name in LIST_FIELDS]
@@ -283,7 +284,6 @@ def job_snapshot_view(request: HttpRequest, job_uuid: Any) -> JsonResponse:
 @role_required(VIEWER)
 def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
     job = _job_or_404(request, job_uuid)
-    from apps.jobs.selectors import job_attempts
 
     return _page(
         request,
@@ -300,8 +300,6 @@ def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
 @require_GET
 @role_required(VIEWER)
 def datapool_view(request: HttpRequest) -> HttpResponse:
-    from apps.datapool.selectors import data_entry_list
-
     search = request.GET.get("q", "").strip()
     entries = data_entry_list(search=search or None).select_related("registered_by")
     return _page(request, "dashboard/datapool.html", {"entries": selectors.datapool_rows(entries), "q": search})
@@ -310,9 +308,6 @@ def datapool_view(request: HttpRequest) -> HttpResponse:
 @require_GET
 @role_required(VIEWER)
 def data_entry_view(request: HttpRequest, handle: str) -> HttpResponse:
-    from apps.core.errors import NotFound
-    from apps.datapool.selectors import data_entry_get
-
     try:
         entry = data_entry_get(handle)
     except NotFound:

@@ -25,13 +25,11 @@ from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, ExperimentKind,
 from apps.experiments.events import event_append
 from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.selectors import experiment_live
+from apps.experiments.services import experiment_publish
 from apps.integrity.services import integrity_on_experiment_finished
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_enqueue
-from apps.live.events import LiveEvent, publish_on_commit
-from apps.live.groups import run_group
 
 FEEDBACK_SPLIT = "feedback"
 # Evaluation batch size for the CPU backend: batching is 10-50x faster than one by one here.
@@ -110,11 +108,6 @@ def experiment_start(*, experiment: Experiment) -> Job:
             spec = evaluation_spec(checkpoint=locked.input_checkpoint, benchmark=locked.run.benchmark)
             return job_enqueue(kind=JobKind.EVALUATE, spec=spec, experiment=locked)
         raise ApplicationError("invalid_experiment_kind", f"Unknown experiment kind {locked.kind!r}.")
-
-
-def experiment_publish(experiment: Experiment) -> None:
-    """Tell the run's watchers the experiment changed (status, score, θ_out), after commit."""
-    publish_on_commit(run_group(experiment.run.uuid), LiveEvent.EXPERIMENT_UPDATED, experiment_live(experiment))
 
 
 def experiment_set_status(

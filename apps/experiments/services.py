@@ -166,8 +166,17 @@ def experiment_set_integrity(*, experiment: Experiment, status: str, actor: str,
             arguments={"status": status, "reason": reason},
             result_ref=f"experiment:{locked.uuid}",
         )
-        publish_on_commit(run_group(locked.run.uuid), LiveEvent.EXPERIMENT_UPDATED, experiment_live(locked))
+        experiment_publish(locked)
     return locked
+
+
+def experiment_publish(experiment: Experiment) -> None:
+    """Tell the run's watchers that the experiment changed (status, score, θ_out, integrity), after commit.
+
+    For the services that change an experiment row; the payload is read now, inside their
+    transaction, so it is the row as it will be committed.
+    """
+    publish_on_commit(run_group(experiment.run.uuid), LiveEvent.EXPERIMENT_UPDATED, experiment_live(experiment))
 
 
 def evaluation_record(

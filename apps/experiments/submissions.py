@@ -92,8 +92,9 @@ def submission_create(
             if run.status not in SUBMITTABLE_RUN_STATES:
                 raise Conflict("run_not_running", f"Run {run.name!r} is {run.status}; it takes no new submissions.")
             review = submission_review(run=run, worker=locked, request=request, subjects=subjects)
-            if not review.passed or (review.overridden and not override_consume(override=review.override)):
-                # The second half: the override was spent by a concurrent submission meanwhile.
+            spent = review.override is not None and review.overridden and not override_consume(override=review.override)
+            if not review.passed or spent:
+                # spent: the override was used up by a concurrent submission meanwhile.
                 raise SubmissionRefused(
                     run=run, node=locked, spec=spec, spec_sha256=review.spec_sha256, refusals=review.refusals
                 )

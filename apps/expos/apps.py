@@ -7,4 +7,4 @@ class ExposConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the bearer-token scheme with drf-spectacular (an import side effect by design).
-        from apps.expos import openapi  # noqa: F401
+        from apps.expos import openapi  # noqa: F401, PLC0415 - once the app registry is ready

@@ -25,6 +25,7 @@ from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 
 from apps.core.errors import ApplicationError
+from apps.core.people import is_human_viewer
 from apps.experiments.events import event_append
 from apps.expos.models import AgentToken
 from apps.expos.registry import Role
@@ -34,7 +35,6 @@ from apps.research.models import ResearchNode, Run
 TOKEN_PREFIX_LENGTH = 8
 # last_used_at is informational; writing it on every call would put an UPDATE on every request.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
-HUMAN_GROUPS = ("viewer", "operator", "admin")
 
 # The role a token may carry for each kind of research node: a token acts as its node.
 _ROLE_FOR_KIND = {NodeKind.MAIN: Role.MAIN, NodeKind.WORKER: Role.WORKER, NodeKind.REVIEWER: Role.REVIEWER}
@@ -172,15 +172,6 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
 
 def agent_token_of(request: Request) -> AgentToken | None:
     return request.auth if isinstance(request.auth, AgentToken) else None
-
-
-def is_human_viewer(user: Any) -> bool:
-    """A person with at least the viewer group (operator and admin include viewing)."""
-    if user is None or not getattr(user, "is_authenticated", False) or isinstance(user, AgentPrincipal):
-        return False
-    if user.is_superuser:
-        return True
-    return user.groups.filter(name__in=HUMAN_GROUPS).exists()
 
 
 class IsAgentOrViewer(permissions.BasePermission):

@@ -10,6 +10,8 @@ Schemas are JSON Schema dicts. Input and output objects are *closed*
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -151,10 +153,8 @@ def load_all() -> dict[str, Tool]:
     global _loaded
     if _loaded:
         return REGISTRY
-    import importlib
-    import pkgutil
-
-    from apps.expos import tools
+    # The tool modules import this one (for @tool): a package-level import here would be a cycle.
+    from apps.expos import tools  # noqa: PLC0415 - import cycle (tools import the registry)
 
     for module in pkgutil.iter_modules(tools.__path__):
         importlib.import_module(f"apps.expos.tools.{module.name}")

@@ -26,6 +26,7 @@ from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import Caller, score_for, visible_experiments
 from apps.research.choices import NodeKind, NodeStatus
 from apps.research.models import ResearchNode, Run
+from apps.research.services import run_budget_state
 
 
 def run_quota(*, run: Run, node: ResearchNode) -> dict[str, Any]:
@@ -34,8 +35,6 @@ def run_quota(*, run: Run, node: ResearchNode) -> dict[str, Any]:
     Accelerator time includes the elapsed time of running jobs (run_budget_state), so the figure
     an agent plans with is the one the budget enforcer uses.
     """
-    from apps.research.services import run_budget_state
-
     budget = run_budget_state(run=run)
     run = Run.objects.get(pk=run.pk)
     feedback: dict[str, Any] | None = None

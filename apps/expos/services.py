@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from apps.core.hashing import canonical_json, sha256_text
 from apps.experiments.events import event_append
 from apps.experiments.models import Event
 from apps.expos.auth import agent_token_issue, agent_token_revoke
@@ -45,8 +46,6 @@ def tool_call_record(
     Called inside the handler's transaction for a success (the record commits with the change)
     and in a fresh transaction after a refusal (so the refusal survives the rollback).
     """
-    from apps.core.hashing import canonical_json, sha256_text
-
     # A call that got this far with status < 400 had its arguments checked (apps.expos.views:
     # no NUL characters, no infinities); only a refusal's may need making storable.
     recorded: Any = {} if arguments is None else _storable(arguments) if status >= 400 else arguments

@@ -21,9 +21,13 @@ from typing import Any
 
 import fastjsonschema
 import jsonschema
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError, IntegrityError, transaction
+from django.http import JsonResponse
+from django.views.defaults import page_not_found
+from django.views.defaults import server_error as default_server_error
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
@@ -35,7 +39,8 @@ from rest_framework.views import APIView
 from apps.core.api import error_body
 from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.hashing import canonical_json, sha256_text
-from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, agent_token_of, is_human_viewer
+from apps.core.people import is_human_viewer
+from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, agent_token_of
 from apps.expos.models import IdempotencyRecord
 from apps.expos.payloads import etag_value
 from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
@@ -204,8 +209,6 @@ def parse_body(request: Request) -> dict[str, Any]:
         raise ApplicationError(
             "request_too_large", "The request body exceeds the size limit (RSI_MAX_REQUEST_BYTES).", status=413
         ) from None
-    from django.conf import settings
-
     if len(raw) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
         raise ApplicationError(
             "request_too_large", "The request body exceeds the size limit (RSI_MAX_REQUEST_BYTES).", status=413
@@ -537,9 +540,6 @@ def _wants_json(request: Any) -> bool:
 
 def not_found(request: Any, exception: Exception | None = None) -> Any:
     """handler404: JSON under /api/, the usual page elsewhere."""
-    from django.http import JsonResponse
-    from django.views.defaults import page_not_found
-
     if _wants_json(request):
         return JsonResponse(error_body("not_found", f"No endpoint at {request.path}."), status=404)
     return page_not_found(request, exception)
@@ -547,9 +547,6 @@ def not_found(request: Any, exception: Exception | None = None) -> Any:
 
 def server_error(request: Any) -> Any:
     """handler500: JSON under /api/, the usual page elsewhere."""
-    from django.http import JsonResponse
-    from django.views.defaults import server_error as default_server_error
-
     if _wants_json(request):
         return JsonResponse(error_body("internal_error", "The server failed; the failure is logged."), status=500)
     return default_server_error(request)

@@ -9,6 +9,7 @@ from apps.core.admin import NoDeleteAdmin, ReadOnlyAdmin, register
 from apps.core.errors import ApplicationError
 from apps.integrity import models as m
 from apps.integrity.choices import Adjudication, Observation
+from apps.integrity.services import finding_adjudicate
 
 
 class AdjudicationForm(forms.ModelForm):
@@ -50,8 +51,6 @@ class IntegrityFindingAdmin(NoDeleteAdmin):
         return False
 
     def save_model(self, request: Any, obj: m.IntegrityFinding, form: Any, change: bool) -> None:
-        from apps.integrity.services import finding_adjudicate
-
         data = form.cleaned_data
         if not (data.get("new_adjudication") or data.get("new_observation")):
             return

@@ -32,9 +32,11 @@ from django.db import transaction
 from apps.core.errors import ApplicationError, Conflict, PermissionDenied
 from apps.core.hashing import canonical_json
 from apps.core.queues import TaskName
+from apps.datapool.models import DataEntry, DataUsage
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, IntegrityStatus
 from apps.experiments.events import event_append
 from apps.experiments.models import Evaluation, Experiment
+from apps.experiments.selectors import checkpoint_descendants
 from apps.experiments.services import experiment_set_integrity
 from apps.integrity import checks
 from apps.integrity.choices import (
@@ -436,9 +438,6 @@ def reviewer_adjudicate(
 
 def _touched_by_entry(entry: Any) -> list[Experiment]:
     """Experiments that trained on ``entry``, and those that continued from their weights."""
-    from apps.datapool.models import DataUsage
-    from apps.experiments.selectors import checkpoint_descendants
-
     direct = list(Experiment.objects.filter(pk__in=DataUsage.objects.filter(entry=entry).values("experiment_id")))
     outputs = [e.output_checkpoint_id for e in direct if e.output_checkpoint_id]
     descendant_ids = {cid for out in outputs for cid, _ in checkpoint_descendants(out)} | set(outputs)
@@ -463,8 +462,6 @@ def integrity_flag_shared(
     evaluated by it gets its harness finding set to EXECUTED / EVAL_INVALIDATING. Each affected run
     is flagged. Returns the experiments whose finding changed.
     """
-    from apps.datapool.models import DataEntry
-
     if (entry_handle is None) == (benchmark is None):
         raise ApplicationError("invalid_scope", "Name exactly one of a datapool entry or a benchmark.")
     if not reason.strip():

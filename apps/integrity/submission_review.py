@@ -304,7 +304,10 @@ def submission_parse(spec: Any) -> SubmissionRequest:
     claim = spec.get("claim", "")
     if not isinstance(claim, str) or len(claim) > MAX_CLAIM_CHARS:
         raise invalid(f"claim must be text of at most {MAX_CLAIM_CHARS} characters.")
-    train_config = _train_config(train) if kind == ExperimentKind.TRAIN_EVAL else None
+    train_config: TrainConfig | None = None
+    dataset_handles: list[str] = []
+    if isinstance(train, dict) and kind == ExperimentKind.TRAIN_EVAL:  # an eval_only spec has no train
+        train_config, dataset_handles = _train_config(train), _dataset_handles(train)
     evaluation = spec.get("eval")
     if evaluation is not None and not isinstance(evaluation, dict):
         raise invalid("eval must be an object; the only field is split ('feedback').")
@@ -314,7 +317,7 @@ def submission_parse(spec: Any) -> SubmissionRequest:
         kind=kind,
         claim=claim,
         train_config=train_config,
-        dataset_handles=_dataset_handles(train) if train_config is not None else [],
+        dataset_handles=dataset_handles,
         parent_handles=_parent_handles(spec.get("parents", [])),
         checkpoint_handle=_checkpoint_handle(spec.get("input_checkpoint")),
         evaluation=evaluation,

@@ -22,8 +22,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.core.errors import NotFound
+from apps.core.people import is_human_admin, is_human_viewer
 from apps.experiments.models import Experiment
-from apps.expos.auth import AgentPrincipal, is_human_viewer
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import IntegrityFinding
 from apps.integrity.report import integrity_report
@@ -43,10 +43,7 @@ class IsAdmin(BasePermission):
     message = "Adjudicating a finding needs the admin group."
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        if user is None or isinstance(user, AgentPrincipal) or not getattr(user, "is_authenticated", False):
-            return False
-        return bool(user.is_superuser or user.groups.filter(name="admin").exists())
+        return is_human_admin(request.user)
 
 
 def _by_uuid(model: Any, value: str, what: str) -> Any:

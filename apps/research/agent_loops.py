@@ -24,11 +24,11 @@ got the message before the row is visible would find nothing to claim.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from apps.core.queues import Queue, TaskName
@@ -279,7 +279,8 @@ def agent_loop_step_commit(
             return False
         remaining = [item for item in locked.inbox if str(item.get("id")) not in set(consumed)]
         following = locked.step + 1
-        status, scheduled_at, countdown = AgentLoopStatus.SCHEDULED, now, 0.0
+        status, countdown = AgentLoopStatus.SCHEDULED, 0.0
+        scheduled_at: datetime | None = now
         if next_step == STEP_DONE:
             status, scheduled_at = AgentLoopStatus.DONE, None
         elif next_step == STEP_IDLE:
@@ -342,7 +343,7 @@ def agent_loop_close(*, loop_id: int, status: str, reason: str, claim: str | Non
 # --- the run supervisor's clock ----------------------------------------------------------------------------
 
 
-def _main_loop(run: Run | int) -> Any:
+def _main_loop(run: Run | int) -> QuerySet[AgentLoop]:
     return AgentLoop.objects.filter(run=run, node__kind=NodeKind.MAIN)
 
 

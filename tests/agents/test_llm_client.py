@@ -6,17 +6,10 @@ import json
 
 import pytest
 
+from apps.research.agent_config import LLMConfig, LLMNotConfigured, llm_config
 from tests.fakes.openai_chat import FakeChatServer, Reply
-from workers.agents.llm import (
-    SUMMARY_PREFIX,
-    ChatLLM,
-    LLMConfig,
-    LLMNotConfigured,
-    LLMUnavailable,
-    compact_transcript,
-    estimate_tokens,
-    llm_config,
-)
+from workers.agents.llm import ChatLLM, LLMUnavailable
+from workers.agents.policies.transcript import SUMMARY_PREFIX, compact_transcript, estimate_tokens
 
 TOOLS = [{"type": "function", "function": {"name": "public_check_quota", "description": "Budget left.",
                                            "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip

@@ -20,6 +20,8 @@ from channels.testing import WebsocketCommunicator
 from django.core.serializers.json import DjangoJSONEncoder
 from django.test import Client
 
+from rsiweb.asgi import application
+
 COLLECTIONS = {
     "node": "nodes",
     "edge": "edges",
@@ -90,8 +92,6 @@ def session_cookie(user: Any) -> bytes:
 async def open_socket(
     path: str, user: Any = None, headers: list[tuple[bytes, bytes]] | None = None
 ) -> WebsocketCommunicator:
-    from rsiweb.asgi import application
-
     all_headers = [ORIGIN, *(headers or [])]
     if user is not None:
         all_headers.append((b"cookie", await database_sync_to_async(session_cookie)(user)))

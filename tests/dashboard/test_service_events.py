@@ -25,7 +25,7 @@ from apps.dashboard.selectors import run_snapshot
 from apps.dashboard.services import finding_adjudicate_for_person
 from apps.experiments import pipeline
 from apps.experiments.models import Evaluation, Experiment
-from apps.experiments.selectors import experiment_live
+from apps.experiments.selectors import evaluation_live, experiment_live
 from apps.experiments.services import experiment_create, experiment_set_integrity
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_payload
@@ -266,9 +266,11 @@ def evaluated(world: World, job: Job) -> list[Expect]:
     assert Experiment.objects.get(pk=experiment.pk).feedback_score == 0.6
     return [
         # The evaluation itself: the run page does not draw it, but any listener learns of it.
-        Expect(LiveEvent.EVALUATION_CREATED, lambda: {"uuid": str(evaluation.uuid)}, subset=True),
+        Expect(LiveEvent.EVALUATION_CREATED, lambda: evaluation_live(evaluation)),
         Expect(LiveEvent.EXPERIMENT_UPDATED, lambda: experiment_live(experiment)),
         Expect(LiveEvent.JOB_UPDATED, lambda: job_payload(Job.objects.select_related("experiment").get(pk=job.pk))),
+        # The job's accelerator seconds are charged to the run: the page's budget bar moves.
+        Expect(LiveEvent.RUN_UPDATED, lambda: run_live_get(world.run), subset=True),
     ]
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from apps.experiments.models import Event, Experiment
 from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.research.models import Guidance, Run, RunStatusChange
 from apps.research.services import run_set_status
+from tests.factories import make_run
 
 pytestmark = pytest.mark.django_db
 JSON = {"HTTP_ACCEPT": "application/json"}
@@ -80,8 +82,6 @@ def test_guidance_to_a_finished_run_is_refused(world, as_role):
 
 
 def test_forms_need_the_csrf_token(world, people):
-    from django.test import Client
-
     client = Client(enforce_csrf_checks=True)
     client.force_login(people["operator"])
     assert client.post(_guidance_url(world), {"text": "no token"}).status_code == 403
@@ -195,8 +195,6 @@ def test_integrity_rules_come_back_as_messages(world, as_role):
 
 
 def test_adjudication_of_another_runs_finding_is_404(world, as_role):
-    from tests.factories import make_run
-
     other = make_run(name="other run")
     finding = world.findings[("exp_0001", "weight_provenance")]
     url = reverse("dashboard:finding-adjudicate", args=[other.uuid, finding.pk])

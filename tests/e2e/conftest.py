@@ -124,7 +124,7 @@ def research_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     minibench = support.minibench_root(tmp_path_factory)
     base = tmp_path_factory.mktemp("research-stack")
     roots = support.roots_for(base, minibench)
-    saved = {key: getattr(settings, key) for key in roots}
+    saved = {key: getattr(settings, key) for key in roots if hasattr(settings, key)}
     support.apply_roots(roots)
     support.flush_broker()
     stack = support.make_stack(roots=roots, log_dir=base / "logs")
@@ -138,8 +138,11 @@ def research_stack(django_db_setup, django_db_blocker, tmp_path_factory):
         stack.stop()
         lifeline.close()
         support.flush_broker()
-        for key, value in saved.items():
-            setattr(settings, key, value)
+        for key in roots:
+            if key in saved:
+                setattr(settings, key, saved[key])
+            else:
+                delattr(settings, key)
 
 
 @pytest.fixture(scope="module")

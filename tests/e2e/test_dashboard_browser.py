@@ -3,7 +3,10 @@
 A person signs in, watches a running run's research DAG grow without reloading, opens a node's
 side panel, posts guidance and sees the Main Agent apply it, survives a dropped socket, and
 opens the experiment, review, job, integrity and datapool pages, with no console errors.
-Screenshots land in test-artifacts/screenshots/ for people to look at.
+The run changes through the services a Main Agent and the job engine call, and the page learns
+of it from the events those services publish; the test publishes nothing (STYLE.md 31a).
+test_live_run_browser.py watches a whole real run the same way. Screenshots land in
+test-artifacts/screenshots/ for people to look at.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
     _wait_live(page)
     page.wait_for_function("window.rsiGraphs.dag.nodes().length === 4", timeout=WAIT_MS)
     assert page.inner_text("#best-score") == "0.420"
+    assert (page.inner_text("#decision-count"), page.inner_text("#experiment-count")) == ("3", "4")
     page.evaluate("window.__sameDocument = true")  # gone if the page reloads
 
     # The Main Agent branches from worker_0003 and asks for a cross-Worker review.
@@ -69,21 +73,18 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
         review = reviewer_add(
             run=run, question="Do worker_0002 and worker_0003 agree?", scope=[world.nodes["w2"], world.nodes["w3"]]
         )
-        lh.publish_decision(decision)
-        for node in (dpo, review):
-            lh.publish_node(node)
-            lh.publish_edges_of(node)
-        experiment = experiment_create(
+        experiment_create(
             run=run, owner=dpo, kind="train_eval", input_checkpoint=run.base_checkpoint, parents=[world.exp["e1"]],
             action={"recipe": "dpo"},
         )  # fmt: skip
-        lh.publish_experiment(experiment)
         job_report(job=world.jobs["running"], progress=0.8, log_line="step 40: loss=1.1")
         return dpo, review
 
     dpo, review = act(grow)
     page.wait_for_function("window.rsiGraphs.dag.nodes().length === 6", timeout=WAIT_MS)
     page.wait_for_function("window.rsiGraphs.exp.nodes().length === 5", timeout=WAIT_MS)
+    page.wait_for_function("document.getElementById('decision-count').textContent === '4'", timeout=WAIT_MS)
+    assert page.inner_text("#experiment-count") == "5"
     assert page.evaluate("window.__sameDocument") is True
     edges = page.evaluate("window.rsiGraphs.dag.edges().map(e => [e.data('source'), e.data('target'), e.data('kind')])")
     assert [str(world.nodes["w3"].uuid), str(dpo.uuid), "context"] in edges
@@ -118,9 +119,6 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
             run=run, kind="verify", trigger="guidance", rationale="the operator asked for a comparison", subject=dpo,
             guidance=[Guidance.objects.get(pk=posted.pk)],
         )  # fmt: skip
-        lh.publish_decision(applying)
-        for guidance in Guidance.objects.filter(pk__in=[g.pk for g in read]):
-            lh.publish_guidance(guidance)
         return read, applying
 
     read, applying = act(apply_guidance)
@@ -131,6 +129,7 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
     link = applied.locator("a.decisionref")
     assert link.inner_text() == "decision: verify"
     assert link.get_attribute("href") == f"#decision-{applying.uuid}"
+    assert page.inner_text("#decision-count") == "5"
     link.click()
     page.wait_for_selector(f"#decision-{applying.uuid}")
     assert page.evaluate("window.__sameDocument") is True
@@ -159,10 +158,7 @@ def test_reconnect_resynchronises_from_a_fresh_snapshot(transactional_db, live_u
     )
     page.wait_for_selector("body[data-live='reconnecting']", timeout=WAIT_MS)
 
-    def grow_unseen():
-        lh.publish_node(worker_add(run=world.run, task="missed while offline", predecessors=[]))  # to nobody
-
-    act(grow_unseen)
+    act(worker_add, run=world.run, task="missed while offline", predecessors=[])  # its event reaches nobody
     page.wait_for_timeout(300)
     assert _dag_nodes(page) == 4
 

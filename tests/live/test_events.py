@@ -1,4 +1,8 @@
-"""publish_on_commit: events leave only after a commit, in one shape, and never break the caller."""
+"""publish_on_commit: events leave only after a commit, in one shape, and never break the caller.
+
+These test the publisher itself, so they call it; a test of what a page shows drives the services
+that publish instead (STYLE.md 31a).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test import override_settings
 
-from apps.live.events import publish_on_commit
+from apps.live import events
+from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import run_group
 from apps.live.layers import SQLiteChannelLayer
 from tests.live.conftest import received_within
@@ -45,7 +50,7 @@ def test_event_is_sent_after_commit_not_before(listener):
     at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
     with transaction.atomic():
-        publish_on_commit(group, "run.updated", {"run": run_uuid, "at": at, "status": "running"})
+        publish_on_commit(group, LiveEvent.RUN_UPDATED, {"run": run_uuid, "at": at, "status": "running"})
         assert next_message() is None
 
     assert next_message(seconds=5) == {
@@ -60,7 +65,7 @@ def test_rolled_back_transaction_sends_nothing(listener):
     group, next_message = listener
 
     with pytest.raises(RuntimeError):
-        _failing_service(group, "node.created", {"node": "n1"})
+        _failing_service(group, LiveEvent.NODE_CREATED, {"node": "n1"})
 
     assert next_message(seconds=0.5) is None
 
@@ -70,9 +75,9 @@ def test_rolled_back_savepoint_drops_only_its_own_event(listener):
     group, next_message = listener
 
     with transaction.atomic():
-        publish_on_commit(group, "experiment.updated", {"n": 1})
+        publish_on_commit(group, LiveEvent.EXPERIMENT_UPDATED, {"n": 1})
         with pytest.raises(RuntimeError):
-            _failing_service(group, "experiment.updated", {"n": 2})
+            _failing_service(group, LiveEvent.EXPERIMENT_UPDATED, {"n": 2})
 
     assert next_message(seconds=5)["payload"] == {"n": 1}
     assert next_message() is None
@@ -91,7 +96,7 @@ def test_a_layer_that_is_down_is_logged_and_the_commit_stands(caplog):
         transaction.atomic(),
     ):
         get_user_model().objects.create(username="kept")
-        publish_on_commit(run_group(uuid.uuid4()), "run.updated", {})
+        publish_on_commit(run_group(uuid.uuid4()), LiveEvent.RUN_UPDATED, {})
 
     assert get_user_model().objects.filter(username="kept").exists()
     assert "run.updated" in caplog.text
@@ -99,22 +104,21 @@ def test_a_layer_that_is_down_is_logged_and_the_commit_stands(caplog):
 
 
 def test_bad_event_types_and_group_names_raise_in_the_caller():
-    with pytest.raises(ValueError, match="dotted"):
-        publish_on_commit(run_group(uuid.uuid4()), "RunUpdated", {})
+    for undeclared in ("RunUpdated", "run.renamed"):
+        with pytest.raises(ValueError, match="not declared"):
+            publish_on_commit(run_group(uuid.uuid4()), undeclared, {})
     with pytest.raises(ValueError, match="group"):
-        publish_on_commit("run/1", "run.updated", {})
+        publish_on_commit("run/1", LiveEvent.RUN_UPDATED, {})
 
 
 @pytest.mark.django_db(transaction=True)
 def test_events_of_one_process_go_out_on_one_event_loop(listener):
     """Every send reuses the publisher's loop (and so the layer's connections), in order."""
-    from apps.live import events
-
     group, next_message = listener
     for n in range(5):
-        publish_on_commit(group, "experiment.updated", {"n": n})
+        publish_on_commit(group, LiveEvent.EXPERIMENT_UPDATED, {"n": n})
     loop = events._publisher._running_loop()
-    publish_on_commit(group, "experiment.updated", {"n": 5})
+    publish_on_commit(group, LiveEvent.EXPERIMENT_UPDATED, {"n": 5})
     assert events._publisher._running_loop() is loop
     assert loop.is_running()
     assert [next_message(seconds=5)["payload"]["n"] for _ in range(6)] == [0, 1, 2, 3, 4, 5]

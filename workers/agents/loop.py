@@ -4,7 +4,7 @@ A step is one model turn (or one heuristic decision) and its tool calls (STYLE.m
 
 1. **claim** — ``agent_loop_claim`` moves the loop from ``scheduled`` to ``running`` for this
    process; a duplicate or stale message finds nothing to claim and is dropped;
-2. **act** — the policy sees a :class:`StepView` and calls tools through it. Each call (and each
+2. **act** — the policy sees a :class:`LoopStepView` and calls tools through it. Each call (and each
    model turn) is written to the loop's ``journal`` as soon as it is answered, so a step re-run
    after a crash replays the answers it already has and re-sends only the call in flight, with the
    same Idempotency-Key ``<node uuid>:<step>:<call index>`` — the server answers it once;
@@ -66,8 +66,9 @@ from apps.research.agent_loops import (
 from apps.research.choices import RUN_TERMINAL_STATES, AgentLoopStatus, AgentMode, NodeKind, NodeStatus, RunStatus
 from apps.research.models import AgentLoop, ResearchNode, Run
 from workers.agents.client import ApiUnavailable, ExposClient, TokenRejected, ToolResult
-from workers.agents.llm import ChatLLM, LLMTurn, LLMUnavailable
+from workers.agents.llm import ChatLLM, LLMUnavailable
 from workers.agents.policies import Outcome, policy_for
+from workers.agents.policies.transcript import LLMTurn
 
 logger = logging.getLogger(__name__)
 
@@ -81,16 +82,12 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-class JournalDiverged(RuntimeError):
-    """A re-run step asked something else than the journal recorded (a non-deterministic policy)."""
-
-
 # --- what a policy sees ----------------------------------------------------------------------------
 
 
 @dataclass
-class StepView:
-    """The policy's window onto one step: its briefing, memory, triggers, and the journaled tools."""
+class LoopStepView:
+    """The policy's window onto one step (policies.base.StepView), with every call journaled."""
 
     loop_id: int
     role: str
@@ -284,12 +281,12 @@ def _briefing(run: Run, node: ResearchNode) -> dict[str, Any]:
     }
 
 
-def step_view(loop: AgentLoop, run: Run, claim: str, config: LoopConfig, client: ExposClient) -> StepView:
+def step_view(loop: AgentLoop, run: Run, claim: str, config: LoopConfig, client: ExposClient) -> LoopStepView:
     """The view of ``loop``'s current step as its policy sees it (journal included, for replay)."""
     node = loop.node
     role = node_role(node)
     is_llm = loop.policy == AgentMode.LLM
-    return StepView(
+    return LoopStepView(
         loop_id=loop.pk,
         role=role,
         handle=node.handle,

@@ -24,7 +24,7 @@ from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Ev
 from apps.expos.api import filters, serializers
 from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, IsAgentOrViewer, agent_token_of
 from apps.expos.registry import ToolContext
-from apps.expos.selectors import lineage_payload
+from apps.expos.selectors import lineage_payload, parse_uuid
 from apps.expos.visibility import (
     Caller,
     HumanCaller,
@@ -222,8 +222,6 @@ class EvaluationViewSet(ScopedReadViewSet):
         """A sealed evaluation (the final split, another Worker's) is refused and recorded, not hidden."""
         caller = caller_of(self.request)
         lookup = self.kwargs[self.lookup_field]
-        from apps.expos.selectors import parse_uuid
-
         parsed = parse_uuid(lookup)
         if parsed is not None and isinstance(caller, ToolContext):
             evaluation = Evaluation.objects.filter(uuid=parsed, run=caller.run).first()

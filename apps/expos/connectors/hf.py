@@ -11,7 +11,6 @@ training only when someone registers the resulting file with ``worker_add_data``
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -27,6 +26,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import yaml
+
+from apps.core.hashing import sha256_file
 
 from .base import (
     JSON,
@@ -38,6 +40,15 @@ from .base import (
     tool,
     truncate,
 )
+
+# huggingface_hub 1.x+ speaks HTTP through its own fork, httpx2. Where that fork is absent, no
+# Hub call can raise its errors, so there is nothing more to catch (nothing is let through).
+try:
+    import httpx2
+
+    _HTTPX2_ERRORS: tuple[type[BaseException], ...] = (httpx2.TransportError,)
+except ImportError:
+    _HTTPX2_ERRORS = ()
 
 HUB_DEFAULT_ENDPOINT = "https://huggingface.co"
 VIEWER_DEFAULT_URL = "https://datasets-server.huggingface.co"
@@ -252,14 +263,6 @@ def download_dirname(dataset: str) -> str:
     return "downloads/" + dataset.replace("/", "__")
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def matches_patterns(path: str, patterns: list[str] | None) -> bool:
     """huggingface_hub's allow_patterns rule: fnmatch, where '*' also crosses '/'."""
     return not patterns or any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)
@@ -421,8 +424,6 @@ class DatasetsContract(Connector):
 
 def split_front_matter(text: str) -> tuple[JSON | None, str]:
     """A dataset card is YAML front matter between '---' lines, then markdown."""
-    import yaml
-
     match = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", text, re.DOTALL)
     if not match:
         return None, text
@@ -473,7 +474,7 @@ def _render(spec: str, names: list[str], row: dict[str, Any]) -> str | None:
 
 def load_split(source: Path, split: str, config: str | None, cache_dir: str) -> Any:
     """Read a file or a downloaded repository folder the way ``datasets.load_dataset`` does."""
-    import datasets
+    import datasets  # noqa: PLC0415 - heavy (seconds); only when a Hub download is read
 
     datasets.disable_progress_bars()
     try:
@@ -559,7 +560,7 @@ class HubConnector(DatasetsContract):
         return self.config.hf_token or False
 
     def api(self) -> Any:
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # noqa: PLC0415 - heavy; only when the Hub connector is used
 
         return HfApi(endpoint=self.endpoint, token=self.token, user_agent=self.config.user_agent)
 
@@ -572,7 +573,7 @@ class HubConnector(DatasetsContract):
     @contextmanager
     def hub_errors(self, what: str) -> Iterator[None]:
         """Translate huggingface_hub's exceptions into the connector codes."""
-        from huggingface_hub import errors
+        from huggingface_hub import errors  # noqa: PLC0415 - heavy; only when the Hub connector is used
 
         self._probe(what)
         try:
@@ -641,7 +642,7 @@ class HubConnector(DatasetsContract):
         ]
 
     def _readme(self, dataset: str, revision: str | None) -> str:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import hf_hub_download  # noqa: PLC0415 - heavy; only when the Hub connector is used
 
         with tempfile.TemporaryDirectory(prefix="hf-readme-") as tmp, self.hub_errors(f"{dataset} README.md"):
             # Ask for the file list first: it fails fast when the Hub is down (hf_hub_download
@@ -681,10 +682,10 @@ class HubConnector(DatasetsContract):
     def _download(
         self, dataset: str, revision: str | None, patterns: list[str] | None, target: Path
     ) -> tuple[str | None, list[Path]]:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import hf_hub_download  # noqa: PLC0415 - heavy; only when the Hub connector is used
 
         # huggingface_hub.utils exports lazily, which type checkers cannot follow.
-        from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
+        from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]  # noqa: PLC0415
 
         disable_progress_bars()
         with self.hub_errors(dataset):
@@ -730,12 +731,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     huggingface_hub 1.x+ speaks HTTP through its own fork, httpx2, whose errors are not httpx's;
     hf_hub_download reports a lost connection as LocalEntryNotFoundError, an OSError.
     """
-    try:
-        import httpx2
-
-        return (httpx.TransportError, httpx2.TransportError, OSError)
-    except ImportError:
-        return (httpx.TransportError, OSError)
+    return (httpx.TransportError, *_HTTPX2_ERRORS, OSError)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -19,8 +19,10 @@ import json
 import shutil
 from pathlib import Path
 
+from apps.core.hashing import sha256_file
+
 from .base import JSON, ConnectorError
-from .hf import DatasetsContract, matches_patterns, sha256_file, split_front_matter
+from .hf import DatasetsContract, matches_patterns, split_front_matter
 
 CONFIG = "default"
 SPLIT = "train"

@@ -1,6 +1,6 @@
 """The people's roles (DESIGN.md): viewer, operator and admin groups.
 
-Membership is what the API checks (apps.expos.auth.is_human_viewer); operator and admin include
+Membership is what the API checks (apps.core.people.is_human_viewer); operator and admin include
 viewing. Creating them in a migration means every install has them from the first start.
 """
 

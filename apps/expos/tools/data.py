@@ -20,6 +20,7 @@ from apps.datapool.models import DataEntry, DataFormat, DataUsage, SourceKind
 from apps.datapool.selectors import data_entry_get, data_entry_list, data_readme, data_rows
 from apps.datapool.services import data_readme_append, data_register_from_catalog, data_register_from_workspace
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
+from apps.expos.tools.discovery import connector_config
 from apps.expos.visibility import visible_experiments
 from apps.expos.workspaces import workspace_path
 from apps.integrity.overlap import data_overlap, over_tolerance, sealed_scanner
@@ -451,8 +452,6 @@ def worker_add_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _catalog_root() -> Path:
-    from apps.expos.tools.discovery import connector_config
-
     return Path(connector_config().local_catalog_dir or "")
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from apps.core.errors import ApplicationError, PermissionDenied
+from apps.experiments.models import Experiment
+from apps.experiments.selectors import metric_history, metric_keys
+from apps.experiments.services import metric_points_log
 from apps.expos.payloads import job_brief, job_for, node_payload, run_decision, run_workers, scope_handles
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
@@ -36,6 +39,8 @@ from apps.expos.selectors import (
 from apps.expos.visibility import SealedAccessDenied, in_review_scope, is_agent, score_for
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
+from apps.jobs.selectors import job_log_tail
+from apps.jobs.services import job_request_cancel
 from apps.research import services as research
 from apps.research.choices import NodeKind, NodeStatus
 from apps.research.models import ResearchNode
@@ -212,8 +217,6 @@ _SEALED_LOG_KINDS = (JobKind.EVALUATE, JobKind.FINAL_EVAL)
     errors=("unknown_job", "sealed"),
 )
 def job_logs(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    from apps.jobs.selectors import job_log_tail
-
     job = job_for(ctx, args["job"])
     if job.kind in _SEALED_LOG_KINDS and not (job.experiment_id and in_review_scope(ctx, job.experiment.owner)):
         raise SealedAccessDenied(
@@ -238,8 +241,6 @@ def job_logs(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     errors=("unknown_job", "not_your_job", "job_finished"),
 )
 def cancel_job(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    from apps.jobs.services import job_request_cancel
-
     job = job_for(ctx, args["job"])
     if ctx.role == Role.WORKER and (job.experiment is None or job.experiment.owner_id != ctx.node.pk):
         raise PermissionDenied("not_your_job", "A Worker cancels only the jobs of its own experiments.")
@@ -327,9 +328,6 @@ MAX_HISTORY = 25_000
     errors=("unknown_experiment", "not_your_experiment", "duplicate_point", "metric_conflict"),
 )
 def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    from apps.experiments.models import Experiment
-    from apps.experiments.services import metric_points_log
-
     experiment = (
         Experiment.objects.filter(run=ctx.run, handle=args["experiment"]).only("pk", "uuid", "handle", "owner").first()
     )
@@ -373,8 +371,6 @@ def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     errors=("unknown_experiment",),
 )
 def experiment_metrics_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    from apps.experiments.selectors import metric_history, metric_keys
-
     experiment = experiment_for(ctx, args["experiment"])
     # The record names what was read (points are append-only); no digest of a 10,000-point answer.
     ctx.result_ref = f"experiment:{experiment.uuid}"

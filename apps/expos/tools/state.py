@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES
 from apps.experiments.models import Event
 from apps.expos.payloads import node_payload, run_decision, run_node, run_workers
 from apps.expos.registry import Category, Role, ToolContext, tool
@@ -29,7 +30,7 @@ from apps.expos.schemas import (
     text,
 )
 from apps.expos.selectors import experiment_brief, run_quota
-from apps.expos.visibility import event_arguments_for, visible_events, visible_experiments
+from apps.expos.visibility import event_arguments_for, owner_node_ids, visible_events, visible_experiments
 from apps.research import services as research
 from apps.research.choices import EdgeKind, NodeKind
 from apps.research.models import ResearchEdge, ResearchNode
@@ -121,8 +122,6 @@ def state_get_current_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[str
 
 
 def _context_ids(ctx: ToolContext) -> set[int]:
-    from apps.expos.visibility import owner_node_ids
-
     return owner_node_ids(ctx) or set()
 
 
@@ -217,8 +216,6 @@ def worker_finalize(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     ),
 )
 def state_sync_results(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES
-
     changed = research.run_results_sync(run=ctx.run, actor=ctx.actor)
     visible = set(visible_experiments(ctx).values_list("pk", flat=True))
     return {

@@ -5,17 +5,18 @@
 - ``llm``: an OpenAI-compatible chat model with tool calling, prompted by the role templates in
   ``apps/research/prompts/`` (versioned with the run: ``run_start`` stores their hashes).
 
-A policy gets a :class:`workers.agents.loop.StepView` (briefing, memory, triggers, the journaled
-tool calls) and returns an :class:`Outcome`. It never touches the database.
+A policy gets a :class:`~workers.agents.policies.base.StepView` (briefing, memory, triggers, the
+journaled tool calls) and returns an :class:`Outcome`. It never touches the database, and imports
+only the API client (``workers.agents.client``): the import-linter contract in pyproject.toml.
 """
 
 from __future__ import annotations
 
 from workers.agents.policies import heuristic
-from workers.agents.policies.base import Outcome, Policy
+from workers.agents.policies.base import Outcome, Policy, StepView
 from workers.agents.policies.llm import LLMPolicy
 
-__all__ = ["Outcome", "Policy", "policy_for"]
+__all__ = ["Outcome", "Policy", "StepView", "policy_for"]
 
 
 def policy_for(kind: str, role: str) -> Policy:

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.agents.client import ToolResult
-from workers.agents.policies.base import Outcome
-
-if TYPE_CHECKING:
-    from workers.agents.loop import StepView
+from workers.agents.policies.base import Outcome, StepView
 
 EXP_RE = re.compile(r"\bexp_\d{4,}\b")
 WORKER_RE = re.compile(r"\bworker_\d{4,}\b")

@@ -12,13 +12,10 @@ reads neither files nor the environment.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from workers.agents.llm import compact_transcript, estimate_tokens
-from workers.agents.policies.base import Outcome
-
-if TYPE_CHECKING:
-    from workers.agents.loop import StepView
+from workers.agents.policies.base import Outcome, StepView
+from workers.agents.policies.transcript import compact_transcript, estimate_tokens
 
 # Tool answers longer than this are cut in the transcript (the agent can page with the tools).
 MAX_TOOL_CHARS = 12_000

@@ -39,8 +39,8 @@ class Command(BaseCommand):
                     f"{out} is not empty but has no manifest.json (an interrupted build?); "
                     "remove it or pass another --out."
                 )
-            # Imported here: the builder pulls in torch and TRL, which the install step does not need.
-            from apps.benchmarks.minibench import build_minibench
+            # The builder pulls in torch, which the install step does not need.
+            from apps.benchmarks.minibench import build_minibench  # noqa: PLC0415 - heavy (torch), build only
 
             self.stdout.write(f"building the minibench in {out} (seed {seed}, profile {profile}) ...")
             build_minibench(out, seed=seed, profile=profile)
