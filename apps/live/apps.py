@@ -1,3 +1,7 @@
+"""Live-update plumbing only: the publisher (``events``), group names (``groups``) and channel layers
+(``layers``). The websocket consumers live beside the pages they feed (apps.dashboard.consumers);
+the services of each domain app publish (STYLE.md 23-25)."""
+
 from django.apps import AppConfig
 
 

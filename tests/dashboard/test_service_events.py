@@ -114,6 +114,12 @@ def finish(world: World, _: Any) -> list[Expect]:
     return _run_updated(world)
 
 
+def llm_tokens_charged(world: World, _: Any) -> list[Expect]:
+    main = ResearchNode.objects.get(run=world.run, kind="main")
+    research.llm_usage_record(run=world.run, node=main, model="heuristic", prompt_tokens=900, completion_tokens=100)
+    return _run_updated(world)  # the page's LLM-token budget bar
+
+
 def _node_and_its_edges(node: ResearchNode) -> list[Expect]:
     expected = [Expect(LiveEvent.NODE_CREATED, lambda: node_live(node))]
     for edge in ResearchEdge.objects.filter(downstream=node):
@@ -308,6 +314,7 @@ CASES: dict[str, tuple[Callable[[World], Any] | None, Callable[[World, Any], lis
     "run resumed": (resume_prepare, resume),
     "run stopped": (None, stop),
     "run finished": (finish_prepare, finish),
+    "LLM tokens charged to the run": (None, llm_tokens_charged),
     "worker created with its context edge": (None, worker_created),
     "reviewer created with its scope edges": (None, reviewer_created),
     "node finalized": (None, node_finalized),

@@ -119,7 +119,9 @@ def research_stack(django_db_setup, django_db_blocker, tmp_path_factory):
 
     Per module: only the real-run test needs it, and its workers should not outlive that test's
     module. The test re-installs the minibench (``support.install``) inside its own transactional
-    test, since a flush between tests removes the rows.
+    test, since a flush between tests removes the rows. Its workers read this suite's Redis
+    queues: a session that also holds tests/agents' stack would have two stacks on one broker with
+    different artifact roots, which is why tests/run_suites.py gives each suite folder a session.
     """
     minibench = support.minibench_root(tmp_path_factory)
     base = tmp_path_factory.mktemp("research-stack")

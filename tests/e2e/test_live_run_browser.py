@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from apps.live.events import LiveEvent
 from apps.research.choices import RunStatus
 from apps.research.management.commands.start_run import launch_run
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
@@ -110,18 +111,12 @@ def test_operator_watches_a_real_run_from_start_to_finish(transactional_db, rese
     assert _count(page, "#decision-count") > decisions_at_start
     assert _count(page, "#experiment-count") > experiments_at_start
     seen = page.evaluate("window.__seen")
-    for event in (
-        "run.updated",
-        "node.created",
-        "node.updated",
-        "edge.created",
-        "decision.created",
-        "guidance.updated",
-        "report.created",
-        "experiment.created",
-        "experiment.updated",
-        "job.updated",
-    ):
+    shown = (
+        LiveEvent.RUN_UPDATED, LiveEvent.NODE_CREATED, LiveEvent.NODE_UPDATED, LiveEvent.EDGE_CREATED,
+        LiveEvent.DECISION_CREATED, LiveEvent.GUIDANCE_UPDATED, LiveEvent.REPORT_CREATED,
+        LiveEvent.EXPERIMENT_CREATED, LiveEvent.EXPERIMENT_UPDATED, LiveEvent.JOB_UPDATED,
+    )  # fmt: skip
+    for event in shown:
         assert seen.get(event), f"the page never received {event}: {seen}"  # fmt: skip
     page.wait_for_timeout(1000)  # the last events of the finish (jobs, run) settle
     _state_equals_fresh_snapshot(page)
