@@ -55,6 +55,6 @@ def sft(question: str, answer: str) -> dict[str, str]:
 
 
 def minibench_root(tmp_path_factory: Any) -> Path:
-    from tests.support.minibench import ci_minibench
+    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
 
     return ci_minibench(tmp_path_factory)

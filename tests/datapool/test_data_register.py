@@ -8,11 +8,12 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, connections, transaction
 
 from apps.core.errors import ApplicationError
 from apps.datapool.models import DataEntry, DataReadmeEntry, DataUsage
@@ -24,6 +25,9 @@ from apps.datapool.services import (
 )
 from apps.datapool.storage import artifact_store, data_key
 from apps.experiments.models import Event
+from apps.experiments.services import experiment_create
+from apps.research.models import ResearchNode
+from apps.research.services import node_create
 from tests.benchmarks.minibench_fixture import write_jsonl
 
 pytestmark = pytest.mark.django_db
@@ -255,10 +259,6 @@ def test_sha256_of_an_entry_cannot_change(artifact_root, workspace):
 
 
 def test_usage_is_recorded_once_per_experiment(artifact_root, workspace, run):
-    from apps.experiments.services import experiment_create
-    from apps.research.models import ResearchNode
-    from apps.research.services import node_create
-
     main = ResearchNode.objects.get(run=run, kind="main")
     worker = node_create(run=run, kind="worker", task="add numbers", actor=main.handle)
     experiment = experiment_create(
@@ -288,9 +288,6 @@ def test_memory_filesystem_store_works_end_to_end(memory_root, workspace):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_registrations_get_distinct_handles_and_share_identical_bytes(artifact_root, workspace):
-    from concurrent.futures import ThreadPoolExecutor
-
-    from django.db import connections
 
     for i in range(4):
         write_jsonl(workspace / f"part{i}.jsonl", [{"prompt": f"p{i}", "completion": f"c{i}"}])

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import DatabaseError, transaction
 from django.test import Client
 
-from apps.experiments.models import Evaluation, Event
-from apps.expos.registry import REGISTRY, Category, Role, tool
+from apps.experiments.models import Evaluation, Event, MetricPoint
+from apps.expos.registry import REGISTRY, Category, Role, load_all, tool
+from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.jobs.models import Job, JobLogLine
 from apps.research.choices import RunStatus
 from apps.research.models import Candidate, Decision, Guidance, OptimizerClaim, Prediction, ResearchEdge, ResearchNode
@@ -148,8 +150,6 @@ def test_reviews_submit_finalize_and_wake_the_main_agent(w):
 
 
 def test_a_reviewer_adjudicates_findings_of_its_scope_through_its_report(w):
-    from apps.integrity.models import FindingChange, IntegrityFinding
-
     finding = IntegrityFinding.objects.create(
         experiment=w.exp["own1"],
         subcategory="metric_attribution",
@@ -268,8 +268,6 @@ def test_an_output_schema_violation_is_a_logged_500_and_rolls_back(w):
 
 
 def test_openapi_documents_every_tool_with_its_schemas_and_errors(w):
-    from apps.expos.registry import load_all
-
     viewer = Client()
     viewer.force_login(w.viewer)
     schema = viewer.get("/api/v1/schema/", {"format": "json"}).json()
@@ -293,9 +291,6 @@ def test_openapi_documents_every_tool_with_its_schemas_and_errors(w):
 
 
 def test_logged_metrics_are_kept_once_never_replaced_and_read_back_in_pages(w):
-    from django.db import DatabaseError, transaction
-
-    from apps.experiments.models import MetricPoint
 
     points = [{"key": "loss", "step": s, "value": 1.0 / (s + 1)} for s in range(5)]
     first = call(w, "own", "experiment_log_metrics", {"experiment": "exp_0001", "points": points})

@@ -9,6 +9,7 @@ import json
 from apps.experiments.models import Event
 from apps.integrity.models import BlockedAttempt
 from tests.expos.conftest import FEEDBACK_IDS, FINAL_IDS, blocked_attempts
+from tests.factories import CheckpointFactory
 
 SEALED_IDS = set(FEEDBACK_IDS) | set(FINAL_IDS)
 
@@ -179,8 +180,6 @@ def test_events_tail_is_filtered_by_visibility(api, world):
 
 
 def test_reference_checkpoint_is_hidden_from_agents(api, world):
-    from tests.factories import CheckpointFactory
-
     reference = CheckpointFactory(is_reference=True)
     world.run.benchmark.reference_checkpoint = reference
     world.run.benchmark.save(update_fields=["reference_checkpoint"])

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from apps.core.errors import ApplicationError
 from apps.datapool.models import DataEntry, DataReadmeEntry, DataUsage
+from apps.expos.registry import load_all
 from apps.expos.workspaces import workspace_path
 from tests.exptools.conftest import FEEDBACK, FINAL, call, train_spec, write_jsonl
 
@@ -53,8 +55,6 @@ def test_worker_inspect_data_never_shows_sealed_items(world):
 
 
 def test_worker_inspect_data_withholds_everything_when_the_seal_is_broken(world):
-    from pathlib import Path
-
     sealed = Path(world.run.benchmark.sealed_path) / "final.jsonl"
     sealed.chmod(0o644)
     sealed.write_text(sealed.read_text() + '{"id": "x9", "prompt": "new", "answer": "1"}\n')
@@ -93,8 +93,6 @@ def test_reviewer_inspect_data_shows_usage_and_overlap_without_answers(world):
 
 
 def test_inspect_tools_are_role_scoped(world):
-    from apps.expos.registry import load_all
-
     tools = load_all()
     assert tools["reviewer_inspect_data"].roles == {"reviewer"}
     assert tools["worker_inspect_data"].roles == {"worker"}

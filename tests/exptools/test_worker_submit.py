@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from apps.core.errors import ApplicationError
+from apps.datapool.models import DataEntry
+from apps.datapool.storage import artifact_store
 from apps.experiments.choices import ExperimentStatus
 from apps.experiments.models import Event, Experiment
+from apps.experiments.services import checkpoint_register
+from apps.expos.registry import load_all
 from apps.expos.workspaces import workspace_path
 from apps.integrity.models import BlockedAttempt, ReviewOverride
 from apps.integrity.submission_review import SubmissionRefused, submission_spec_sha256
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
-from tests.exptools.conftest import call, train_spec, write_jsonl
+from tests.exptools.conftest import build_world, call, train_spec, write_jsonl
 
 
 def refusal_of(excinfo: pytest.ExceptionInfo) -> tuple[set[str], set[str]]:
@@ -63,8 +70,6 @@ def test_honeypot_data_is_refused_as_data_provenance(world):
 
 
 def test_contamination_within_the_run_tolerance_passes(roots, db):
-    from tests.exptools.conftest import build_world
-
     world = build_world(roots, contamination_tolerance=2)
     answer = call(world.ctx(world.worker), "worker_submit", train_spec(world.honeypot))
     assert answer["status"] == ExperimentStatus.QUEUED
@@ -77,9 +82,6 @@ def test_unregistered_data_is_refused(world):
 
 
 def test_changed_artifact_bytes_are_refused(world):
-    from apps.datapool.models import DataEntry
-    from apps.datapool.storage import artifact_store
-
     entry = DataEntry.objects.get(handle=world.clean)
     path = artifact_store().local_path(entry.uri)
     path.chmod(0o644)
@@ -123,8 +125,6 @@ def test_reference_checkpoint_is_refused_as_weight_provenance(world):
 
 
 def test_another_workers_checkpoint_is_not_visible(world):
-    from apps.experiments.services import checkpoint_register
-
     theirs = call(world.ctx(world.other), "worker_submit", train_spec(world.clean))
     experiment = Experiment.objects.get(uuid=theirs["uuid"])
     job = Job.objects.get(experiment=experiment)
@@ -233,10 +233,6 @@ def test_override_never_clears_a_hard_rule(world):
 
 
 def test_expired_override_does_not_apply(world):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     spec = train_spec(world.honeypot)
     call(world.ctx(world.main), "main_submit_review_override", {"worker": world.worker.handle, "spec": spec,
                                                                  "reason": "ok"})  # fmt: skip
@@ -329,8 +325,6 @@ def test_parents_must_be_visible_experiments(world):
 
 
 def test_only_workers_submit_and_only_main_decides(world):
-    from apps.expos.registry import load_all
-
     tools = load_all()
     assert tools["worker_submit"].roles == {"worker"}
     assert tools["main_training_decide"].roles == {"main"}

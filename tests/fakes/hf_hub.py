@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from . import FakeServer, Request, Response, json_response
 
 NOT_FOUND = {"error": "Repository not found"}
@@ -87,8 +89,6 @@ class FakeHub(FakeServer):
             "key": "",
         }
         if full:
-            import yaml
-
             item["cardData"] = yaml.safe_load(d.card_yaml)
             item["siblings"] = [
                 {"rfilename": path, **({"size": len(data), "blobId": git_blob_id(data)} if blobs else {})}

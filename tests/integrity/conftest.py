@@ -27,6 +27,7 @@ from apps.experiments.choices import ExperimentKind
 from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import checkpoint_register, experiment_create, manifest_digest
+from apps.integrity.models import IntegrityFinding
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_succeed_with_checkpoint, job_succeed_with_evaluation
@@ -71,8 +72,8 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 def theta0_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """θ0's files as a trainer would see them: a real (tiny) tokenizer saved by transformers, a
     generation config, a model config and weight bytes. Built once per session."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: PLC0415 - heavy, fixture only
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 - heavy, fixture only
 
     out = tmp_path_factory.mktemp("theta0")
     words = ["<pad>", "<s>", "</s>", "<unk>", "Question", ":", "Answer", "How", "many", "?", "User", "Assistant"]
@@ -286,6 +287,4 @@ def world(db, roots, theta0_template) -> World:
 
 
 def finding(experiment: Experiment, subcategory: str) -> Any:
-    from apps.integrity.models import IntegrityFinding
-
     return IntegrityFinding.objects.get(experiment=experiment, subcategory=subcategory)

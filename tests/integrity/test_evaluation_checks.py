@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from apps.benchmarks.services import benchmark_load_sealed
 from apps.experiments.choices import IntegrityStatus
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
@@ -9,7 +12,7 @@ from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.services import integrity_run_checks
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
-from apps.jobs.services import job_claim, job_refuse_evaluation
+from apps.jobs.services import job_claim, job_enqueue, job_refuse_evaluation, job_succeed_with_evaluation
 from tests.integrity.conftest import finding
 
 H = Subcategory.HARNESS_VERIFIER
@@ -67,7 +70,6 @@ def test_an_evaluation_the_seal_refused_is_an_attempt_blocked(world):
 
 def test_a_sealed_file_edited_after_the_evaluation_leaves_the_harness_unknown(world):
     experiment = world.train([world.data["clean"]])
-    from pathlib import Path
 
     feedback = Path(world.benchmark.sealed_path) / "feedback.jsonl"
     feedback.chmod(0o644)
@@ -118,8 +120,6 @@ def test_denied_sealed_reads_of_the_worker_are_listed_as_attempts_blocked(world)
 
 def test_an_evaluation_on_the_final_split_is_an_executed_violation(world):
     experiment = world.train([world.data["clean"]])
-    from apps.benchmarks.services import benchmark_load_sealed
-    from apps.jobs.services import job_enqueue, job_succeed_with_evaluation
 
     job = job_enqueue(
         kind=JobKind.EVALUATE,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from apps.experiments.choices import IntegrityStatus
@@ -24,7 +25,7 @@ def _edit_json(path: Path, **changes) -> None:
 
 def _resave_tokenizer(folder: Path) -> None:
     """What a trainer that re-saves its tokenizer writes: other bytes, other files, the same meaning."""
-    from transformers import AutoTokenizer, GenerationConfig
+    from transformers import AutoTokenizer, GenerationConfig  # noqa: PLC0415 - heavy, two tests only
 
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     generation = GenerationConfig.from_pretrained(folder, local_files_only=True)
@@ -91,7 +92,6 @@ def test_a_changed_eos_token_is_a_stopping_change(world):
 def test_an_explicit_eos_repair_is_a_compatibility_repair_candidate(db, roots, theta0_template, tmp_path):
     # θ0 whose generation config names no EOS: generation never stops at the tokenizer's </s>.
     broken = tmp_path / "theta0-no-eos"
-    import shutil
 
     shutil.copytree(theta0_template, broken)
     config = json.loads((broken / "generation_config.json").read_text())

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 
 from apps.core.errors import ApplicationError
 from apps.experiments.choices import IntegrityStatus
@@ -22,8 +25,9 @@ from apps.integrity.services import (
     integrity_run_checks,
     reviewer_adjudicate,
 )
+from apps.research.choices import NodeKind
 from apps.research.models import Run
-from apps.research.services import worker_finalize
+from apps.research.services import node_create, node_finalize, worker_finalize
 from tests.integrity.conftest import checkpoint_path, finding
 from workers.data.tasks import integrity_check_task
 
@@ -108,9 +112,6 @@ def test_a_reviewer_adjudication_flags_and_keeps_history(world):
 
 
 def test_a_reviewer_adjudicates_only_within_its_scope_while_active(world):
-    from apps.research.choices import NodeKind
-    from apps.research.services import node_create, node_finalize
-
     experiment = _pending_experiment(world)
     inside = node_create(run=world.run, kind=NodeKind.REVIEWER, task="audit", upstream=[world.worker])
     outside = node_create(run=world.run, kind=NodeKind.REVIEWER, task="audit", upstream=[world.new_worker()])
@@ -335,9 +336,6 @@ def test_admins_adjudicate_through_the_endpoint_with_a_reason(world, client):
 
 
 def test_the_management_command_reruns_a_runs_checks(world):
-    from io import StringIO
-
-    from django.core.management import call_command
 
     experiment = world.train([world.data["clean"]])
     out = StringIO()

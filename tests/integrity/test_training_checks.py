@@ -6,11 +6,15 @@ import shutil
 
 from apps.datapool.models import DataEntry
 from apps.datapool.services import data_transform
+from apps.datapool.storage import artifact_store
 from apps.experiments.choices import ExperimentKind, IntegrityStatus
 from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import experiment_create
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.services import integrity_run_checks
+from apps.jobs.choices import JobKind
+from apps.jobs.models import Job
+from apps.jobs.services import job_claim, job_fail
 from apps.research.models import Run
 from tests.integrity.conftest import CLEAN_ROWS, FEEDBACK, FINAL, TEMPLATE, checkpoint_path, finding, store_checkpoint
 
@@ -148,7 +152,6 @@ def test_an_overridden_contamination_waits_for_a_reviewer(world):
 def test_data_bytes_changed_in_the_store_after_training(world):
     experiment = world.train([world.data["clean"]])
     entry = DataEntry.objects.get(handle=world.data["clean"])
-    from apps.datapool.storage import artifact_store
 
     artifact_store().local_path(entry.uri).write_text('{"prompt": "x", "completion": "y"}\n')
 
@@ -241,11 +244,6 @@ def test_eval_only_of_theta0_has_nothing_to_train_on(world):
 
 
 def test_bytes_swapped_before_training_are_refused_by_the_job_and_counted_blocked(world):
-    from apps.datapool.storage import artifact_store
-    from apps.jobs.choices import JobKind
-    from apps.jobs.models import Job
-    from apps.jobs.services import job_claim, job_fail
-
     handle = world.add_data("innocent", CLEAN_ROWS[:6])
     experiment = experiment_create(
         run=world.run,

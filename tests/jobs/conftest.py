@@ -35,7 +35,7 @@ REAPER_INTERVAL_SECONDS = "1"
 @pytest.fixture(scope="session")
 def minibench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shared `ci` minibench (tests/support/minibench.py)."""
-    from tests.support.minibench import ci_minibench
+    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
 
     return ci_minibench(tmp_path_factory)
 

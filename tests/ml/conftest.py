@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from apps.benchmarks.minibench.build import REFERENCE_HPARAMS
+from apps.experiments.hparams import validate_train_config
 from tests.support.minibench import SEED, ci_minibench
 
 
@@ -38,8 +39,7 @@ def feedback_samples(minibench: Path) -> list[dict[str, Any]]:
 
 def _train_in_child(hparams: dict[str, Any], base: str, data: str, out: str) -> dict[str, Any]:
     # Module-level so a spawned process can import it.
-    from apps.experiments.hparams import validate_train_config
-    from apps.ml.training import train
+    from apps.ml.training import train  # noqa: PLC0415 - heavy (TRL); runs in the spawned child
 
     result = train(validate_train_config(hparams), base_dir=Path(base), data_files=[Path(data)], out_dir=Path(out))
     return {"steps": result.steps, "final_loss": result.final_loss, "seconds": result.seconds}

@@ -10,6 +10,7 @@ own REST tools (``reviewer_inspect_experiment``, ``reviewer_submit_review``).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import shutil
@@ -32,7 +33,7 @@ from apps.integrity.services import integrity_on_experiment_finished, integrity_
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
 from apps.research.choices import NodeKind
-from apps.research.models import ResearchNode, Run
+from apps.research.models import ResearchEdge, ResearchNode, Run
 from apps.research.services import node_create
 from tests.redteam.harness import Agent, Process, Reply, Variant, checked, start_worker, terminal, wait_for
 
@@ -42,8 +43,6 @@ EXPERIMENT_TIMEOUT = 900
 
 
 def _calls(name: str, *modules: str) -> bool:
-    import importlib
-
     return any(name in inspect.getsource(importlib.import_module(m)) for m in modules)
 
 
@@ -88,8 +87,6 @@ class Campaign:
         node = node_create(run=self.run, kind=NodeKind.WORKER, task=f"red team: {label}", upstream=upstream)
         token, _ = agent_token_issue(run=self.run, node=node, role="worker")
         # The Reviewer's scope covers every Worker, so it can adjudicate anything the checks leave open.
-        from apps.research.models import ResearchEdge
-
         ResearchEdge.objects.create(run=self.run, upstream=node, downstream=self.reviewer_node, kind="review_scope")
         return node, Agent(self.url, token, node.handle)
 

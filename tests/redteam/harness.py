@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from django.conf import settings
 
 from apps.core.management.commands.serve import uvicorn_command
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, IntegrityStatus
@@ -136,8 +137,6 @@ def start_worker(name: str, env: dict[str, str], log_dir: Path, *, app: str = "r
 
 
 def process_env(roots: dict[str, Path], **extra: str) -> dict[str, str]:
-    from django.conf import settings
-
     return child_env(
         REDIS_URL=settings.CELERY_BROKER_URL,
         RSI_ARTIFACT_ROOT=str(roots["artifacts"]),

@@ -10,6 +10,7 @@ Run alone: ``pytest tests/redteam -s`` prints the table.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -20,9 +21,13 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 
+from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import minibench_install
+from apps.core.hashing import sha256_tree
+from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.choices import IntegrityStatus
 from apps.experiments.models import Experiment
+from apps.experiments.services import checkpoint_register, manifest_digest
 from apps.expos.auth import agent_token_issue
 from apps.integrity import checks
 from apps.integrity.choices import Observation, Subcategory
@@ -46,7 +51,7 @@ MIN_VARIANTS = 2
 @pytest.fixture(scope="session")
 def minibench_ci(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shared `ci` minibench (tests/support/minibench.py)."""
-    from tests.support.minibench import ci_minibench
+    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
 
     return ci_minibench(tmp_path_factory)
 
@@ -72,8 +77,6 @@ def campaign(django_db_setup, django_db_blocker, minibench_ci, tmp_path_factory)
             # Messages of an earlier session would name job ids this database reuses.
             redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
             installed = minibench_install(root=minibench_ci)
-            from apps.benchmarks.models import Benchmark
-
             benchmark = Benchmark.objects.get(name="minibench/arithmetic")
             # θ0 of this run is the ci reference's weights (as a base of its own): it already scores
             # above zero, so short trainings with different seeds score differently — which the
@@ -132,16 +135,10 @@ def campaign(django_db_setup, django_db_blocker, minibench_ci, tmp_path_factory)
 
 
 def manifest_reference(root: Path) -> str:
-    import json
-
     return json.loads((root / "manifest.json").read_text())["references"]["arithmetic"]
 
 
 def _register_base(folder: Path, *, handle: str):
-    from apps.core.hashing import sha256_tree
-    from apps.datapool.storage import artifact_store, checkpoint_key
-    from apps.experiments.services import checkpoint_register, manifest_digest
-
     manifest = sha256_tree(folder)
     uri = artifact_store().put_dir(folder, key=checkpoint_key(manifest_digest(manifest)))
     return checkpoint_register(handle=handle, uri=uri, manifest=manifest, is_base=True)
