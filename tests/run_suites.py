@@ -1,4 +1,4 @@
-"""Run the whole test suite, one pytest session per suite folder, and add up the results.
+"""Run the whole test suite, one pytest session per folder of test files, and add up the results.
 
 Suites start real servers, Celery workers and session-wide fixtures (a finished research run,
 trained checkpoints) that commit rows outside any test transaction; a session per folder keeps
@@ -20,8 +20,15 @@ EXCLUDED: dict[str, str] = {}
 
 
 def suites() -> list[Path]:
-    names = sorted({p.relative_to(ROOT).parts[0] for p in ROOT.rglob("test_*.py") if p.parent != ROOT})
-    return [ROOT / name for name in names if name not in EXCLUDED]
+    """Every folder that holds test files directly: tests/apps/<app>, tests/workers/<package>, ..."""
+    folders = {p.parent for p in ROOT.rglob("test_*.py") if p.parent != ROOT}
+    return sorted(f for f in folders if f.relative_to(ROOT).as_posix() not in EXCLUDED)
+
+
+def session_args(suite: Path, every: list[Path]) -> list[str]:
+    """The suite's own files: a sub-folder that is a suite of its own runs in its own session."""
+    nested = [f for f in every if f != suite and f.is_relative_to(suite)]
+    return [str(suite), *(f"--ignore={f}" for f in nested)]
 
 
 def main() -> int:
@@ -29,12 +36,14 @@ def main() -> int:
     failed_suites = []
     reports = ROOT.parent / "var" / "test-reports"
     reports.mkdir(parents=True, exist_ok=True)
-    for suite in suites():
-        xml = reports / f"{suite.name}.xml"
+    every = suites()
+    for suite in every:
+        name = suite.relative_to(ROOT).as_posix()
+        xml = reports / f"{name.replace('/', '.')}.xml"
         xml.unlink(missing_ok=True)
         started = time.monotonic()
         print(f"\n=== {suite.relative_to(ROOT.parent)} ===", flush=True)
-        code = subprocess.call([sys.executable, "-m", "pytest", str(suite), "-q", f"--junitxml={xml}"])
+        code = subprocess.call([sys.executable, "-m", "pytest", *session_args(suite, every), "-q", f"--junitxml={xml}"])
         if xml.exists():
             node = ET.parse(xml).getroot()
             node = node if node.tag == "testsuite" else node.find("testsuite")
@@ -45,8 +54,8 @@ def main() -> int:
             totals["errors"] += errors
             totals["skipped"] += skipped
         if code != 0:
-            failed_suites.append(suite.name)
-        print(f"--- {suite.name}: exit {code} in {time.monotonic() - started:.0f} s", flush=True)
+            failed_suites.append(name)
+        print(f"--- {name}: exit {code} in {time.monotonic() - started:.0f} s", flush=True)
     for name, reason in EXCLUDED.items():
         print(f"not run: tests/{name} ({reason})")
     if failed_suites:

@@ -20,6 +20,7 @@ from django.db.models import F
 from django.utils import timezone
 from plotly.utils import PlotlyJSONEncoder
 
+from apps.core.queues import Queue
 from apps.dashboard.selectors import run_reference_scores
 from apps.experiments.choices import IntegrityStatus
 from apps.experiments.models import Evaluation, Event, Experiment
@@ -29,7 +30,7 @@ from apps.research.choices import DecisionKind, Trigger
 from apps.research.models import Decision, LLMUsage, Run
 
 INTERVALS = 5
-ACCELERATOR_QUEUE = "gpu"
+ACCELERATOR_QUEUE = Queue.GPU
 # One colour per category / kind, readable on white and by most colour-blind readers (Okabe-Ito).
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 INTEGRITY_SYMBOL = {

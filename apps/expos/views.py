@@ -155,7 +155,7 @@ def _compiled(tool: Tool, which: str) -> Callable[[Any], Any]:
     jsonschema walks a 1,000-point batch or a 10,000-point answer keyword by keyword (85 % of such
     a call); the compiled check runs the same rules as straight-line code. It is only ever a
     shortcut to "valid": it is at least as strict as jsonschema on every keyword our schemas use
-    (tests/expos/test_validation.py checks that on the registry), and whenever it objects,
+    (tests/apps/expos/test_validation.py checks that on the registry), and whenever it objects,
     jsonschema decides and explains. ``use_default=False``: validation never fills in defaults,
     so the recorded arguments are the caller's.
     """

@@ -49,8 +49,11 @@ from apps.integrity.choices import (
 )
 from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.integrity.selectors import best_accepted_experiment  # noqa: F401 - the run's selection rule, re-exported
+from apps.live.events import LiveEvent, publish_on_commit
+from apps.live.groups import run_group
 from apps.research.choices import EdgeKind, NodeKind, NodeStatus
 from apps.research.models import ResearchEdge, ResearchNode, Run
+from apps.research.selectors import run_live_get
 from rsiweb.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
@@ -542,6 +545,8 @@ def run_flag(*, run: Run, actor: str, reason: str) -> Run:
                 arguments={"reason": reason[:2000]},
                 result_ref=f"run:{run.uuid}",
             )
+            # On commit: the run page shows the flag once it is committed, never a rolled-back one.
+            publish_on_commit(run_group(run.uuid), LiveEvent.RUN_UPDATED, run_live_get(run))
     run.flagged = True
     return run
 

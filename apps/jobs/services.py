@@ -45,6 +45,7 @@ from apps.jobs.versions import versions_capture
 from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import job_group, run_group
 from apps.research.models import Run
+from apps.research.selectors import run_live_get
 from rsiweb import env
 from rsiweb.celery import app as celery_app
 
@@ -404,6 +405,9 @@ def _finish(
             Run.objects.filter(pk=locked.run_id).update(
                 used_accelerator_seconds=F("used_accelerator_seconds") + seconds
             )
+            # The run page's accelerator bar moves with it (read back: other jobs add too).
+            run = Run.objects.get(pk=locked.run_id)
+            publish_on_commit(run_group(run.uuid), LiveEvent.RUN_UPDATED, run_live_get(run))
         _record_transition(locked, from_status=from_status, reason=reason, actor=actor)
         if chain:
             _after_transition(locked)

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
+from apps.core.queues import Queue
 from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES, ExperimentStatus, IntegrityStatus
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Event, Experiment
@@ -782,7 +783,7 @@ def run_budget_state(*, run: Run) -> BudgetState:
     """Budgets now. Accelerator time counts finished jobs and the elapsed time of running ones."""
     run = Run.objects.get(pk=run.pk)
     now = timezone.now()
-    running = Job.objects.filter(run=run, status=JobStatus.RUNNING, queue="gpu", started_at__isnull=False).exclude(
+    running = Job.objects.filter(run=run, status=JobStatus.RUNNING, queue=Queue.GPU, started_at__isnull=False).exclude(
         kind=JobKind.FINAL_EVAL
     )
     in_flight = sum(max(0.0, (now - job.started_at).total_seconds()) for job in running)

@@ -200,7 +200,7 @@ if REDIS_URL:
             "BACKEND": "apps.live.layers.RedisChannelLayer",
             # channels_redis waits for messages with a 5 s BZPOPMIN; redis-py 8's default read
             # timeout is also 5 s, so an idle consumer's read times out as Redis answers and the
-            # websocket dies (tests/dashboard/test_consumers.py, idle socket). Read timeout
+            # websocket dies (tests/apps/dashboard/test_consumers.py, idle socket). Read timeout
             # well above the wait; capacity for a run page's bursts (default 100 per socket).
             "CONFIG": {
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],

@@ -8,7 +8,7 @@ browser see only what was committed, so the tests use ``transactional_db``.
 
 ``research_stack``: the processes ``manage.py demo`` starts (web server, Celery workers on the
 gpu, agents and default queues) on the test database with the built minibench installed and
-the agents suite's short loop timings (tests/agents/stack.py), for a real heuristic run.
+the agents suite's short loop timings (tests/workers/agents/stack.py), for a real heuristic run.
 
 Every process started here dies with the test process, however it ends (tests/support/procs.py
 ``Lifeline``).
@@ -33,8 +33,8 @@ from django.db import connection
 from playwright.sync_api import sync_playwright
 
 from apps.core.management.commands.serve import uvicorn_command
-from tests.agents import stack as support
 from tests.support.procs import Lifeline
+from tests.workers.agents import stack as support
 
 # Playwright's sync API keeps an event loop on the test's thread; Django would then refuse the
 # test's own (synchronous) ORM calls as if they came from async code.
@@ -120,7 +120,7 @@ def research_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     Per module: only the real-run test needs it, and its workers should not outlive that test's
     module. The test re-installs the minibench (``support.install``) inside its own transactional
     test, since a flush between tests removes the rows. Its workers read this suite's Redis
-    queues: a session that also holds tests/agents' stack would have two stacks on one broker with
+    queues: a session that also holds tests/workers/agents' stack would have two stacks on one broker with
     different artifact roots, which is why tests/run_suites.py gives each suite folder a session.
     """
     minibench = support.minibench_root(tmp_path_factory)
@@ -151,7 +151,7 @@ def research_stack(django_db_setup, django_db_blocker, tmp_path_factory):
 def browser():
     # Per module, not per session: Playwright's sync API keeps an event loop running in this
     # thread until it stops, and async tests collected after the browser tests in the same
-    # session (``pytest tests/e2e tests/dashboard``: the consumer tests under anyio) would
+    # session (``pytest tests/e2e tests/apps/dashboard``: the consumer tests under anyio) would
     # fail with "Cannot run the event loop while another loop is running".
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (./dev test does).")

@@ -17,8 +17,8 @@ from apps.experiments.services import experiment_create
 from apps.jobs.services import job_report
 from apps.research.models import Guidance
 from apps.research.services import decision_record, guidance_mark_read, reviewer_add, worker_add
-from tests.dashboard import live_helpers as lh
-from tests.dashboard.world import PASSWORD, build_world
+from tests.apps.dashboard import live_helpers as lh
+from tests.apps.dashboard.world import PASSWORD, build_world
 from tests.e2e.conftest import act, log_in, screenshot
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

@@ -19,10 +19,10 @@ from apps.research.choices import RunStatus
 from apps.research.management.commands.start_run import launch_run
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
 from apps.reviews.models import ReviewReport
-from tests.agents import stack as support
-from tests.dashboard import live_helpers as lh
-from tests.dashboard.world import PASSWORD, make_people
+from tests.apps.dashboard import live_helpers as lh
+from tests.apps.dashboard.world import PASSWORD, make_people
 from tests.e2e.conftest import act, log_in, screenshot
+from tests.workers.agents import stack as support
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 # The smallest run that still has every part (STYLE: CI time): two branches in parallel

@@ -132,7 +132,7 @@ class ExperimentSerializer(serializers.ModelSerializer):
 # The experiment list serves up to 1,000 rows a page. Building them from ``.values()`` rows
 # (plus one query for all parents) instead of five model instances and DRF's field-by-field walk
 # per row makes it several times faster. The answer must stay exactly ExperimentSerializer's
-# (which still documents it and serves single experiments): tests/expos/test_experiment_list.py
+# (which still documents it and serves single experiments): tests/apps/expos/test_experiment_list.py
 # compares the two.
 EXPERIMENT_LIST_COLUMNS = (
     "pk",

@@ -10,7 +10,7 @@ and chat template is unchanged; a generation config that differs only in ``trans
 is unchanged. They fail closed: a check that cannot reach what it must read raises
 :class:`CheckCannotRun`, and any exception leaves the subcategory ``UNKNOWN`` (see :func:`run_check`).
 
-One module per section of the taxonomy, mirrored by tests/integrity/test_<section>_checks.py:
+One module per section of the taxonomy, mirrored by tests/apps/integrity/test_<section>_checks.py:
 ``subject`` (what the checks read and return), ``training``, ``inference``, ``evaluation`` and
 ``reporting``; this module holds the registry.
 
