@@ -146,7 +146,7 @@ def _after_transition(job: Job) -> None:
     # same transaction as the job's transition, so a retry never sees one without the other.
     if job.experiment_id is not None:
         # The pipeline enqueues jobs through this module: a top-level import would be a cycle.
-        from apps.experiments.pipeline import experiment_on_job_transition  # noqa: PLC0415 - import cycle
+        from apps.experiments.pipeline import experiment_on_job_transition  # noqa: PLC0415 - import cycle (above)
 
         experiment_on_job_transition(job=job)
 

@@ -685,7 +685,7 @@ class HubConnector(DatasetsContract):
         from huggingface_hub import hf_hub_download  # noqa: PLC0415 - heavy; only when the Hub connector is used
 
         # huggingface_hub.utils exports lazily, which type checkers cannot follow.
-        from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]  # noqa: PLC0415
+        from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]  # noqa: PLC0415 - heavy; only when a file is downloaded
 
         disable_progress_bars()
         with self.hub_errors(dataset):
