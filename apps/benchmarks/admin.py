@@ -1,4 +1,5 @@
 from apps.benchmarks import models as m
-from apps.core.admin import NoDeleteAdmin, register
+from apps.core.admin import ReadOnlyAdmin, register
 
-register(m.Benchmark, admin_class=NoDeleteAdmin)
+# A benchmark names its sealed data and reference; it is installed by a command, never edited here.
+register(m.Benchmark, admin_class=ReadOnlyAdmin)

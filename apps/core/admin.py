@@ -1,4 +1,10 @@
-"""Admin helpers: append-only models are shown read-only; protected ones cannot be deleted."""
+"""Admin helpers: the Django admin is a viewer for the records, not a way around the services.
+
+Every record whose changes must be audited (scores, integrity status, the event log, checkpoints,
+data entries, decisions, job transitions...) is registered with :class:`ReadOnlyAdmin`: its change
+view shows the values, and adding, changing or deleting is refused (403 on a POST). The one edit
+the admin offers, an integrity adjudication, goes through its service (``apps/integrity/admin.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,20 +15,17 @@ from django.db import models
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[models.Model]):
-    """For append-only tables: the database refuses changes, so the admin offers none."""
+    """For records that change only through services, or never: the admin shows them and offers no edit.
+
+    The database refuses the edits too where the record is append-only or a value is frozen
+    (``apps.core.db``); this keeps the admin from offering a form that would bypass the audit.
+    """
 
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 
     def has_change_permission(self, request: Any, obj: Any = None) -> bool:
         return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-
-class NoDeleteAdmin(admin.ModelAdmin[models.Model]):
-    """For records that are never deleted (experiments, checkpoints, datapool entries...)."""
 
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False

@@ -1,5 +1,4 @@
-from apps.core.admin import NoDeleteAdmin, ReadOnlyAdmin, register
+from apps.core.admin import ReadOnlyAdmin, register
 from apps.datapool import models as m
 
-register(m.DataEntry, admin_class=NoDeleteAdmin)
-register(m.DataReadmeEntry, m.DataUsage, admin_class=ReadOnlyAdmin)
+register(m.DataEntry, m.DataReadmeEntry, m.DataUsage, admin_class=ReadOnlyAdmin)

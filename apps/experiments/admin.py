@@ -1,7 +1,16 @@
-from apps.core.admin import NoDeleteAdmin, ReadOnlyAdmin, register
+from apps.core.admin import ReadOnlyAdmin, register
 from apps.experiments import models as m
 
-register(m.Experiment, m.Checkpoint, m.Evaluation, admin_class=NoDeleteAdmin)
+# Scores, integrity status and the event log change only through services (audited); the admin shows them.
 register(
-    m.Event, m.EventChain, m.ExperimentEdge, m.IntegrityStatusChange, m.EvaluationSample, admin_class=ReadOnlyAdmin
+    m.Experiment,
+    m.Checkpoint,
+    m.Evaluation,
+    m.EvaluationSample,
+    m.MetricPoint,
+    m.Event,
+    m.EventChain,
+    m.ExperimentEdge,
+    m.IntegrityStatusChange,
+    admin_class=ReadOnlyAdmin,
 )

@@ -120,13 +120,23 @@ class ExperimentEdge(BaseModel):
 
 
 class IntegrityStatusChange(BaseModel):
-    """Every change of an experiment's integrity status, with its reason (append-only)."""
+    """Every change of an experiment's integrity status, with who made it and why (append-only).
+
+    The database refuses an ``Experiment.integrity_status`` change that is not the one the newest
+    row here describes, written in the same transaction (migration 0008, ``status_needs_history``).
+    """
 
     experiment = models.ForeignKey(Experiment, on_delete=models.PROTECT, related_name="integrity_changes")
     from_status = models.CharField(max_length=16, blank=True)
     to_status = models.CharField(max_length=16, choices=IntegrityStatus.choices)
     actor = models.CharField(max_length=200)
     reason = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=~Q(actor=""), name="integrity_change_has_actor"),
+            models.CheckConstraint(condition=~Q(reason=""), name="integrity_change_has_reason"),
+        ]
 
 
 class Evaluation(UUIDModel):

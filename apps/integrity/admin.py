@@ -4,15 +4,16 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.http import HttpResponse, HttpResponseRedirect
 
-from apps.core.admin import NoDeleteAdmin, ReadOnlyAdmin, register
+from apps.core.admin import ReadOnlyAdmin, register
 from apps.core.errors import ApplicationError
 from apps.integrity import models as m
 from apps.integrity.choices import Adjudication, Observation
 from apps.integrity.services import finding_adjudicate
 
 
-class AdjudicationForm(forms.ModelForm):
+class AdjudicationForm(forms.ModelForm[m.IntegrityFinding]):
     """An admin's override of one finding: a new adjudication (and optionally observation) with a reason."""
 
     new_adjudication = forms.ChoiceField(choices=[("", "— keep —"), *Adjudication.choices], required=False)
@@ -24,14 +25,17 @@ class AdjudicationForm(forms.ModelForm):
         fields: list[str] = []
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        if (data.get("new_adjudication") or data.get("new_observation")) and not (data.get("reason") or "").strip():
+        data = super().clean() or {}
+        if not (data.get("new_adjudication") or data.get("new_observation")):
+            # Nothing else on a finding is editable; a bare "Save" must not read as a change.
+            raise forms.ValidationError("Choose a new adjudication or observation; nothing else can be changed.")
+        if not (data.get("reason") or "").strip():
             raise forms.ValidationError("An override needs a reason.")
         return data
 
 
-class IntegrityFindingAdmin(NoDeleteAdmin):
-    """Findings change only through ``finding_adjudicate`` (audited: FindingChange, event, status)."""
+class IntegrityFindingAdmin(admin.ModelAdmin[m.IntegrityFinding]):
+    """Findings change only through ``finding_adjudicate`` (audited: FindingChange, event, status); never deleted."""
 
     form = AdjudicationForm
     list_display = ["experiment", "subcategory", "observation", "adjudication", "decided_by", "updated_at"]
@@ -50,10 +54,11 @@ class IntegrityFindingAdmin(NoDeleteAdmin):
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
     def save_model(self, request: Any, obj: m.IntegrityFinding, form: Any, change: bool) -> None:
         data = form.cleaned_data
-        if not (data.get("new_adjudication") or data.get("new_observation")):
-            return
         try:
             finding_adjudicate(
                 finding=obj,
@@ -63,9 +68,21 @@ class IntegrityFindingAdmin(NoDeleteAdmin):
                 observation=data.get("new_observation") or None,
             )
         except ApplicationError as exc:
+            # The service refused (and changed nothing): say so, and neither log nor announce a change.
+            request.adjudication_refused = True
             messages.error(request, exc.message)
+
+    def log_change(self, request: Any, obj: Any, message: Any) -> Any:
+        if getattr(request, "adjudication_refused", False):
+            return None
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request: Any, obj: m.IntegrityFinding) -> HttpResponse:
+        if getattr(request, "adjudication_refused", False):
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)
 
 
 admin.site.register(m.IntegrityFinding, IntegrityFindingAdmin)
-register(m.ReviewOverride, admin_class=NoDeleteAdmin)
-register(m.FindingChange, m.BlockedAttempt, admin_class=ReadOnlyAdmin)
+# Overrides are granted through main_submit_review_override (audited); the admin only shows them.
+register(m.ReviewOverride, m.FindingChange, m.BlockedAttempt, admin_class=ReadOnlyAdmin)

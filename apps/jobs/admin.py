@@ -1,5 +1,5 @@
-from apps.core.admin import NoDeleteAdmin, ReadOnlyAdmin, register
+from apps.core.admin import ReadOnlyAdmin, register
 from apps.jobs import models as m
 
-register(m.Job, admin_class=NoDeleteAdmin)
-register(m.JobTransition, m.JobLogLine, admin_class=ReadOnlyAdmin)
+# A job's status moves only through its state machine (jobs.services), which writes the transition.
+register(m.Job, m.JobTransition, m.JobLogLine, admin_class=ReadOnlyAdmin)

@@ -1,6 +1,18 @@
-from apps.core.admin import NoDeleteAdmin, ReadOnlyAdmin, register
+from apps.core.admin import ReadOnlyAdmin, register
 from apps.research import models as m
 
-register(m.Run, m.ResearchNode, admin_class=NoDeleteAdmin)
-register(m.Guidance, m.Prediction, m.Candidate)
-register(m.ResearchEdge, m.Decision, m.OptimizerClaim, m.RunStatusChange, m.LLMUsage, admin_class=ReadOnlyAdmin)
+# Runs, nodes, decisions, guidance and predictions change through the research services only.
+register(
+    m.Run,
+    m.ResearchNode,
+    m.Guidance,
+    m.Prediction,
+    m.Candidate,
+    m.ResearchEdge,
+    m.Decision,
+    m.OptimizerClaim,
+    m.RunStatusChange,
+    m.LLMUsage,
+    m.AgentLoop,
+    admin_class=ReadOnlyAdmin,
+)

@@ -1,4 +1,4 @@
-from apps.core.admin import NoDeleteAdmin, register
+from apps.core.admin import ReadOnlyAdmin, register
 from apps.reviews import models as m
 
-register(m.ReviewReport, admin_class=NoDeleteAdmin)
+register(m.ReviewReport, admin_class=ReadOnlyAdmin)

@@ -230,7 +230,8 @@ def test_both_backends_install_the_same_guards(tmp_path: Path):
         "datapool_datareadmeentry_no_update",
         "experiments_experiment_owner_id_immutable",
     } <= pg_names
-    assert sqlite_names == pg_names
+    # SQLite has no deferred triggers; the commit-time checks (*_at_commit) are PostgreSQL's alone.
+    assert sqlite_names == {name for name in pg_names if not name.endswith("_at_commit")}
 
 
 def _rechecks(chain_id: int) -> int:
