@@ -16,7 +16,9 @@ def canonical_json(value: Any) -> str:
 
 
 def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate (valid in a Python str, not in UTF-8) hashes instead of
+    # raising, so hashing a refused request never crashes; valid text hashes as plain UTF-8.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def sha256_file(path: Path) -> str:

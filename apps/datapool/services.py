@@ -9,7 +9,8 @@ return the first entry (with a readme line saying who brought them again).
 
 Error codes (``ApplicationError.code``) are part of the tool contract: invalid_path,
 absolute_path, path_escape, symlink_in_path, not_found, not_a_file, unreadable, file_too_large,
-empty_file, blank_line, malformed_jsonl, not_an_object, unknown_format, missing_columns,
+empty_file, blank_line, malformed_jsonl (also NaN/Infinity), bad_value (a lone surrogate, NUL or
+nesting beyond 64 levels, with the line and JSONPath), not_an_object, unknown_format, missing_columns,
 bad_column_type, invalid_name, bad_params, empty_result.
 """
 
@@ -30,8 +31,10 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from apps.benchmarks.services import benchmark_resolve, benchmark_scanner
-from apps.core.errors import ApplicationError
+from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
+from apps.core.jsonsafe import first_bad_value
+from apps.core.jsonsafe import loads as jsonsafe_loads
 from apps.datapool import transforms
 from apps.datapool.models import DataEntry, DataFormat, DataReadmeEntry, DataUsage, SourceKind
 from apps.datapool.storage import artifact_store, data_key
@@ -153,6 +156,33 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
+def _parse_row(text: str, *, shown: str, lineno: int) -> Any:
+    """One JSONL line parsed strictly: a value a record can hold, or an error naming line and path.
+
+    Lone surrogates, NUL characters, NaN/Infinity and nesting beyond 64 levels are refused like
+    unparseable text (apps.core.jsonsafe): the rows are hashed, scanned and shown to agents, and a
+    single such value would make every later read of the entry fail.
+    """
+    try:
+        value = jsonsafe_loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApplicationError(
+            "malformed_jsonl", f"{shown} line {lineno} is not valid JSON: {exc.msg} at column {exc.colno}.", line=lineno
+        ) from None
+    except RecursionError:
+        raise ApplicationError("malformed_jsonl", f"{shown} line {lineno} is nested too deeply.", line=lineno) from None
+    bad = first_bad_value(value)
+    if bad is not None:
+        raise ApplicationError(
+            "malformed_jsonl" if bad.rule == "non_finite_number" else "bad_value",
+            f"{shown} line {lineno}: {bad.message}",
+            line=lineno,
+            path=bad.path,
+            rule=bad.rule,
+        )
+    return value
+
+
 def _inspect_jsonl(path: Path, *, format: str | None, shown: str) -> tuple[int, str, dict[str, str]]:
     """Validate a JSONL file row by row; return (rows, format, schema). Names the first bad line."""
     if format is not None and format not in FORMAT_COLUMNS:
@@ -170,14 +200,11 @@ def _inspect_jsonl(path: Path, *, format: str | None, shown: str) -> tuple[int, 
                 text = line.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise ApplicationError(
-                    "malformed_jsonl", f"{shown} line {lineno} is not UTF-8 (byte {exc.start + 1} of the line)."
+                    "malformed_jsonl",
+                    f"{shown} line {lineno} is not UTF-8 (byte {exc.start + 1} of the line).",
+                    line=lineno,
                 ) from None
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ApplicationError(
-                    "malformed_jsonl", f"{shown} line {lineno} is not valid JSON: {exc.msg} at column {exc.colno}."
-                ) from None
+            value = _parse_row(text, shown=shown, lineno=lineno)
             if not isinstance(value, dict):
                 raise ApplicationError(
                     "not_an_object", f"{shown} line {lineno} is a JSON {_json_type(value)}, not an object."
@@ -592,14 +619,33 @@ def data_usage_record(*, entry: DataEntry, experiment: Experiment, purpose: str 
 # --------------------------------------------------------------------------- transforms
 
 
+_UNREADABLE_HINT = "This entry cannot be read (nothing of it is shown); register a corrected copy."
+
+
 def data_load_rows(*, entry: DataEntry, limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows of a stored entry (all, or the first ``limit``)."""
+    """Rows of a stored entry (all, or the first ``limit``).
+
+    Rows are parsed as strictly as at registration. An entry stored before a rule existed (a
+    NaN, a lone surrogate) or whose bytes went bad answers 409 ``data_unreadable`` naming the
+    entry, line and path, so one bad entry is refused alone instead of failing every reader.
+    """
     rows: list[dict[str, Any]] = []
+    shown = f"{entry.handle} (stored data)"
     with artifact_store().open(entry.uri, "rb") as handle:
-        for raw in handle:
+        for lineno, raw in enumerate(handle, start=1):
             if limit is not None and len(rows) >= limit:
                 break
-            rows.append(json.loads(raw))
+            try:
+                row = _parse_row(raw.decode("utf-8"), shown=shown, lineno=lineno)
+                if not isinstance(row, dict):
+                    raise ApplicationError("not_an_object", f"{shown} line {lineno} is not a JSON object.")
+            except UnicodeDecodeError:
+                raise Conflict(
+                    "data_unreadable", f"{shown} line {lineno} is not UTF-8. {_UNREADABLE_HINT}", line=lineno
+                ) from None
+            except ApplicationError as exc:
+                raise Conflict("data_unreadable", f"{exc.message} {_UNREADABLE_HINT}", **exc.detail) from None
+            rows.append(row)
     return rows
 
 

@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.core.hashing import canonical_json
+from apps.core.jsonsafe import storable
 from apps.experiments.models import Event, EventChain
 
 if TYPE_CHECKING:
@@ -97,7 +98,9 @@ def event_append(
         actor=actor,
         role=role,
         tool=tool,
-        arguments=redact(arguments or {}),
+        # Escaped, never refused: whatever a caller passes (a refused request's lone surrogate,
+        # NUL or NaN), the event is written, since a crash here would lose the record.
+        arguments=redact(storable(arguments or {})),
         result_ref=result_ref,
     )
     # Round-trip the arguments through JSON now so the hash covers what the database returns.

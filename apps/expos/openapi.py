@@ -37,7 +37,9 @@ ERROR_REF = {"$ref": f"#/components/schemas/{ERROR_COMPONENT}"}
 
 # What each status means for every tool; tools add their own codes in the description.
 COMMON_TOOL_ERRORS = {
-    "400": "invalid_input (with the JSON path of the first error), invalid_json, or a domain refusal",
+    "400": "invalid_input (with the JSON path of the first error; lone surrogates, NUL characters, infinities and "
+    "nesting beyond 64 levels are refused with theirs), invalid_json (NaN/Infinity: with their path), or a domain "
+    "refusal",
     "401": "no, unknown, revoked or expired agent token (tokens expire with their run)",
     "403": "forbidden_role: the token's role may not call this tool; sealed: a refused read of sealed material",
     "404": "unknown_tool, or a named record that is not visible to the caller",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from apps.core.hashing import canonical_json, sha256_text
+from apps.core.jsonsafe import storable
 from apps.experiments.events import event_append
 from apps.experiments.models import Event
 from apps.expos.auth import agent_token_issue, agent_token_revoke
@@ -15,19 +15,6 @@ __all__ = ["agent_token_issue", "agent_token_revoke", "tool_call_record"]
 
 # Stored arguments are evidence, not a data store: a huge body is kept as a digest beyond this.
 MAX_RECORDED_ARGUMENT_CHARS = 20_000
-
-
-def _storable(value: Any) -> Any:
-    """PostgreSQL JSON cannot hold NUL characters or infinities; a refused call may carry them, its record may not."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\\u0000")
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)  # nor infinities: a refused call's 1e999 is kept as "inf"
-    if isinstance(value, dict):
-        return {_storable(str(k)): _storable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_storable(v) for v in value]
-    return value
 
 
 def tool_call_record(
@@ -40,6 +27,7 @@ def tool_call_record(
     result_ref: str = "",
     replayed: bool = False,
     idempotency_key: str | None = None,
+    error_path: str = "",
 ) -> Event:
     """Append one ``tool.called`` event (secrets are redacted by event_append).
 
@@ -47,14 +35,17 @@ def tool_call_record(
     and in a fresh transaction after a refusal (so the refusal survives the rollback).
     """
     # A call that got this far with status < 400 had its arguments checked (apps.expos.views:
-    # no NUL characters, no infinities); only a refusal's may need making storable.
-    recorded: Any = {} if arguments is None else _storable(arguments) if status >= 400 else arguments
+    # no lone surrogates, NUL characters, infinities or deep nesting); only a refusal's may need
+    # making storable, and then it is escaped, never dropped: the refused call stays on record.
+    recorded: Any = {} if arguments is None else storable(arguments) if status >= 400 else arguments
     text = canonical_json(recorded)
     if len(text) > MAX_RECORDED_ARGUMENT_CHARS:
         recorded = {"truncated": True, "sha256": sha256_text(text), "chars": len(text)}
     body: dict[str, Any] = {"args": recorded, "status": status}
     if error:
         body["error"] = error
+    if error_path:
+        body["error_path"] = error_path  # where the refused value sat (JSONPath), for reviewers
     if replayed:
         body["replayed"] = True
     if idempotency_key:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +38,9 @@ from rest_framework.views import APIView
 from apps.core.api import error_body
 from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.hashing import canonical_json, sha256_text
+from apps.core.jsonsafe import MAX_DEPTH as JSON_MAX_DEPTH
+from apps.core.jsonsafe import Constant, first_bad_value, json_path, json_pointer
+from apps.core.jsonsafe import loads as jsonsafe_loads
 from apps.core.people import is_human_viewer
 from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, agent_token_of
 from apps.expos.models import IdempotencyRecord
@@ -54,8 +56,8 @@ logger = logging.getLogger(__name__)
 MAX_INT = 2**63 - 1
 MAX_IDEMPOTENCY_KEY = 200
 _IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
-# Nesting beyond this is refused before validation; no tool schema is nearly this deep.
-MAX_DEPTH = 32
+# Nesting beyond this is refused before validation (the body is level 1); no tool schema is nearly this deep.
+MAX_DEPTH = JSON_MAX_DEPTH
 
 
 class PreconditionFailed(ApplicationError):
@@ -94,42 +96,55 @@ class InvalidInput(ApplicationError):
 
 
 def _json_pointer(path: Any) -> str:
-    return "/" + "/".join(str(part) for part in path) if path else "/"
+    return json_pointer(list(path))
 
 
-def _walk_checks(value: Any, path: tuple[Any, ...] = (), depth: int = 0) -> None:
-    """Refuse what no schema can mean and no database can store: NUL characters, huge integers, infinities."""
-    if depth > MAX_DEPTH:
-        raise InvalidInput(f"{_json_pointer(path)}: nesting deeper than {MAX_DEPTH} levels.", path=_json_pointer(path))
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidInput(
-                f"{_json_pointer(path)}: strings may not contain NUL characters.", path=_json_pointer(path)
-            )
-    elif isinstance(value, bool):
-        return
-    elif isinstance(value, float):
-        if not math.isfinite(value):  # 1e999 parses as infinity; no column or JSON document holds it
-            raise InvalidInput(f"{_json_pointer(path)}: not a finite number.", path=_json_pointer(path))
-    elif isinstance(value, int):
-        if abs(value) > MAX_INT:
-            raise InvalidInput(
-                f"{_json_pointer(path)}: integer out of range (|n| <= 2^63-1).", path=_json_pointer(path)
-            )
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if "\x00" in key:
-                raise InvalidInput(
-                    f"{_json_pointer(path)}: keys may not contain NUL characters.", path=_json_pointer(path)
-                )
-            _walk_checks(item, (*path, key), depth + 1)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _walk_checks(item, (*path, index), depth + 1)
+def _refuse_bad_value(args: Any) -> None:
+    """Refuse what no schema can mean and no record can hold, naming its path (apps.core.jsonsafe).
+
+    Lone surrogates, NUL characters, NaN/Infinity (bare tokens or 1e999), nesting beyond
+    MAX_DEPTH and integers beyond bigint are refused here, before any schema or handler sees
+    them: a handler hashing or storing such a value would crash, and the crash would take the
+    record of the call with it.
+    """
+    bad = first_bad_value(args, max_depth=MAX_DEPTH)
+    if bad is not None:
+        # A bare NaN/Infinity token is not JSON at all (RFC 8259): the body's fault, not a value's.
+        code = "invalid_json" if bad.rule == "non_finite_number" and _has_constant(args, bad.parts) else "invalid_input"
+        raise ApplicationError(
+            code,
+            bad.message,
+            path=bad.pointer,
+            json_path=bad.path,
+            rule=bad.rule,
+        )
+    big = _first_huge_integer(args, ())
+    if big is not None:
+        raise InvalidInput(
+            f"{json_path(big)}: integer out of range (|n| <= 2^63-1).",
+            path=json_pointer(big),
+            json_path=json_path(big),
+            rule="integer_range",
+        )
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+def _has_constant(args: Any, parts: tuple[Any, ...]) -> bool:
+    value = args
+    for part in parts:
+        value = value[part]
+    return isinstance(value, Constant)
+
+
+def _first_huge_integer(value: Any, parts: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    # Only called once first_bad_value passed, so the nesting is bounded by MAX_DEPTH.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return parts if abs(value) > MAX_INT else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _first_huge_integer(item, (*parts, key))
+        if found is not None:
+            return found
+    return None
 
 
 _VALIDATORS: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
@@ -179,7 +194,7 @@ def _passes_compiled(tool: Tool, which: str, value: Any) -> bool:
 
 def validate_input(tool: Tool, args: Any) -> None:
     """400 ``invalid_input`` naming the path of the first error, phrased so an agent can fix it."""
-    _walk_checks(args)
+    _refuse_bad_value(args)
     if _passes_compiled(tool, "input", args):
         return
     error = jsonschema.exceptions.best_match(_validator(tool, "input").iter_errors(args))
@@ -221,8 +236,10 @@ def parse_body(request: Request) -> dict[str, Any]:
             "unsupported_media_type", f"Send the arguments as application/json, not {content_type!r}.", status=415
         )
     try:
-        args = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # NaN/Infinity are kept as markers so validate_input can name their path. Invalid UTF-8
+        # inside a string decodes to lone surrogates (surrogateescape), refused there with a path too.
+        args = jsonsafe_loads(raw.decode("utf-8", errors="surrogateescape"))
+    except (ValueError, RecursionError) as exc:
         raise ApplicationError("invalid_json", f"The body is not valid UTF-8 JSON: {exc}".strip()) from None
     if not isinstance(args, dict):
         raise InvalidInput("The body must be a JSON object of the tool's arguments.", path="/")
@@ -245,6 +262,7 @@ def _record_refusal(ctx: ToolContext, tool: str, args: Any, exc: ApplicationErro
             status=exc.status_code,
             error=exc.code,
             idempotency_key=ctx.idempotency_key,
+            error_path=str(exc.detail.get("json_path", "")),
         )
     except Exception:  # the refusal itself must still reach the agent
         logger.exception("could not record the refused call of %s", tool)

@@ -28,6 +28,7 @@ from django.db.models import Q, QuerySet
 
 from apps.benchmarks.models import Split
 from apps.core.errors import PermissionDenied
+from apps.core.jsonsafe import storable
 from apps.datapool.models import DataEntry
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Evaluation, Event, Experiment
@@ -83,7 +84,7 @@ def sealed_denial_record(exc: SealedAccessDenied) -> None:
             subcategory=Subcategory.TEST_SET_ACCESS,
             tool=exc.tool[:100],
             reason=f"denied read: {exc.what}",
-            request=exc.request_args,
+            request=storable(exc.request_args),  # escaped: a hostile string must not lose the record
         )
         event_append(
             run=caller.run,

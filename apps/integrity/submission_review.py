@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from apps.core.errors import ApplicationError
 from apps.core.hashing import canonical_json, sha256_text
+from apps.core.jsonsafe import storable
 from apps.datapool.models import DataEntry
 from apps.datapool.selectors import data_stored_sha256
 from apps.experiments.choices import ExperimentKind
@@ -208,8 +209,9 @@ def record_refusal(
 
     Call it outside the refused request's transaction, or the record rolls back with it.
     """
-    recorded_spec = spec
-    text = canonical_json(spec)
+    # The record must be writable whatever the request held (a lone surrogate, NUL, NaN): escaped.
+    recorded_spec = storable(spec)
+    text = canonical_json(recorded_spec)
     if len(text) > MAX_RECORDED_SPEC_CHARS:
         # Evidence, not storage: an oversized request is kept as its digest (and the refusal codes).
         recorded_spec = {"truncated": True, "sha256": sha256_text(text), "chars": len(text)}
@@ -226,7 +228,7 @@ def record_refusal(
                     "spec_sha256": spec_sha256,
                     "code": refusal.code,
                     "overridable": refusal.overridable,
-                    "evidence": refusal.evidence,
+                    "evidence": storable(refusal.evidence),
                 },
             )
             for refusal in refusals

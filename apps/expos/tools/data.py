@@ -313,7 +313,7 @@ def reviewer_show_datapool(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     description="Inspect one datapool entry: schema, the first rows and its provenance readme.",
     input_schema=INSPECT_IN,
     output_schema=WORKER_INSPECT_OUT,
-    errors=("data_not_found",),
+    errors=("data_not_found", "data_unreadable"),
 )
 def worker_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     entry = data_entry_get(args["data"])
@@ -341,7 +341,7 @@ def worker_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
     ),
     input_schema=INSPECT_IN,
     output_schema=REVIEWER_INSPECT_OUT,
-    errors=("data_not_found", "seal_broken"),
+    errors=("data_not_found", "data_unreadable", "seal_broken"),
 )
 def reviewer_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     entry = data_entry_get(args["data"])
@@ -411,7 +411,7 @@ def _usage(ctx: ToolContext, entry: DataEntry) -> dict[str, Any]:
     idempotent_create=True,
     errors=(
         "invalid_source", "invalid_path", "absolute_path", "path_escape", "symlink_in_path", "not_found",
-        "not_a_file", "unreadable", "file_too_large", "empty_file", "blank_line", "malformed_jsonl",
+        "not_a_file", "unreadable", "file_too_large", "empty_file", "blank_line", "malformed_jsonl", "bad_value",
         "not_an_object", "unknown_format", "missing_columns", "bad_column_type", "invalid_name",
     ),
 )  # fmt: skip
