@@ -30,6 +30,13 @@ def child_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+def sqlite_env(data_dir: Path) -> dict[str, str]:
+    """The embedded default (SQLite in ``data_dir``, no PostgreSQL or Redis) for a child process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(RSI_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="rsiweb.settings.base", PYTHONPATH=str(ROOT))
+    return env
+
+
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter with Django set up; raise with its stderr on failure."""
     prelude = "import django; django.setup()\n"

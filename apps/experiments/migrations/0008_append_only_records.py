@@ -13,7 +13,6 @@ from django.db import migrations, models
 
 from apps.core.db import freeze_column, guard_table, status_needs_history
 
-
 # 0003's append-only triggers on the history table; SQLite drops them whenever it rebuilds the table.
 REINSTALL_HISTORY_GUARDS = guard_table("experiments_integritystatuschange", forbid=("UPDATE", "DELETE")).code
 

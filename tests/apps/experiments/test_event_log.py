@@ -25,7 +25,7 @@ from apps.experiments.events import (
 )
 from apps.experiments.models import Event, EventChain
 from tests.factories import make_run
-from tests.support.procs import ROOT, child_env
+from tests.support.procs import ROOT, child_env, run_python, sqlite_env
 
 pytestmark = pytest.mark.django_db
 
@@ -170,17 +170,8 @@ print(run.uuid)
 
 
 def test_sqlite_backend_enforces_append_only_and_verify_finds_tampering(tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(RSI_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="rsiweb.settings.base", PYTHONPATH=str(ROOT))
-    made = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()\n" + SQLITE_SCENARIO],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
+    env = sqlite_env(tmp_path)
+    made = run_python(SQLITE_SCENARIO, env=env, timeout=180)
     run_uuid = made.stdout.strip().splitlines()[-1]
     db = sqlite3.connect(tmp_path / "rsiweb.sqlite3")
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):

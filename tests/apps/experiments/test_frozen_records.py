@@ -6,10 +6,7 @@ script or a bug would, and the database refuses it; the services' own paths stil
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ from apps.experiments.models import Checkpoint, Evaluation, Experiment, Integrit
 from apps.research import services as research_services
 from apps.research.choices import NodeKind
 from tests.factories import CheckpointFactory
-from tests.support.procs import ROOT
+from tests.support.procs import run_python, sqlite_env
 
 pytestmark = pytest.mark.django_db
 
@@ -213,17 +210,7 @@ print(experiment.pk)
 
 
 def test_sqlite_freezes_the_same_values(tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(RSI_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="rsiweb.settings.base", PYTHONPATH=str(ROOT))
-    made = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()\n" + SQLITE_SCENARIO],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
+    made = run_python(SQLITE_SCENARIO, env=sqlite_env(tmp_path), timeout=180)
     pk = int(made.stdout.strip().splitlines()[-1])
     db = sqlite3.connect(tmp_path / "rsiweb.sqlite3")
     for statement in (

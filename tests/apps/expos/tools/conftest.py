@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from django.db import transaction
 
 from apps.benchmarks.services import benchmark_register
 from apps.core.errors import ApplicationError
+from apps.expos.auth import agent_token_issue
 from apps.expos.registry import Role, ToolContext, load_all
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode, Run
@@ -160,6 +162,39 @@ def build_world(roots: dict[str, Path], **policy: Any) -> World:
 @pytest.fixture
 def world(db, roots) -> World:
     return build_world(roots)
+
+
+@pytest.fixture
+def live_world(transactional_db, roots) -> World:
+    """A world on committed data, for calls through pytest-django's live server."""
+    return build_world(roots)
+
+
+@pytest.fixture
+def live_call(live_server, live_world):
+    """``call(who, tool, json=... | data=..., **headers)``: one tool call over the real REST endpoint."""
+    # Issued before the test starts, so a test's before/after counts see only its own calls.
+    tokens = {
+        who: agent_token_issue(run=live_world.run, node=node, role=role)[0]
+        for who, node, role in (
+            ("worker", live_world.worker, Role.WORKER),
+            ("main", live_world.main, Role.MAIN),
+            ("reviewer", live_world.reviewer, Role.REVIEWER),
+        )
+    }
+
+    def call(who: str, tool: str, *, json: Any = None, data: bytes | None = None, **headers: str) -> requests.Response:
+        if data is not None:
+            headers = {"Content-Type": "application/json", **headers}
+        return requests.post(
+            f"{live_server.url}/api/v1/tools/{tool}",
+            json=json,
+            data=data,
+            headers={"Authorization": f"Bearer {tokens[who]}", **headers},
+            timeout=60,
+        )
+
+    return call
 
 
 def train_spec(*datasets: str, **train: Any) -> dict[str, Any]:

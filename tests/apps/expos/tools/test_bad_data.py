@@ -27,8 +27,6 @@ from apps.datapool.services import data_register_from_job
 from apps.datapool.storage import artifact_store, data_key
 from apps.experiments.events import chain_key, chain_verify
 from apps.experiments.models import Event
-from apps.expos.auth import agent_token_issue
-from apps.expos.registry import Role
 from apps.expos.workspaces import workspace_path
 from apps.jobs.models import Job
 from tests.apps.expos.tools.conftest import CLEAN, build_world
@@ -109,19 +107,9 @@ def live_world(transactional_db, roots, staging):
 
 
 @pytest.fixture
-def send(live_server, live_world):
-    tokens = {
-        "worker": agent_token_issue(run=live_world.run, node=live_world.worker, role=Role.WORKER)[0],
-        "reviewer": agent_token_issue(run=live_world.run, node=live_world.reviewer, role=Role.REVIEWER)[0],
-    }
-
+def send(live_call):
     def post(who: str, tool: str, body: dict[str, Any]) -> requests.Response:
-        return requests.post(
-            f"{live_server.url}/api/v1/tools/{tool}",
-            json=body,
-            headers={"Authorization": f"Bearer {tokens[who]}"},
-            timeout=60,
-        )
+        return live_call(who, tool, json=body)
 
     return post
 

@@ -19,15 +19,12 @@ import requests
 
 from apps.experiments.events import chain_key, chain_verify, event_append
 from apps.experiments.models import Event, Experiment
-from apps.expos.auth import agent_token_issue
 from apps.expos.models import IdempotencyRecord
-from apps.expos.registry import Role
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
 from apps.integrity.submission_review import Refusal, record_refusal, submission_spec_sha256
 from apps.jobs.models import Job
 from apps.research.models import ResearchNode
-from tests.apps.expos.tools.conftest import build_world
 
 SLOT = "__BAD_VALUE__"
 KEY_SLOT = "__BAD_KEY__"
@@ -92,24 +89,9 @@ def variants(clean: str) -> Iterator[tuple[str, bytes, str, Hostile]]:
 
 
 @pytest.fixture
-def live_world(transactional_db, roots):
-    return build_world(roots)
-
-
-@pytest.fixture
-def send(live_server, live_world):
-    tokens = {
-        "worker": agent_token_issue(run=live_world.run, node=live_world.worker, role=Role.WORKER)[0],
-        "main": agent_token_issue(run=live_world.run, node=live_world.main, role=Role.MAIN)[0],
-    }
-
+def send(live_call):
     def post(who: str, tool: str, data: bytes, **headers: str) -> requests.Response:
-        return requests.post(
-            f"{live_server.url}/api/v1/tools/{tool}",
-            data=data,
-            headers={"Authorization": f"Bearer {tokens[who]}", "Content-Type": "application/json", **headers},
-            timeout=60,
-        )
+        return live_call(who, tool, data=data, **headers)
 
     return post
 

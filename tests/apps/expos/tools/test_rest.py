@@ -18,28 +18,13 @@ from apps.expos.tools.execution import submission_subjects
 from apps.integrity.models import BlockedAttempt
 from apps.integrity.submission_review import SubmissionRefused, submission_parse
 from apps.jobs.models import Job
-from tests.apps.expos.tools.conftest import build_world, train_spec
+from tests.apps.expos.tools.conftest import train_spec
 
 
 @pytest.fixture
-def live_world(transactional_db, roots):
-    return build_world(roots)
-
-
-@pytest.fixture
-def post(live_server, live_world):
-    tokens = {
-        "worker": agent_token_issue(run=live_world.run, node=live_world.worker, role=Role.WORKER)[0],
-        "main": agent_token_issue(run=live_world.run, node=live_world.main, role=Role.MAIN)[0],
-    }
-
+def post(live_call):
     def send(who: str, tool: str, body: dict, **headers: str) -> requests.Response:
-        return requests.post(
-            f"{live_server.url}/api/v1/tools/{tool}",
-            json=body,
-            headers={"Authorization": f"Bearer {tokens[who]}", **headers},
-            timeout=60,
-        )
+        return live_call(who, tool, json=body, **headers)
 
     return send
 
