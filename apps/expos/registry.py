@@ -64,6 +64,9 @@ class ToolContext:
 Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
 # Names the research node a call mutates, so the view can hold it to the caller's If-Match.
 EtagTarget = Callable[[ToolContext, dict[str, Any]], "ResearchNode"]
+# Called with the arguments of a refused call (bad JSON values, schema errors, a handler's 400), so a
+# refusal for one reason can still record the audit evidence the same request carried for another.
+RefusalAudit = Callable[[ToolContext, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class Tool:
     # Tools that change a mutable DAG node honour If-Match against that node's version (412 on
     # a stale version) — concurrent agents then retry instead of silently overwriting.
     etag_node: EtagTarget | None = None
+    # Tools whose arguments may carry an attempt the audit must count even when the call is refused
+    # for something else (worker_submit: a sealed-split request wrapped in a malformed value).
+    audit_refused: RefusalAudit | None = None
 
     def definition(self) -> dict[str, Any]:
         """The OpenAI-style function definition given to an LLM agent."""
@@ -114,6 +120,7 @@ def tool(
     idempotent_create: bool = False,
     errors: tuple[str, ...] = (),
     etag_node: EtagTarget | None = None,
+    audit_refused: RefusalAudit | None = None,
 ) -> Callable[[Handler], Handler]:
     """Declare a tool; the decorated function is its handler ``(ctx, args) -> result``."""
 
@@ -131,6 +138,7 @@ def tool(
             idempotent_create=idempotent_create,
             errors=errors,
             etag_node=etag_node,
+            audit_refused=audit_refused,
         )
         return handler
 

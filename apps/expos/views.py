@@ -246,7 +246,7 @@ def parse_body(request: Request) -> dict[str, Any]:
     return args
 
 
-def _record_refusal(ctx: ToolContext, tool: str, args: Any, exc: ApplicationError) -> None:
+def _record_refusal(ctx: ToolContext, tool: Tool, args: Any, exc: ApplicationError) -> None:
     """Record a refused call, in its own transaction (the handler's has rolled back)."""
     try:
         if isinstance(exc, SealedAccessDenied):
@@ -255,9 +255,12 @@ def _record_refusal(ctx: ToolContext, tool: str, args: Any, exc: ApplicationErro
         record_after_rollback = getattr(exc, "record_after_rollback", None)
         if callable(record_after_rollback):
             record_after_rollback()
+        elif tool.audit_refused is not None and isinstance(args, dict):
+            # Refused before (or apart from) the review: what the request also asked for still counts.
+            tool.audit_refused(ctx, args)
         tool_call_record(
             ctx=ctx,
-            tool=tool,
+            tool=tool.name,
             arguments=args if isinstance(args, dict) else None,
             status=exc.status_code,
             error=exc.code,
@@ -317,26 +320,26 @@ class ToolCallView(APIView):
                     return replay
             return self._execute(ctx, tool, args)
         except ApplicationError as exc:
-            _record_refusal(ctx, tool.name, args, exc)
+            _record_refusal(ctx, tool, args, exc)
             raise
         except DataError as exc:
             # A value the schema allowed but the column cannot hold: the caller's to fix.
             refusal = InvalidInput(f"{tool.name}: a value does not fit its field: {exc}".splitlines()[0])
-            _record_refusal(ctx, tool.name, args, refusal)
+            _record_refusal(ctx, tool, args, refusal)
             raise refusal from None
         except DjangoValidationError as exc:
             detail = exc.message_dict if hasattr(exc, "error_dict") else {"errors": exc.messages}
             refusal = InvalidInput(f"{tool.name}: the records refused the values: {detail}", fields=detail)
-            _record_refusal(ctx, tool.name, args, refusal)
+            _record_refusal(ctx, tool, args, refusal)
             raise refusal from None
         except IntegrityError as exc:
             # A database constraint refused the change: a race with another agent or a duplicate.
             refusal = Conflict("conflict", f"{tool.name}: the database refused the change: {exc}".splitlines()[0])
-            _record_refusal(ctx, tool.name, args, refusal)
+            _record_refusal(ctx, tool, args, refusal)
             raise refusal from None
         except Exception:
             logger.exception("tool %s failed", tool.name)
-            _record_refusal(ctx, tool.name, args, ApplicationError("internal_error", "unhandled error", status=500))
+            _record_refusal(ctx, tool, args, ApplicationError("internal_error", "unhandled error", status=500))
             return Response(
                 error_body("internal_error", f"{tool.name} failed on the server; the failure is logged."),
                 status=status.HTTP_500_INTERNAL_SERVER_ERROR,
@@ -416,7 +419,7 @@ class ToolCallView(APIView):
                     return replay
             raise
         except _OutputViolation as exc:
-            _record_refusal(ctx, tool.name, args, ApplicationError("internal_error", "output schema violation"))
+            _record_refusal(ctx, tool, args, ApplicationError("internal_error", "output schema violation"))
             return Response(
                 error_body(
                     "internal_error",

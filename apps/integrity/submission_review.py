@@ -249,6 +249,25 @@ def record_refusal(
     return attempts
 
 
+def sealed_split_attempt_record(*, run: Run, node: ResearchNode, spec: Any) -> list[BlockedAttempt]:
+    """Record a refused request's sealed-split ask, whatever else made it fail.
+
+    A submission refused before the review ran (a lone surrogate, NaN or a schema error elsewhere
+    in it, a malformed train part) still asked for what it asked for: an evaluation on a split other
+    than feedback is a test-set access attempt and counts as one, with the request kept (escaped).
+    """
+    evaluation = spec.get("eval") if isinstance(spec, dict) else None
+    if not isinstance(evaluation, dict) or "split" not in evaluation:
+        return []
+    clean = storable(evaluation)
+    refusals = [r for r in _eval_refusals({"split": clean["split"]}) if r.code == "split_sealed"]
+    if not refusals:
+        return []
+    return record_refusal(
+        run=run, node=node, spec=spec, spec_sha256=submission_spec_sha256(storable(spec)), refusals=refusals
+    )
+
+
 def submission_spec_sha256(spec: Any) -> str:
     """The canonical hash of a submission exactly as sent: what an override is bound to."""
     return sha256_text(canonical_json(spec))

@@ -22,6 +22,8 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback, TrainerContro
 from transformers.trainer_callback import PrinterCallback
 from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
+from apps.core.jsonsafe import first_bad_value
+from apps.core.jsonsafe import loads as jsonsafe_loads
 from apps.experiments.hparams import TrainConfig
 from apps.ml.checkpoints import TOKENIZER_FILES, load_checkpoint
 
@@ -60,9 +62,17 @@ def _read_jsonl(paths: Sequence[Path]) -> list[dict[str, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    rows.append(json.loads(line))
+                    row = jsonsafe_loads(line)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{path.name}:{lineno}: not valid JSON ({exc.msg})") from None
+                except RecursionError:
+                    raise ValueError(f"{path.name}:{lineno}: nested too deeply") from None
+                # The datapool refuses such rows at registration; a file changed since must not
+                # train on a NaN or a lone surrogate either (the tokenizer and the logs would choke).
+                bad = first_bad_value(row)
+                if bad is not None:
+                    raise ValueError(f"{path.name}:{lineno}: {bad.message}")
+                rows.append(row)
     if not rows:
         raise ValueError("the training data is empty")
     return rows

@@ -36,6 +36,7 @@ from apps.integrity.submission_review import (
     MAX_PARENTS,
     SubmissionRequest,
     SubmissionSubjects,
+    sealed_split_attempt_record,
     submission_parse,
 )
 
@@ -235,6 +236,11 @@ def _submission_answer(submission: Submission, ctx: ToolContext) -> dict[str, An
     }
 
 
+def _sealed_split_audit(ctx: ToolContext, args: dict[str, Any]) -> None:
+    # A refused submission that also asked for a sealed split is still counted as that attempt.
+    sealed_split_attempt_record(run=ctx.run, node=ctx.node, spec=args)
+
+
 @tool(
     "worker_submit",
     category=Category.EXECUTION,
@@ -259,6 +265,7 @@ def _submission_answer(submission: Submission, ctx: ToolContext) -> dict[str, An
         "run_not_running",
         "seal_broken",
     ),
+    audit_refused=_sealed_split_audit,
 )
 def worker_submit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     request = submission_parse(args)

@@ -21,6 +21,7 @@ from apps.datapool.selectors import data_entry_get, data_entry_list, data_readme
 from apps.datapool.services import (
     data_readme_append,
     data_register_from_workspace,
+    data_transform,
     data_usage_record,
 )
 from apps.datapool.storage import artifact_store, data_key
@@ -251,11 +252,42 @@ def test_readme_is_append_only_at_the_database(artifact_root, workspace):
     assert empty.value.code == "empty_text"
 
 
-def test_sha256_of_an_entry_cannot_change(artifact_root, workspace):
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"sha256": "0" * 64},
+        {"uri": "file:///elsewhere.jsonl"},
+        {"rows": 1},
+        {"teacher": ""},
+        {"teacher": "gpt-x"},
+        {"source": {"path": "other.jsonl"}},
+        {"schema": {"prompt": "string"}},
+        {"name": "renamed"},
+    ],
+    ids=lambda change: next(iter(change)),
+)
+def test_a_registered_entry_cannot_change(artifact_root, workspace, change):
     write_jsonl(workspace / "a.jsonl", ROWS)
     entry = register(workspace, "a.jsonl")
+    before = DataEntry.objects.filter(pk=entry.pk).values().get()
     with pytest.raises(DatabaseError), transaction.atomic():
-        DataEntry.objects.filter(pk=entry.pk).update(sha256="0" * 64)
+        DataEntry.objects.filter(pk=entry.pk).update(**change)
+    assert DataEntry.objects.filter(pk=entry.pk).values().get() == before
+
+
+def test_the_lineage_links_of_an_entry_cannot_change(artifact_root, workspace):
+    write_jsonl(workspace / "a.jsonl", ROWS)
+    write_jsonl(workspace / "b.jsonl", ROWS[:1])
+    parent = register(workspace, "a.jsonl")
+    other = register(workspace, "b.jsonl")
+    child = data_transform(op="filter", inputs=[parent], params={"column": "completion", "regex": "[2-4]"})
+    links = DataEntry.parents.through.objects.filter(from_dataentry=child)
+    assert list(links.values_list("to_dataentry", flat=True)) == [parent.pk]
+    with pytest.raises(DatabaseError), transaction.atomic():
+        links.update(to_dataentry=other)
+    with pytest.raises(DatabaseError), transaction.atomic():
+        child.parents.clear()
+    assert list(child.parents.all()) == [parent]
 
 
 def test_usage_is_recorded_once_per_experiment(artifact_root, workspace, run):

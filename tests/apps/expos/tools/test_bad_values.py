@@ -106,7 +106,7 @@ def test_every_bad_value_variant_is_refused_with_its_path_and_recorded(send, liv
     failures = []
     for index, (label, data, path_template, hostile) in enumerate(generated):
         path = path_template.format(shown=hostile.shown)
-        before = Event.objects.filter(run=live_world.run, tool="worker_submit").count()
+        before = Event.objects.filter(run=live_world.run, type="tool.called", tool="worker_submit").count()
         response = send("worker", "worker_submit", data, **{"Idempotency-Key": f"bad-{index}"})
         try:
             assert response.status_code == 400, response.text
@@ -115,7 +115,9 @@ def test_every_bad_value_variant_is_refused_with_its_path_and_recorded(send, liv
             assert error["detail"]["json_path"] == path
             assert error["detail"]["rule"] == hostile.rule
             assert error["message"].startswith(f"{path}: ")
-            assert Event.objects.filter(run=live_world.run, tool="worker_submit").count() == before + 1
+            assert (
+                Event.objects.filter(run=live_world.run, type="tool.called", tool="worker_submit").count() == before + 1
+            )
             recorded = _last_refusal(live_world, "worker_submit").arguments
             assert recorded["status"] == 400
             assert recorded["error"] == hostile.code
@@ -126,10 +128,16 @@ def test_every_bad_value_variant_is_refused_with_its_path_and_recorded(send, liv
         except (AssertionError, KeyError, ValueError) as exc:
             failures.append(f"{label}: {exc!r}"[:400])
     assert not failures, "\n".join(failures)
-    # Nothing was stored, and every refusal sits sealed in an intact chain.
+    # Nothing was stored but the final-split asks, each one a test-set access attempt on record;
+    # every refusal sits sealed in an intact chain.
     assert not Experiment.objects.exists()
     assert not Job.objects.exists()
-    assert not BlockedAttempt.objects.filter(run=live_world.run).exists()
+    attempts = BlockedAttempt.objects.filter(run=live_world.run)
+    assert attempts.count() == sum("final" in label for label, *_ in generated)
+    assert set(attempts.values_list("subcategory", flat=True)) == {Subcategory.TEST_SET_ACCESS}
+    assert {a.request["code"] for a in attempts} == {"split_sealed"}
+    assert all(a.request["spec"]["eval"]["split"] == "final" for a in attempts)
+    assert Event.objects.filter(run=live_world.run, type="submission.refused").count() == attempts.count()
     assert not IdempotencyRecord.objects.exists()
     refusals = Event.objects.filter(run=live_world.run, tool="worker_submit", arguments__status=400)
     assert refusals.count() == len(generated)
@@ -182,6 +190,53 @@ def test_nesting_of_64_levels_reaches_the_review_and_65_is_refused_with_its_path
     assert recorded["status"] == 400
     assert recorded["error_path"] == innermost
     assert BlockedAttempt.objects.filter(run=live_world.run).count() == 1  # only the 64-level attempt
+    assert not Experiment.objects.exists()
+    assert chain_verify(chain_key(live_world.run)).ok
+
+
+def sealed_asks_refused_for_something_else(clean: str) -> Iterator[tuple[str, bytes, int]]:
+    """Final-split requests that fail before the review for another reason: (label, body, status)."""
+    train = {"recipe": "sft", "datasets": [clean], "max_steps": 20}
+    for split in ("final", "FINAL", "final\u200b", "test"):
+        ask = {"split": split}
+        yield (
+            f"{split!r} with an unknown top-level field",
+            json.dumps({"train": train, "eval": ask, "x": 1}).encode(),
+            400,
+        )
+        yield (
+            f"{split!r} with a fractional step count",
+            json.dumps({"train": {**train, "max_steps": 2.5}, "eval": ask}).encode(),
+            400,
+        )
+        yield (
+            f"{split!r} with a lone surrogate in the claim",
+            json.dumps({"eval": ask, "kind": "eval_only"}).replace('"kind"', '"claim": "\\ud800", "kind"').encode(),
+            400,
+        )
+
+
+def test_a_final_split_ask_refused_for_another_reason_is_still_a_blocked_attempt(send, live_world):
+    failures = []
+    cases = list(sealed_asks_refused_for_something_else(live_world.clean))
+    for label, data, expected in cases:
+        before = BlockedAttempt.objects.filter(run=live_world.run).count()
+        response = send("worker", "worker_submit", data)
+        try:
+            assert response.status_code == expected, response.text
+            attempt = BlockedAttempt.objects.filter(run=live_world.run).latest("pk")
+            assert BlockedAttempt.objects.filter(run=live_world.run).count() == before + 1
+            assert attempt.subcategory == Subcategory.TEST_SET_ACCESS
+            assert attempt.request["code"] == "split_sealed"
+            assert attempt.node == live_world.worker
+        except (AssertionError, BlockedAttempt.DoesNotExist) as exc:
+            failures.append(f"{label}: {exc!r}"[:300])
+    assert not failures, "\n".join(failures)
+    # A feedback ask refused for the same reasons is no test-set access attempt.
+    count = BlockedAttempt.objects.filter(run=live_world.run).count()
+    response = send("worker", "worker_submit", json.dumps({"eval": {"split": "feedback"}, "x": 1}).encode())
+    assert response.status_code == 400
+    assert BlockedAttempt.objects.filter(run=live_world.run).count() == count
     assert not Experiment.objects.exists()
     assert chain_verify(chain_key(live_world.run)).ok
 
