@@ -103,7 +103,7 @@ def campaign(django_db_setup, django_db_blocker, minibench_ci, tmp_path_factory)
                     "training_gate": True,
                     "allowed_teachers": ["qwen-approved"],
                     "feedback_evals_per_worker": 50,
-                    "contamination_tolerance": 0,
+                    "contamination_tolerance": 3,
                 },
             )
             main_node = ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)
