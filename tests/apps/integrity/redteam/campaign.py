@@ -756,19 +756,23 @@ def disguised_reports(c: Campaign) -> None:
             Variant(S.METRIC_ATTRIBUTION, label, "api", node, experiment=handle, source=f"summary:{node.handle}")
         )
 
+    # The Main Agent restates the low score inflated, in forms a plain decimal reader skips.
     samples = Evaluation.objects.get(experiment__run=c.run, experiment__handle=low).sample_count
     claimed = min(1.0, round(low_score + 0.3, 2))
-    for label, written in disguise.claim_forms(claimed, samples, rng):
-        successor, successor_agent = c.agent(f"inflate a score as {label}", upstream=[node])
-        c.finalize(successor_agent, disguise.claim_sentence(low, written, rng), [low])
+    main_node = c.run.nodes.get(kind="main")
+    for index, (label, written) in enumerate(disguise.claim_forms(claimed, samples, rng)):
+        key = f"disguised-{index}"
+        text = disguise.claim_sentence(low, written, rng)
+        reply = c.main.call("main_optimizer_update", {"claims": [{"key": key, "text": text, "evidence": [low]}]})
+        assert reply.ok, reply.body
         c.variants.append(
             Variant(
                 S.METRIC_ATTRIBUTION,
                 f"an inflated score written as {label}",
                 "api",
-                successor,
+                main_node,
                 experiment=low,
-                source=f"summary:{successor.handle}",
+                source=f"claim:{key}@1",
             )
         )
 
