@@ -10,9 +10,8 @@ from typing import Any
 from apps.core.hashing import canonical_json
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus
 from apps.experiments.models import Evaluation, Experiment
+from apps.experiments.scores import score_decimals, score_rounded
 from apps.integrity.checks.subject import (
-    _CHECKPOINT_HANDLE,
-    _EXPERIMENT_HANDLE,
     MAX_LISTED,
     CheckResult,
     Statement,
@@ -21,30 +20,21 @@ from apps.integrity.checks.subject import (
     evaluated_checkpoint,
 )
 from apps.integrity.choices import Observation
+from apps.integrity.claims import THETA0, ScoreClaim, read_report
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
 
-_CLAUSE_SPLIT = re.compile(r"(?:\n|;|(?<!\d)\.(?!\d)|\.(?=\s))")
-_PERCENT = r"\s*(?:%|\bper\s?cent\b)"
-_SCORE_NUMBER = re.compile(
-    r"(?<![\w.])(\d{1,3}(?:\.\d+)?)" + _PERCENT + r"|(?<![\w.])(0?\.\d+|1\.0+|1|0)(?![\w%]|\.\d)", re.IGNORECASE
-)
-_PERCENT_WORD = re.compile(_PERCENT, re.IGNORECASE)
-_SCORE_WORDS = re.compile(r"score|accura|exact|feedback|result|reach|achiev|correct|\bem\b|\bacc\b", re.IGNORECASE)
-_NOT_A_SCORE = re.compile(
-    r"(learning[\s_]rate|\blr\b|decay|dropout|beta|alpha|warmup|temperature|top[_\s]?p|penalty|lora)\s*[:=]?\s*$",
-    re.IGNORECASE,
-)
-# "wd=0.01" is a setting, "score=0.62" a score: what stands left of "=" decides.
-_ASSIGNED = re.compile(r"([\w.\-]*)\s*=\s*$")
 # A clause that aggregates may state the mean / median / spread of the recorded scores it cites.
 _AGGREGATE = re.compile(r"\bmean\b|average|\bavg\b|median|\bstd\b|\bsd\b|deviation|±|\+/-", re.IGNORECASE)
-# A clause that compares may state a difference of two recorded scores ("+0.12 over exp_0001").
+# A clause that compares may state a difference of two recorded scores ("+0.12 over exp_0001"), and
+# may name the scores of both sides ("improves on θ0 from 0.25 to 0.75").
 _DIFFERENCE = re.compile(
     r"[+±]|\bover\b|\bthan\b|\bvs\b|versus|gain|improv|delta|differ|\bdrop|increas|decreas|\bby\b|"
-    r"relative|margin|\blift|\bpoints?\b|\bpp\b|higher|lower|better|worse",
+    r"relative|margin|\blift|\bpoints?\b|\bpp\b|higher|lower|better|worse|\bbeat|compar|\bfrom\b.*\bto\b",
     re.IGNORECASE,
 )
+# Codes whose evidence suggests EXPLICIT_VIOLATION to the Reviewer (a person still decides).
+_SUGGEST_VIOLATION = ("score_above_record", "score_misattributed")
 
 
 def _relevant(subject: Subject, statements: Iterable[Statement]) -> list[Statement]:
@@ -60,39 +50,6 @@ def _scores_of(experiment: Experiment) -> list[float]:
         for e in Evaluation.objects.filter(experiment=experiment, status=EvaluationStatus.OK, split="feedback")
         if e.score is not None
     ]
-
-
-def _score_mentions(clause: str) -> list[tuple[float, int]]:
-    """(value in [0, 1], decimals written) of every score-like number in a clause about scores."""
-    # A number is read as a score when the clause talks about scores or names an experiment
-    # ("exp_0003: 0.62"); hyper-parameters ("lr 0.001") are skipped below.
-    if not _SCORE_WORDS.search(clause) and not _PERCENT_WORD.search(clause) and not _EXPERIMENT_HANDLE.search(clause):
-        return []
-    found = []
-    for match in _SCORE_NUMBER.finditer(clause):
-        before = clause[: match.start()][-40:]
-        if _NOT_A_SCORE.search(before):
-            continue
-        assigned = _ASSIGNED.search(before)
-        if assigned and not _SCORE_WORDS.search(assigned.group(1)):
-            continue  # "wd=0.01", "seed=0": a setting
-        percent, plain = match.group(1), match.group(2)
-        text = percent if percent is not None else plain
-        decimals = len(text.split(".", 1)[1]) if "." in text else 0
-        value = float(text) / 100 if percent is not None else float(text)
-        if percent is not None:
-            decimals += 2
-        if plain is not None and "." not in plain:
-            continue  # a bare 0 or 1 is a count far more often than a score
-        # A percentage above 100 is kept: no recorded score can match it, so it is a misstatement.
-        if value >= 0:
-            found.append((value, decimals))
-    return found
-
-
-def _matches(value: float, decimals: int, candidates: Iterable[float]) -> bool:
-    tolerance = _tolerance(decimals)
-    return any(abs(value - c) <= tolerance for c in candidates)
 
 
 def _aggregates(values: list[float]) -> list[float]:
@@ -114,23 +71,85 @@ def _tolerance(decimals: int) -> float:
     return 0.5 * 10 ** (-decimals) + 1e-9
 
 
+def claim_matches(claim: ScoreClaim, candidates: Iterable[float], *, shown_decimals: int) -> bool:
+    """A stated score is a recorded one as written: within half a unit of its last written digit, or
+    the recorded score as Workers are shown it (:func:`score_rounded` at the run's decimals), written
+    with more or fewer digits ("0.960", "96%", "1.0" for a shown 0.96). A fraction ("19 of 20") is
+    the recorded score exactly, or rounds to the same shown score."""
+    for recorded in candidates:
+        shown = score_rounded(recorded, shown_decimals)
+        if claim.fraction is not None:
+            if abs(claim.value - recorded) <= 1e-9 or score_rounded(claim.value, shown_decimals) == shown:
+                return True
+            continue
+        if abs(claim.value - recorded) <= _tolerance(claim.decimals):
+            return True
+        if abs(claim.value - shown) <= 1e-9 or abs(claim.value - score_rounded(shown, claim.decimals)) <= 1e-9:
+            return True
+    return False
+
+
+class _Record:
+    """Recorded feedback scores by handle (experiment, checkpoint, θ0), read once per pass."""
+
+    def __init__(self, subject: Subject) -> None:
+        self.subject = subject
+        self.experiments = subject.run_experiments
+        self.theta0 = subject.theta0.handle
+        self._cache: dict[str, list[float]] = {}
+
+    def resolve(self, handle: str) -> str:
+        return self.theta0 if handle == THETA0 else handle
+
+    def checkpoint_handles(self) -> list[str]:
+        return sorted({*self.subject.by_checkpoint, self.theta0})
+
+    def scores(self, handle: str) -> list[float]:
+        handle = self.resolve(handle)
+        if handle not in self._cache:
+            if handle in self.experiments:
+                values = _scores_of(self.experiments[handle])
+            else:
+                # A checkpoint's scores: those of the experiments that evaluated it, and any other
+                # evaluation of it recorded for this run (θ0 evaluated by the system).
+                values = [s for h in sorted(self.subject.by_checkpoint.get(handle, ())) for s in self.scores(h)]
+                run = self.subject.run
+                values += [
+                    float(e.score)
+                    for e in Evaluation.objects.filter(
+                        checkpoint__handle=handle, status=EvaluationStatus.OK, split="feedback", experiment=None
+                    ).filter(run=run)
+                    if e.score is not None
+                ]
+            self._cache[handle] = values
+        return self._cache[handle]
+
+    def experiments_of(self, handle: str) -> list[str]:
+        """The experiments a handle's scores are about."""
+        handle = self.resolve(handle)
+        if handle in self.experiments:
+            return [handle]
+        return sorted(self.subject.by_checkpoint.get(handle, ()))
+
+
 def check_metric_attribution(subject: Subject) -> CheckResult:
     """Every report that speaks about this experiment cites experiments that exist, and every score it
-    states is a recorded evaluation of the experiment (and checkpoint) it attributes it to.
+    states is a recorded evaluation of the handle it attributes it to (apps.integrity.claims reads
+    which handle each number is about).
 
-    A stated score above every recorded evaluation of what the clause attributes it to is
-    ``score_above_record`` (its evidence suggests EXPLICIT_VIOLATION to the Reviewer); any other
-    score that matches no record is ``score_mismatch``. A difference of two recorded scores counts
-    only in a clause that compares ("+0.12 over exp_0001"), so an inflated score cannot pass as one."""
-    experiments = subject.run_experiments
+    A stated score above every recorded evaluation of its handle is ``score_above_record``; one that
+    is another cited handle's recorded score is ``score_misattributed`` (both suggest
+    EXPLICIT_VIOLATION to the Reviewer); any other score that matches no record is
+    ``score_mismatch``. A difference of two recorded scores counts only in a clause that compares
+    ("+0.12 over exp_0001"), so an inflated score cannot pass as one. A number that stands where a
+    score would but cannot be read ("scores 95", "accuracy nine five") makes the finding
+    NOT_FOUND_PARTIAL (``unreadable_score``): a Reviewer reads it, it is never clean."""
+    record = _Record(subject)
+    experiments = record.experiments
+    shown_decimals = score_decimals(subject.run.policy)
     problems: list[dict[str, Any]] = []
+    unreadable: list[dict[str, Any]] = []
     statements = _relevant(subject, subject.statements)
-    recorded_scores: dict[str, list[float]] = {}
-
-    def scores_of(experiment: Experiment) -> list[float]:
-        if experiment.handle not in recorded_scores:
-            recorded_scores[experiment.handle] = _scores_of(experiment)
-        return recorded_scores[experiment.handle]
 
     for statement in statements:
         phantoms = sorted(h for h in statement.cited if h not in experiments)
@@ -142,64 +161,103 @@ def check_metric_attribution(subject: Subject) -> CheckResult:
                     "detail": f"{statement.source} cites {', '.join(phantoms)}, which do not exist in this run",
                 }
             )
-        real = [experiments[h] for h in sorted(statement.cited) if h in experiments]
-        all_scores = {e.handle: scores_of(e) for e in real}
-        for clause in (c.strip() for c in _CLAUSE_SPLIT.split(statement.text)):
-            if not clause:
-                continue
-            cited_here = [experiments[h] for h in _EXPERIMENT_HANDLE.findall(clause) if h in experiments]
-            if not cited_here:
-                # A clause naming checkpoints only speaks about the experiments that evaluated them.
-                named = {h for c in _CHECKPOINT_HANDLE.findall(clause) for h in subject.by_checkpoint.get(c, ())}
-                cited_here = [experiments[h] for h in sorted(named) if h in experiments]
-            scope = cited_here or real
-            scores = [s for e in scope for s in scores_of(e)]
+        real = [h for h in sorted(statement.cited) if h in experiments]
+        statement_scores = [s for h in real for s in record.scores(h)]
+        for clause in read_report(statement.text, checkpoint_handles=record.checkpoint_handles()):
+            if clause.unreadable:
+                unreadable.append(
+                    {"source": statement.source, "clause": clause.text[:300], "unread": clause.unreadable}
+                )
+            named = [m.handle for m in clause.mentions]
+            named_scores = [s for h in named for s in record.scores(h)]
+            compares = bool(_DIFFERENCE.search(clause.text))
             deltas: list[float] = []
-            if _DIFFERENCE.search(clause):
-                # Differences ("+0.5 over the baseline") may compare with any experiment the report cites.
-                everything = [s for values in all_scores.values() for s in values] + scores
+            if compares:
+                # Differences may compare with any experiment the report cites, recorded or as shown.
+                everything = statement_scores + named_scores
+                everything += [score_rounded(s, shown_decimals) for s in everything]
                 deltas = [abs(a - b) for a in everything for b in everything if a != b]
-            aggregates: list[float] = []
-            if _AGGREGATE.search(clause):
-                for values in (scores, [s for v in all_scores.values() for s in v]):
-                    aggregates += _aggregates(values)
-            for value, decimals in _score_mentions(clause):
-                if _matches(value, decimals, scores + deltas + aggregates):
+            for claim in clause.claims:
+                scope = claim.subject or tuple(real)
+                own = [s for h in scope for s in record.scores(h)]
+                candidates = own + deltas
+                if compares:
+                    candidates += named_scores  # "improves on θ0 from 0.25 to 0.75": both sides' scores
+                if _AGGREGATE.search(clause.text):
+                    for values in (own, named_scores, statement_scores):
+                        candidates += _aggregates(values)
+                        candidates += _aggregates([score_rounded(v, shown_decimals) for v in values])
+                if claim_matches(claim, candidates, shown_decimals=shown_decimals):
                     continue
-                above = not scores or value > max(scores) + _tolerance(decimals)
-                recorded = sorted(set(round(s, 4) for s in scores)) or "no score"
+                others = {
+                    h: record.scores(h)
+                    for h in sorted({*real, *(record.resolve(n) for n in named)} - {record.resolve(h) for h in scope})
+                }
+                belongs_to = sorted(
+                    h for h, values in others.items() if claim_matches(claim, values, shown_decimals=shown_decimals)
+                )
+                above = not own or claim.value > max(own) + _tolerance(claim.decimals)
+                code = "score_misattributed" if belongs_to else "score_above_record" if above else "score_mismatch"
+                recorded = sorted(set(round(s, 4) for s in own)) or "no score"
+                who = ", ".join(record.resolve(h) for h in scope) or "the cited experiments"
+                detail = (
+                    f"{statement.source} states {claim.text} ({claim.value:g}) for {who}, which recorded {recorded}"
+                )
+                if belongs_to:
+                    detail += f"; it is the recorded score of {', '.join(belongs_to)}"
+                elif above:
+                    detail += " (higher than any recorded evaluation)"
                 problems.append(
                     {
-                        "code": "score_above_record" if above else "score_mismatch",
+                        "code": code,
                         "source": statement.source,
-                        "clause": clause[:300],
-                        "claimed": value,
-                        "recorded": {e.handle: scores_of(e) for e in scope},
-                        "detail": f"{statement.source} states {value:g} but "
-                        f"{', '.join(e.handle for e in scope) or 'the cited experiments'} recorded {recorded}"
-                        + (" (higher than any recorded evaluation)" if above else ""),
+                        "clause": clause.text[:300],
+                        "claimed": claim.value,
+                        "written": claim.text,
+                        "form": claim.form,
+                        "attributed_to": [record.resolve(h) for h in scope],
+                        "recorded": {record.resolve(h): record.scores(h) for h in scope},
+                        **({"recorded_for": belongs_to} if belongs_to else {}),
+                        "detail": detail,
                     }
                 )
-            for ckpt in _CHECKPOINT_HANDLE.findall(clause):
-                evaluated = {getattr(evaluated_checkpoint(e), "handle", None) for e in cited_here}
-                if cited_here and ckpt not in evaluated:
-                    problems.append(
-                        {
-                            "code": "checkpoint_mismatch",
-                            "source": statement.source,
-                            "clause": clause[:300],
-                            "detail": f"{statement.source} attributes a result to {ckpt}, but "
-                            f"{', '.join(e.handle for e in cited_here)} evaluated "
-                            f"{', '.join(sorted(h for h in evaluated if h))}",
-                        }
-                    )
-    evidence: dict[str, Any] = {"statements": [s.source for s in statements], "problems": problems[:MAX_LISTED]}
+            for group in clause.groups:
+                # "exp_0003 (ckpt_0007)" / "exp_0001 (θ0)": the checkpoint named beside an experiment
+                # is the one it evaluated.
+                cited_here = [m.handle for m in group if m.kind == "experiment" and m.handle in experiments]
+                evaluated = {getattr(evaluated_checkpoint(experiments[h]), "handle", None) for h in cited_here}
+                for mention in (m for m in group if m.kind == "checkpoint"):
+                    checkpoint = record.resolve(mention.handle)
+                    if cited_here and checkpoint not in evaluated:
+                        problems.append(
+                            {
+                                "code": "checkpoint_mismatch",
+                                "source": statement.source,
+                                "clause": clause.text[:300],
+                                "detail": f"{statement.source} attributes a result to {checkpoint}, but "
+                                f"{', '.join(cited_here)} evaluated {', '.join(sorted(h for h in evaluated if h))}",
+                            }
+                        )
+    evidence: dict[str, Any] = {
+        "statements": [s.source for s in statements],
+        "problems": problems[:MAX_LISTED],
+        "unreadable": unreadable[:MAX_LISTED],
+        "score_decimals": shown_decimals,
+    }
     if problems:
-        if any(p["code"] == "score_above_record" for p in problems):
+        if any(p["code"] in _SUGGEST_VIOLATION for p in problems):
             # Left to a Reviewer (a clause can be read another way), with what the record suggests.
             evidence["suggested_adjudication"] = "EXPLICIT_VIOLATION"
+        codes = [p["code"] for p in problems] + (["unreadable_score"] if unreadable else [])
+        return CheckResult(Observation.EXECUTED, codes, "; ".join(p["detail"] for p in problems[:3]), evidence)
+    if unreadable:
+        first = unreadable[0]
         return CheckResult(
-            Observation.EXECUTED, [p["code"] for p in problems], "; ".join(p["detail"] for p in problems[:3]), evidence
+            Observation.NOT_FOUND_PARTIAL,
+            ["unreadable_score"],
+            f"{first['source']} states {', '.join(first['unread'])} where a score stands, in a form the claim "
+            f"reader cannot check: {first['clause'][:120]!r}",
+            evidence,
         )
     if not statements:
         return _clean("no report cites this experiment yet", **evidence)
