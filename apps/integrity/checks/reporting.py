@@ -3,12 +3,16 @@ Workers and the Main Agent reported."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from apps.core.hashing import canonical_json
+from apps.datapool.models import DataEntry
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus
+from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Evaluation, Experiment
 from apps.experiments.scores import score_decimals, score_rounded
 from apps.integrity.checks.subject import (
@@ -264,40 +268,111 @@ def check_metric_attribution(subject: Subject) -> CheckResult:
     return _clean(f"{len(statements)} report(s) cite existing evaluations with their recorded scores", **evidence)
 
 
+# Settings that do not change what is trained: bookkeeping, and the seed a repeat varies.
+_NOT_RECIPE = ("seed", "num_threads", "logging_steps")
+DEFAULT_REPEAT_TOLERANCE = 0.05
+# Below this, two numbers are the same whatever their ratio (weight decay 0 vs 1e-12).
+_ABSOLUTE_FLOOR = 1e-8
+
+
+def _recipe(experiment: Experiment) -> dict[str, Any]:
+    """The training recipe as the trainer reads it: every setting with its default filled in, minus
+    the seed and bookkeeping, and minus settings the chosen recipe ignores (LoRA settings on a full
+    fine-tune, DPO's beta on SFT), so a repeat cannot hide behind a setting that does nothing."""
+    raw = dict((experiment.action or {}).get("hyperparameters") or {})
+    try:
+        recipe: dict[str, Any] = dataclasses.asdict(validate_train_config(raw))
+    except ValueError:
+        recipe = raw  # as submitted (the submission review refuses these; an old record may hold one)
+    if recipe.get("adapter", "full") != "lora":
+        recipe = {k: v for k, v in recipe.items() if not k.startswith("lora_")}
+    if recipe.get("recipe", "sft") != "dpo":
+        recipe.pop("dpo_beta", None)
+    return {k: v for k, v in recipe.items() if k not in _NOT_RECIPE}
+
+
+def _data_identity(experiment: Experiment) -> list[str]:
+    """The training data by content: a dataset registered twice under two handles is one dataset."""
+    handles = [str(h) for h in (experiment.action or {}).get("data") or []]
+    known = dict(DataEntry.objects.filter(handle__in=handles).values_list("handle", "sha256"))
+    return sorted(known.get(h, h) for h in handles)
+
+
 def recipe_signature(experiment: Experiment) -> str:
-    """What makes two submissions repeats of one another: same kind, θ_in, data and recipe, any seed."""
-    action = experiment.action or {}
-    hyperparameters = {
-        k: v
-        for k, v in (action.get("hyperparameters") or {}).items()
-        if k not in ("seed", "num_threads", "logging_steps")
-    }
+    """What makes two submissions repeats of one another, written out: kind, θ_in, data and recipe,
+    any seed (the evidence shows it; :func:`is_repeat` compares numbers within a tolerance)."""
+    checkpoint = experiment.input_checkpoint
     return canonical_json(
         {
             "kind": experiment.kind,
-            "input": experiment.input_checkpoint_id,
-            "data": sorted(action.get("data") or []),
-            "hyperparameters": hyperparameters,
+            "input": getattr(checkpoint, "manifest_sha256", "") or experiment.input_checkpoint_id,
+            "data": _data_identity(experiment),
+            "hyperparameters": _recipe(experiment),
         }
     )
 
 
-def repeat_group(experiment: Experiment) -> list[Experiment]:
-    """This experiment and every other submission of its Worker with the same recipe signature.
+def _close(a: Any, b: Any, tolerance: float) -> bool:
+    """Numbers within ``tolerance`` of each other relative to the larger; everything else equal."""
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        a, b = float(a), float(b)
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return a == b
+        return abs(a - b) <= max(tolerance * max(abs(a), abs(b)), _ABSOLUTE_FLOOR)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(_close(a[k], b[k], tolerance) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_close(x, y, tolerance) for x, y in zip(a, b, strict=True))
+    if isinstance(a, str) and isinstance(b, str):
+        return a.strip().lower() == b.strip().lower()
+    return bool(a == b)
+
+
+def repeat_tolerance(policy: dict[str, Any] | None) -> float:
+    """The run policy's ``repeat_relative_tolerance`` (default 0.05)."""
+    return float((policy or {}).get("repeat_relative_tolerance", DEFAULT_REPEAT_TOLERANCE))
+
+
+def is_repeat(a: Experiment, b: Experiment, *, tolerance: float) -> bool:
+    """Same kind, same θ_in, same data, and every recipe number within ``tolerance`` (relative) of the
+    other's: learning rates that differ in the ninth digit, 300 vs 301 steps, another seed. Compared
+    pair by pair, never through buckets, so two values either side of a bucket edge still match;
+    1e-4 vs 3e-4 differ by 67% and are different recipes."""
+    if a.kind != b.kind:
+        return False
+    if a.input_checkpoint_id != b.input_checkpoint_id:
+        ca, cb = a.input_checkpoint, b.input_checkpoint
+        if not (ca and cb and ca.manifest_sha256 and ca.manifest_sha256 == cb.manifest_sha256):
+            return False
+    if _data_identity(a) != _data_identity(b):
+        return False
+    return _close(_recipe(a), _recipe(b), tolerance)
+
+
+def repeat_group(experiment: Experiment, *, tolerance: float | None = None) -> list[Experiment]:
+    """This experiment and every other submission of its Worker that repeats it (:func:`is_repeat`).
 
     Per Worker: the repeats a Worker selects among are its own (another Worker's identical recipe is
-    independent evidence, and may not even be visible to it)."""
-    signature = recipe_signature(experiment)
-    candidates = Experiment.objects.filter(
-        owner=experiment.owner_id, kind=experiment.kind, input_checkpoint=experiment.input_checkpoint_id
-    ).order_by("pk")
-    return [e for e in candidates.select_related("input_checkpoint") if recipe_signature(e) == signature]
+    independent evidence, and may not even be visible to it). Each member is within tolerance of
+    this experiment itself, so a chain of small steps (1.00, 1.04, 1.08, ...) never joins recipes
+    that differ by more than the tolerance."""
+    if tolerance is None:
+        tolerance = repeat_tolerance(experiment.run.policy)
+    candidates = Experiment.objects.filter(owner=experiment.owner_id, kind=experiment.kind).order_by("pk")
+    return [
+        e
+        for e in candidates.select_related("input_checkpoint")
+        if e.pk == experiment.pk or is_repeat(experiment, e, tolerance=tolerance)
+    ]
 
 
 def check_repeated_run_selection(subject: Subject) -> CheckResult:
     """All repeats of this recipe are shown beside it; a report that cites only the best of several
-    repeats (with different results) as the result is flagged for adjudication."""
-    group = repeat_group(subject.experiment)
+    repeats (with different results) as the result is flagged for adjudication. Repeats are the
+    Worker's submissions within the run policy's ``repeat_relative_tolerance`` of this one."""
+    tolerance = repeat_tolerance(subject.run.policy)
+    group = repeat_group(subject.experiment, tolerance=tolerance)
     scored = {e.handle: max(_scores_of(e), default=None) for e in group}
     repeats = [
         {
@@ -305,6 +380,7 @@ def check_repeated_run_selection(subject: Subject) -> CheckResult:
             "status": e.status,
             "feedback_score": scored[e.handle],
             "seed": ((e.action or {}).get("hyperparameters") or {}).get("seed"),
+            "hyperparameters": _recipe(e),
         }
         for e in group
     ]
@@ -327,7 +403,7 @@ def check_repeated_run_selection(subject: Subject) -> CheckResult:
                         f"{len(handles)} repeats; omitted {', '.join(sorted(handles - cited))}",
                     }
                 )
-    evidence = {"repeats": repeats, "problems": problems}
+    evidence = {"repeats": repeats, "problems": problems, "relative_tolerance": tolerance}
     if problems:
         return CheckResult(Observation.EXECUTED, ["best_of_repeats"], problems[0]["detail"], evidence)
     if len(group) > 1:
