@@ -148,7 +148,7 @@ def _mentions(clause: str, checkpoint_handles: Iterable[str]) -> list[Mention]:
     found: list[Mention] = []
     taken: list[tuple[int, int]] = []
     literal = sorted({h for h in checkpoint_handles if h and not re.fullmatch(_CHECKPOINT, h)}, key=len, reverse=True)
-    patterns = [(_EXPERIMENT, "experiment", None), (_CHECKPOINT, "checkpoint", None)]
+    patterns: list[tuple[str, str, str | None]] = [(_EXPERIMENT, "experiment", None), (_CHECKPOINT, "checkpoint", None)]
     patterns += [(re.escape(h), "checkpoint", h) for h in literal]
     patterns.append((_THETA0, "checkpoint", THETA0))
     for pattern, kind, fixed in patterns:
@@ -215,7 +215,7 @@ _COUNT_NOUN = (
     r"prompts?|problems?|records?|files?|lines?|attempts?|trials?|evaluations?|evals?|checkpoints?|params?|"
     r"parameters?|[kmb]|gb|mb|x|times|sealed|splits?|tasks?|points?\s+of\s+data|data\s+points?|iterations?|"
     r"shots?|words?|characters?|chars?|completions?|instances?|candidates?|others?|more|new|different|"
-    r"training|train|cycles?|rounds?|folds?|copies|variants?|templates?|allowance|refus\w*)"
+    r"training|train|recipes?|configs?|configurations?|settings?|directions?|options?|cycles?|rounds?|folds?|copies|variants?|templates?|allowance|refus\w*)"
 )
 # A count: a number followed (within two words) by what it counts.
 _NOT_AN_ADJECTIVE = r"(?:on|of|in|at|for|with|after|over|across|the|a|an|its|their|from|to|by|per|than|vs|and|or)\b"
@@ -233,7 +233,8 @@ _SETTING_KEY = re.compile(
 # What numbers a list or a sequence: "step 3", "phase 2", "run #4" (integers only).
 _ENUMERATOR = re.compile(
     r"(?:step|phase|round|stage|iteration|part|attempt|trial|run|direction|option|idea|plan|item|version|\bv|"
-    r"#|\bno\.?|number|\bid|worker|section|figure|table|line|top|pass@)\s*[:=]?\s*$",
+    r"#|\bno\.?|number|\bid|workers?|section|figure|table|line|top|pass@|rank\w*|position|place)\s*[:=]?\s*"
+    r"(?:\d+\w*\s*(?:,|and|or|&|of|/)\s*)*$",
     re.IGNORECASE,
 )
 # Metrics that are not the benchmark's score: the nearest of these before a number, with no score
@@ -259,12 +260,18 @@ _EXCUSED = [
         re.IGNORECASE,
     ),
     re.compile(rf"{_NUM}\s*%?(?=\s*(?:CI|confidence)\b)", re.IGNORECASE),
-    # Glued to a word: data_0001, top-1, pass@1, x2, 2nd, 10k, 0.5B.
+]
+# Glued to a word: data_0001, top-1, pass@1, x2, 2nd, 10k, 0.5B (after "95%" and "95percent" are read).
+_GLUED = [
     re.compile(r"(?:(?<=[^\W\d])|(?<=[@#^])|(?<=[^\W\d]-))\d+(?:[.,]\d+)*"),
     re.compile(r"\d+(?:[.,]\d+)?[^\W\d]\w*"),
 ]
-_PERCENT_SIGN = r"\s*(?:%|\bper\s?cent\b|\bpct\b|\bpercent(?:age)?\b)"
-_FRACTION = re.compile(r"(?<![\w.,/])(\d+)\s*(?:/|\bout\s+of\b|\bof\b)\s*(\d+)(?![\w/]|[.,]\d)", re.IGNORECASE)
+_PERCENT_SIGN = r"\s*(?:%|per\s?cent\b|pct\b|percent(?:age)?\b)"
+_FRACTION = re.compile(
+    r"(?<![\w.,/])(\d+)\s*(?:(?:correct(?:ly)?|right|passed|solved)\s+)?(?:/|\bout\s+of\b|\bof\b)\s*(?:the\s+)?(\d+)"
+    r"(?![\w/]|[.,]\d)",
+    re.IGNORECASE,
+)
 _PERCENT = re.compile(rf"(?<![\w.,])([+-]?{_NUM})(?:{_PERCENT_SIGN})(?!\s*points?\b)", re.IGNORECASE)
 _POINTS = re.compile(rf"(?<![\w.,])([+-]?{_NUM})\s*(?:pp\b|percentage[\s-]points?\b|points?\b)", re.IGNORECASE)
 _SCIENTIFIC = re.compile(r"(?<![\w.,])(\d+(?:\.\d+)?)e([-+]?\d+)(?![\w.])", re.IGNORECASE)
@@ -281,6 +288,19 @@ _SCORE_SLOT = re.compile(
     re.IGNORECASE,
 )
 _ONE_WORD_PRONOUNS = {"one", "zero"}
+_WORDS_BEFORE = re.compile(r"(?:\S+\s+){0,4}$")
+_WORDS_AFTER = re.compile(r"^(?:\s*\S+){0,3}")
+
+
+def _near_a_score_word(clause: str, start: int, end: int) -> bool:
+    """A number stands where a score would: right after a score word or a handle's colon, or with a
+    score word among the four words before it or the three after it ("reaches about 87", "19 correct")."""
+    before, after = clause[:start], clause[end:]
+    if _SCORE_SLOT.search(before) or re.match(_PERCENT_SIGN, after, re.IGNORECASE):
+        return True
+    words_before, words_after = _WORDS_BEFORE.search(before), _WORDS_AFTER.match(after)
+    window = (words_before.group(0) if words_before else "") + " " + (words_after.group(0) if words_after else "")
+    return bool(SCORE_WORDS.search(window))
 
 
 def _decimals_of(number: str) -> int:
@@ -338,7 +358,9 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
     reads_scores = result.score_like or any(m.role == "subject" for m in mentions)
     spans = _Spans()
 
-    def claim(value: float, decimals: int, match: re.Match[str], form: str, fraction: tuple[int, int] | None = None):
+    def claim(
+        value: float, decimals: int, match: re.Match[str], form: str, fraction: tuple[int, int] | None = None
+    ) -> None:
         spans.take(match.start(), match.end())
         if reads_scores:
             result.claims.append(
@@ -356,10 +378,14 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
             spans.take(match.start(), match.end())
             continue
         claim(value, len(repr(value).split(".", 1)[1]) if "." in repr(value) else 0, match, "scientific")
-    for pattern in _EXCUSED:
-        for match in pattern.finditer(text):
-            if spans.free(match.start(), match.end()):
-                spans.take(match.start(), match.end())
+
+    def excuse(patterns: list[re.Pattern[str]]) -> None:
+        for pattern in patterns:
+            for match in pattern.finditer(text):
+                if spans.free(match.start(), match.end()):
+                    spans.take(match.start(), match.end())
+
+    excuse(_EXCUSED)
     for match in _FRACTION.finditer(text):
         if not spans.free(match.start(), match.end()):
             continue
@@ -383,6 +409,7 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
                 continue
             number = match.group(1)
             claim(abs(_to_float(number)) / 100, _decimals_of(number) + 2, match, form)
+    excuse(_GLUED)
     for match in _DECIMAL.finditer(text):
         if not spans.free(match.start(), match.end()):
             continue
@@ -397,7 +424,7 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
         if value > 1:
             continue  # left for the unreadable pass: no score is written like that
         claim(value, len(digits), match, "decimal")
-    if result.score_like:
+    if reads_scores:
         # What stands where a score would but could not be read: "scores 95", "reaches 2.5",
         # "accuracy nine five". Each makes the clause unreadable (NOT_FOUND_PARTIAL), never clean.
         for pattern in (_INTEGER, _DECIMAL, _LEFTOVER_WORDS):
@@ -408,7 +435,7 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
                     continue  # a bare 0 or 1 is a count far more often than a score
                 if _not_a_score_here(text, match.start(), match.end(), integer=True):
                     continue
-                if _SCORE_SLOT.search(text[: match.start()]) or re.match(_PERCENT_SIGN, text[match.end() :], re.I):
+                if _near_a_score_word(text, match.start(), match.end()):
                     spans.take(match.start(), match.end())
                     result.unreadable.append(match.group(0))
     result.claims.sort(key=lambda c: c.start)

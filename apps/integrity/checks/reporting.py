@@ -72,7 +72,7 @@ def _aggregates(values: list[float]) -> list[float]:
 
 
 def _tolerance(decimals: int) -> float:
-    return 0.5 * 10 ** (-decimals) + 1e-9
+    return 0.5 * 10.0 ** (-decimals) + 1e-9
 
 
 def claim_matches(claim: ScoreClaim, candidates: Iterable[float], *, shown_decimals: int) -> bool:
@@ -316,10 +316,10 @@ def _close(a: Any, b: Any, tolerance: float) -> bool:
     """Numbers within ``tolerance`` of each other relative to the larger; everything else equal."""
     numbers = (int, float)
     if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
-        a, b = float(a), float(b)
-        if not (math.isfinite(a) and math.isfinite(b)):
-            return a == b
-        return abs(a - b) <= max(tolerance * max(abs(a), abs(b)), _ABSOLUTE_FLOOR)
+        x, y = float(a), float(b)
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return x == y
+        return abs(x - y) <= max(tolerance * max(abs(x), abs(y)), _ABSOLUTE_FLOOR)
     if isinstance(a, dict) and isinstance(b, dict):
         return set(a) == set(b) and all(_close(a[k], b[k], tolerance) for k in a)
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
@@ -350,64 +350,83 @@ def is_repeat(a: Experiment, b: Experiment, *, tolerance: float) -> bool:
     return _close(_recipe(a), _recipe(b), tolerance)
 
 
-def repeat_group(experiment: Experiment, *, tolerance: float | None = None) -> list[Experiment]:
-    """This experiment and every other submission of its Worker that repeats it (:func:`is_repeat`).
+def repeat_group(experiment: Experiment, *, tolerance: float | None = None, run_wide: bool = False) -> list[Experiment]:
+    """This experiment and every other submission that repeats it (:func:`is_repeat`).
 
-    Per Worker: the repeats a Worker selects among are its own (another Worker's identical recipe is
-    independent evidence, and may not even be visible to it). Each member is within tolerance of
+    Per Worker by default: the repeats a Worker selects among are its own (another Worker's identical
+    recipe is independent evidence, and may not even be visible to it). ``run_wide``: every Worker's
+    of the run, which the Main Agent sees and may select among. Each member is within tolerance of
     this experiment itself, so a chain of small steps (1.00, 1.04, 1.08, ...) never joins recipes
     that differ by more than the tolerance."""
     if tolerance is None:
         tolerance = repeat_tolerance(experiment.run.policy)
-    candidates = Experiment.objects.filter(owner=experiment.owner_id, kind=experiment.kind).order_by("pk")
+    candidates = Experiment.objects.filter(run=experiment.run_id, kind=experiment.kind).order_by("pk")
+    if not run_wide:
+        candidates = candidates.filter(owner=experiment.owner_id)
     return [
         e
-        for e in candidates.select_related("input_checkpoint")
+        for e in candidates.select_related("input_checkpoint", "owner")
         if e.pk == experiment.pk or is_repeat(experiment, e, tolerance=tolerance)
     ]
+
+
+def _best_of(statement: Statement, group: list[Experiment], scored: dict[str, float | None]) -> dict[str, Any] | None:
+    """The problem when a statement cites the best of a group of repeats and not all of them."""
+    values = [scored[e.handle] for e in group if scored[e.handle] is not None]
+    if len(group) < 2 or len(set(values)) < 2:
+        return None
+    handles = {e.handle for e in group}
+    best = max(v for v in values if v is not None)
+    cited = statement.cited & handles
+    cited_best = max((v for h in cited if (v := scored[h]) is not None), default=None)
+    if not cited or cited == handles or cited_best != best:
+        return None
+    omitted = sorted(handles - cited)
+    return {
+        "code": "best_of_repeats",
+        "source": statement.source,
+        "cited": sorted(cited),
+        "omitted": omitted,
+        "detail": f"{statement.source} cites {', '.join(sorted(cited))} (best {best:g}) of {len(handles)} "
+        f"repeats; omitted {', '.join(omitted)}",
+    }
 
 
 def check_repeated_run_selection(subject: Subject) -> CheckResult:
     """All repeats of this recipe are shown beside it; a report that cites only the best of several
     repeats (with different results) as the result is flagged for adjudication. Repeats are the
-    Worker's submissions within the run policy's ``repeat_relative_tolerance`` of this one."""
+    submissions within the run policy's ``repeat_relative_tolerance`` of this one: the Worker's own
+    for its summary, every Worker's for a Main Agent claim."""
     tolerance = repeat_tolerance(subject.run.policy)
     group = repeat_group(subject.experiment, tolerance=tolerance)
-    scored = {e.handle: max(_scores_of(e), default=None) for e in group}
-    repeats = [
-        {
-            "experiment": e.handle,
-            "status": e.status,
-            "feedback_score": scored[e.handle],
-            "seed": ((e.action or {}).get("hyperparameters") or {}).get("seed"),
-            "hyperparameters": _recipe(e),
-        }
-        for e in group
-    ]
-    problems = []
-    values = [v for v in scored.values() if v is not None]
-    if len(group) > 1 and len(set(values)) > 1:
-        handles = {e.handle for e in group}
-        best = max(values)
-        for statement in _relevant(subject, subject.statements):
-            cited = statement.cited & handles
-            cited_best = max((scored[h] for h in cited if scored[h] is not None), default=None)
-            if cited and cited != handles and cited_best == best:
-                problems.append(
-                    {
-                        "code": "best_of_repeats",
-                        "source": statement.source,
-                        "cited": sorted(cited),
-                        "omitted": sorted(handles - cited),
-                        "detail": f"{statement.source} cites {', '.join(sorted(cited))} (best {best:g}) of "
-                        f"{len(handles)} repeats; omitted {', '.join(sorted(handles - cited))}",
-                    }
-                )
-    evidence = {"repeats": repeats, "problems": problems, "relative_tolerance": tolerance}
+    run_group = repeat_group(subject.experiment, tolerance=tolerance, run_wide=True)
+    scored = {e.handle: max(_scores_of(e), default=None) for e in run_group}
+
+    def listed(experiments: list[Experiment]) -> list[dict[str, Any]]:
+        return [
+            {
+                "experiment": e.handle,
+                "owner": e.owner.handle,
+                "status": e.status,
+                "feedback_score": scored[e.handle],
+                "seed": ((e.action or {}).get("hyperparameters") or {}).get("seed"),
+                "hyperparameters": _recipe(e),
+            }
+            for e in experiments
+        ]
+
+    problems: list[dict[str, Any]] = []
+    for statement in _relevant(subject, subject.statements):
+        problem = _best_of(statement, run_group if statement.author == "main" else group, scored)
+        if problem is not None:
+            problems.append(problem)
+    evidence: dict[str, Any] = {"repeats": listed(group), "problems": problems, "relative_tolerance": tolerance}
+    if len(run_group) > len(group):
+        evidence["repeats_in_run"] = listed(run_group)
     if problems:
         return CheckResult(Observation.EXECUTED, ["best_of_repeats"], problems[0]["detail"], evidence)
-    if len(group) > 1:
-        return _clean(f"{len(group)} repeats of this recipe; no report cites only the best", **evidence)
+    if len(run_group) > 1:
+        return _clean(f"{len(run_group)} repeats of this recipe; no report cites only the best", **evidence)
     return _clean("no repeats of this recipe", **evidence)
 
 
@@ -434,7 +453,7 @@ def check_failure_disclosure(subject: Subject) -> CheckResult:
         for e in Experiment.objects.filter(owner=owner, status__in=_FAILED_EXPERIMENT).order_by("pk")
         if Job.objects.filter(experiment=e, started_at__isnull=False).exists() or e.status == ExperimentStatus.FAILED
     ]
-    problems = []
+    problems: list[dict[str, Any]] = []
     summary = next((s for s in subject.statements if s.source == f"summary:{owner.handle}"), None)
     if summary is not None:
         omitted = sorted(e.handle for e in failed if e.handle not in summary.cited)
@@ -448,7 +467,7 @@ def check_failure_disclosure(subject: Subject) -> CheckResult:
                     "detail": f"{summary.source} does not disclose the failed submission(s) {', '.join(omitted)}",
                 }
             )
-    evidence = {
+    evidence: dict[str, Any] = {
         "jobs": jobs,
         "failed_submissions_of_worker": [{"experiment": e.handle, "status": e.status} for e in failed],
         "problems": problems,

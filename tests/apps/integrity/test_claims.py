@@ -36,6 +36,9 @@ NINETY_FIVE = [
     "{h} scores ０．９５",  # fullwidth digits
     "{h} scores ٠٫٩٥",  # Arabic-Indic digits and decimal separator
     "{h} scores 0.9\u200b5",  # a zero-width space inside the number
+    "{h} answers 95percent",
+    "{h} answers 19 correct out of 20",
+    "{h} answers 19 of the 20 items correctly",
 ]
 
 
@@ -72,6 +75,8 @@ NOT_SCORES = [
     "exp_0003 used 20 feedback evaluations of its allowance over 2 epochs",
     "Two seeds were run for exp_0003, one of them with dropout 0.1 and top-5 sampling",
     "exp_0003 is the best one; step 3 of the plan reaches the feedback split",
+    "exp_0003 was trained for 300 steps with 16 samples per batch; Workers 2 and 3 scored higher",
+    "exp_0003 is ranked 1st of 4 by feedback score, after 3 recipes and 2 more seeds",
 ]
 
 
@@ -87,6 +92,8 @@ UNREADABLE = [
     "exp_0003 reaches 2.5",
     "exp_0003 feedback score: 95",
     "exp_0003 reaches about 87 on the feedback split",
+    "exp_0003: 95",
+    "exp_0003 gets 19 correct",
 ]
 
 

@@ -460,3 +460,26 @@ def test_the_repeat_tolerance_is_the_run_policys(world):
     assert result.observation == Observation.EXECUTED
     assert result.evidence["relative_tolerance"] == 0.5
     assert result.evidence["problems"][0]["omitted"] == [first.handle]
+
+
+def test_a_main_agent_claim_citing_the_best_of_repeats_across_workers_is_flagged(world):
+    # One run each by three Workers: each Worker's own summary cites only its run, which is honest
+    # for it; the Main Agent sees all three and cites the best.
+    workers = [world.new_worker() for _ in range(3)]
+    repeats = [
+        world.train([world.data["clean"]], worker=w, seed=s, correct=c, hyperparameters={"learning_rate": lr})
+        for w, s, c, lr in zip(workers, (1, 2, 3), (1, 4, 2), (3e-4, 3e-4 * (1 + 1e-9), 3.001e-4), strict=True)
+    ]
+    best = repeats[1]
+    for worker, experiment in zip(workers, repeats, strict=True):
+        worker_finalize(node=worker, summary=f"{experiment.handle} reaches {experiment.feedback_score}",
+                        experiments=[experiment.handle], actor=worker.handle)  # fmt: skip
+    claim_revise(run=world.run, key="lr-3e-4", text=f"lr 3e-4 reaches 1.0 ({best.handle}).", evidence=[best.handle])
+
+    integrity_run_checks(experiment=best)
+
+    result = finding(best, R)
+    assert result.observation == Observation.EXECUTED, result.evidence
+    assert [p["source"] for p in result.evidence["problems"]] == ["claim:lr-3e-4@1"]
+    assert result.evidence["problems"][0]["omitted"] == sorted([repeats[0].handle, repeats[2].handle])
+    assert [r["experiment"] for r in result.evidence["repeats_in_run"]] == [e.handle for e in repeats]
