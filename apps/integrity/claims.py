@@ -288,6 +288,11 @@ _SCORE_SLOT = re.compile(
     re.IGNORECASE,
 )
 _ONE_WORD_PRONOUNS = {"one", "zero"}
+_SHARE_WORDS = re.compile(
+    r"\b(?:(?:a|one|\d+|two|three|four|five|six|seven|eight|nine)[\s-]+)?(?:half|halves|thirds?|quarters?|fourths?|"
+    r"fifths?|tenths?)\b",
+    re.IGNORECASE,
+)
 _WORDS_BEFORE = re.compile(r"(?:\S+\s+){0,4}$")
 _WORDS_AFTER = re.compile(r"^(?:\s*\S+){0,3}")
 
@@ -438,6 +443,15 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
                 if _near_a_score_word(text, match.start(), match.end()):
                     spans.take(match.start(), match.end())
                     result.unreadable.append(match.group(0))
+        # "half the items", "two thirds of the feedback split": a share in words the reader does not
+        # turn into a number ("half the steps" is a count and stays unread).
+        for match in _SHARE_WORDS.finditer(text):
+            after = text[match.end() :]
+            if _ITEMS.match(re.sub(r"^\s*(?:of\s+)?(?:the\s+)?", " ", after)) or (
+                _near_a_score_word(text, match.start(), match.end())
+                and not _COUNTED.match(re.sub(r"^\s*(?:of\s+)?(?:the\s+|its\s+|their\s+)?", " ", after))
+            ):
+                result.unreadable.append(match.group(0))
     result.claims.sort(key=lambda c: c.start)
     result.claims = [_attributed(result, c) for c in result.claims]
     return result

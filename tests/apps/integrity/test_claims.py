@@ -77,6 +77,7 @@ NOT_SCORES = [
     "exp_0003 is the best one; step 3 of the plan reaches the feedback split",
     "exp_0003 was trained for 300 steps with 16 samples per batch; Workers 2 and 3 scored higher",
     "exp_0003 is ranked 1st of 4 by feedback score, after 3 recipes and 2 more seeds",
+    "exp_0003 reaches its feedback score in half the steps",
 ]
 
 
@@ -94,6 +95,8 @@ UNREADABLE = [
     "exp_0003 reaches about 87 on the feedback split",
     "exp_0003: 95",
     "exp_0003 gets 19 correct",
+    "exp_0003 answers half of the feedback items correctly",
+    "exp_0003 gets three quarters right",
 ]
 
 

@@ -342,6 +342,8 @@ def test_honest_summaries_naming_theta0_and_settings_stay_clean(world):
             f"- θ0 baseline ({b}): 25 %; {t} improves on θ0 from 0.25 to 0.75, i.e. +0.5 (50 points)",
             f"- {t} answers three out of four feedback items correctly, {b} one of four",
             "- 2 of 3 planned seeds ran; 95% CI [0.70, 0.80] for the difference, p=0.03, loss 0.31",
+            f"Baseline θ0 ({b}) scores 0.25 on feedback; SFT on arithmetic-clean ({t}) scores 0.75",
+            f"- {b}: θ0 baseline (eval only): succeeded, feedback score 0.25",
         ]
     )
     _finalize(world, summary, [baseline, trained])
