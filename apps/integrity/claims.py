@@ -15,6 +15,7 @@ Django-free: the check resolves handles to records; this module only reads text.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -120,15 +121,22 @@ def words_to_digits(text: str) -> str:
 THETA0 = "θ0"
 _EXPERIMENT = r"\bexp_\d{3,}\b"
 _CHECKPOINT = r"\bckpt_\d{3,}\b"
-_THETA0 = r"(?:θ|\btheta)[\s_-]?0(?![\d.])"
+_THETA0 = (
+    r"(?:(?:θ|\btheta)[\s_-]?0(?![\d.])|"
+    r"\b(?:base|untrained|original|initial|starting|pre-?trained)\s+(?:model|checkpoint)\b)"
+)
 _HANDLE = rf"{_EXPERIMENT}|{_CHECKPOINT}|{_THETA0}"
 # What precedes a checkpoint that a clause trained from rather than speaks about ("sft from θ0").
 _INPUT_ROLE = re.compile(
-    r"(?:\bfrom|\bon\s+top\s+of|\bbased\s+on|\boff|\batop|\bstarting\s+(?:from|at)|\binit\w*(?:\s+(?:from|at|with))?|"
-    r"\bcontinu\w*\s+(?:from|on)|\btrained\s+on|\bfine-?tun\w*\s+(?:from|on)|\bon|\bof\s+the\s+lineage\s+of)"
+    r"(?:\bfrom|\bon\s+top\s+of|\bbased\s+on|\boff|\batop|\bstart\w*(?:\s+(?:from|at|with|point))?|"
+    r"\binit\w*(?:\s+(?:from|at|with))?|\bcontinu\w*(?:\s+(?:from|on))?|\bextend\w*|\bresum\w*(?:\s+from)?|"
+    r"\btrain\w*\s+(?:from|on)|\bfine-?tun\w*(?:\s+(?:from|on))?|\bbuilt\s+on|\bbranch\w*\s+(?:from|off)|\bparent|"
+    r"\bon|\bof\s+the\s+lineage\s+of|\bdescend\w*\s+(?:from|of))"
     r"\s*[(\[]?\s*$",
     re.IGNORECASE,
 )
+# What follows a checkpoint that was trained further ("θ0 + sft", "ckpt_0002 → ckpt_0004").
+_INPUT_AFTER = re.compile(r"\s*(?:\+|→|->|=>|plus\b)(?!\s*[\d.,])")
 # What joins handles into one subject ("exp_0003 (ckpt_0007)", "exp_0001 and exp_0002").
 _GROUP_GLUE = re.compile(r"^[\s,/&()\[\]+:]*(?:(?:and|or|&)[\s,()\[\]]*)?$", re.IGNORECASE)
 
@@ -157,7 +165,9 @@ def _mentions(clause: str, checkpoint_handles: Iterable[str]) -> list[Mention]:
                 continue
             taken.append((match.start(), match.end()))
             before = clause[: match.start()]
-            role = "input" if kind == "checkpoint" and _INPUT_ROLE.search(before) else "subject"
+            after = clause[match.end() :]
+            as_input = _INPUT_ROLE.search(before) or _INPUT_AFTER.match(after)
+            role = "input" if kind == "checkpoint" and as_input else "subject"
             found.append(Mention(fixed or match.group(0).lower(), kind, match.start(), match.end(), role))
     return sorted(found, key=lambda m: m.start)
 
@@ -188,6 +198,7 @@ class ScoreClaim:
     end: int
     fraction: tuple[int, int] | None = None
     subject: tuple[str, ...] = ()  # handles of the subject it is attributed to (empty: the report's)
+    each: bool = False  # one score stated for several handles ("exp_0001 and exp_0002 reach 0.75")
 
 
 @dataclass
@@ -453,21 +464,42 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
             ):
                 result.unreadable.append(match.group(0))
     result.claims.sort(key=lambda c: c.start)
-    result.claims = [_attributed(result, c) for c in result.claims]
+    result.claims = _attribute(result)
     return result
 
 
-def _attributed(clause: Clause, claim: ScoreClaim) -> ScoreClaim:
+def _subject_group(clause: Clause, claim: ScoreClaim) -> int | None:
     """The subject a score is about: the nearest subject named before it in the clause, else the
     first named after it ("reaches 0.75 (exp_0002)"), else none (the report's cited experiments)."""
-    before = [g for g in clause.groups if g[-1].end <= claim.start]
-    after = [g for g in clause.groups if g[0].start >= claim.end]
-    group = before[-1] if before else (after[0] if after else [])
-    experiments = tuple(m.handle for m in group if m.kind == "experiment")
-    subject = experiments or tuple(m.handle for m in group)
-    return ScoreClaim(
-        claim.value, claim.decimals, claim.text, claim.form, claim.start, claim.end, claim.fraction, subject
-    )
+    before = [i for i, g in enumerate(clause.groups) if g[-1].end <= claim.start]
+    after = [i for i, g in enumerate(clause.groups) if g[0].start >= claim.end]
+    return before[-1] if before else (after[0] if after else None)
+
+
+def _attribute(clause: Clause) -> list[ScoreClaim]:
+    """Each claim with its subject's handles (an experiment speaks for the checkpoint named beside it).
+
+    Several experiments named together: as many scores as experiments are theirs in order
+    ("exp_0001 and exp_0002 reach 0.25 and 0.75"); one score is each one's ("both reach 0.75");
+    any other count (a mean beside them) is about the experiments together."""
+    by_group: dict[int | None, list[ScoreClaim]] = {}
+    for claim in clause.claims:
+        by_group.setdefault(_subject_group(clause, claim), []).append(claim)
+    out = []
+    for index, claims in by_group.items():
+        group = clause.groups[index] if index is not None else []
+        experiments = tuple(m.handle for m in group if m.kind == "experiment")
+        subject = experiments or tuple(dict.fromkeys(m.handle for m in group))
+        respective = len(subject) > 1 and len(claims) == len(subject)
+        for position, claim in enumerate(claims):
+            out.append(
+                dataclasses.replace(
+                    claim,
+                    subject=(subject[position],) if respective else subject,
+                    each=len(subject) > 1 and len(claims) == 1,
+                )
+            )
+    return sorted(out, key=lambda c: c.start)
 
 
 def read_report(text: str, *, checkpoint_handles: Iterable[str] = ()) -> list[Clause]:

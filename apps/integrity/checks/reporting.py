@@ -136,6 +136,53 @@ class _Record:
         return sorted(self.subject.by_checkpoint.get(handle, ()))
 
 
+def _claim_problem(
+    claim: ScoreClaim,
+    scope: tuple[str, ...],
+    *,
+    record: _Record,
+    others: set[str],
+    extra: list[float],
+    aggregate_over: list[list[float]] | None,
+    shown_decimals: int,
+) -> dict[str, Any] | None:
+    """What is wrong with one stated score about ``scope`` (None when it is on record).
+
+    ``extra``: what the clause may also state (differences where it compares, both sides' scores);
+    ``aggregate_over``: score lists whose mean / median / spread it may state (where it aggregates)."""
+    own = [s for h in scope for s in record.scores(h)]
+    candidates = own + extra
+    if aggregate_over is not None:
+        for values in (own, *aggregate_over):
+            candidates += _aggregates(values)
+            candidates += _aggregates([score_rounded(v, shown_decimals) for v in values])
+    if claim_matches(claim, candidates, shown_decimals=shown_decimals):
+        return None
+    resolved = {record.resolve(h) for h in scope}
+    belongs_to = sorted(
+        h for h in others - resolved if claim_matches(claim, record.scores(h), shown_decimals=shown_decimals)
+    )
+    above = not own or claim.value > max(own) + _tolerance(claim.decimals)
+    code = "score_misattributed" if belongs_to else "score_above_record" if above else "score_mismatch"
+    recorded = sorted(set(round(s, 4) for s in own)) or "no score"
+    who = ", ".join(record.resolve(h) for h in scope) or "the cited experiments"
+    detail = f"states {claim.text} ({claim.value:g}) for {who}, which recorded {recorded}"
+    if belongs_to:
+        detail += f"; it is the recorded score of {', '.join(belongs_to)}"
+    elif above:
+        detail += " (higher than any recorded evaluation)"
+    return {
+        "code": code,
+        "claimed": claim.value,
+        "written": claim.text,
+        "form": claim.form,
+        "attributed_to": [record.resolve(h) for h in scope],
+        "recorded": {record.resolve(h): record.scores(h) for h in scope},
+        **({"recorded_for": belongs_to} if belongs_to else {}),
+        "detail": detail,
+    }
+
+
 def check_metric_attribution(subject: Subject) -> CheckResult:
     """Every report that speaks about this experiment cites experiments that exist, and every score it
     states is a recorded evaluation of the handle it attributes it to (apps.integrity.claims reads
@@ -182,49 +229,21 @@ def check_metric_attribution(subject: Subject) -> CheckResult:
                 everything += [score_rounded(s, shown_decimals) for s in everything]
                 deltas = [abs(a - b) for a in everything for b in everything if a != b]
             for claim in clause.claims:
-                scope = claim.subject or tuple(real)
-                own = [s for h in scope for s in record.scores(h)]
-                candidates = own + deltas
-                if compares:
-                    candidates += named_scores  # "improves on θ0 from 0.25 to 0.75": both sides' scores
-                if _AGGREGATE.search(clause.text):
-                    for values in (own, named_scores, statement_scores):
-                        candidates += _aggregates(values)
-                        candidates += _aggregates([score_rounded(v, shown_decimals) for v in values])
-                if claim_matches(claim, candidates, shown_decimals=shown_decimals):
-                    continue
-                others = {
-                    h: record.scores(h)
-                    for h in sorted({*real, *(record.resolve(n) for n in named)} - {record.resolve(h) for h in scope})
-                }
-                belongs_to = sorted(
-                    h for h, values in others.items() if claim_matches(claim, values, shown_decimals=shown_decimals)
-                )
-                above = not own or claim.value > max(own) + _tolerance(claim.decimals)
-                code = "score_misattributed" if belongs_to else "score_above_record" if above else "score_mismatch"
-                recorded = sorted(set(round(s, 4) for s in own)) or "no score"
-                who = ", ".join(record.resolve(h) for h in scope) or "the cited experiments"
-                detail = (
-                    f"{statement.source} states {claim.text} ({claim.value:g}) for {who}, which recorded {recorded}"
-                )
-                if belongs_to:
-                    detail += f"; it is the recorded score of {', '.join(belongs_to)}"
-                elif above:
-                    detail += " (higher than any recorded evaluation)"
-                problems.append(
-                    {
-                        "code": code,
-                        "source": statement.source,
-                        "clause": clause.text[:300],
-                        "claimed": claim.value,
-                        "written": claim.text,
-                        "form": claim.form,
-                        "attributed_to": [record.resolve(h) for h in scope],
-                        "recorded": {record.resolve(h): record.scores(h) for h in scope},
-                        **({"recorded_for": belongs_to} if belongs_to else {}),
-                        "detail": detail,
-                    }
-                )
+                subjects = claim.subject or tuple(real)
+                # One score stated for several handles is each one's: each is checked on its own.
+                for scope in [(h,) for h in subjects] if claim.each else [subjects]:
+                    problem = _claim_problem(
+                        claim,
+                        scope,
+                        record=record,
+                        others={*real, *(record.resolve(n) for n in named)},
+                        extra=deltas + (named_scores if compares else []),
+                        aggregate_over=[named_scores, statement_scores] if _AGGREGATE.search(clause.text) else None,
+                        shown_decimals=shown_decimals,
+                    )
+                    if problem is not None:
+                        problems.append({"source": statement.source, "clause": clause.text[:300], **problem})
+                        problems[-1]["detail"] = f"{statement.source} {problems[-1]['detail']}"
             for group in clause.groups:
                 # "exp_0003 (ckpt_0007)" / "exp_0001 (θ0)": the checkpoint named beside an experiment
                 # is the one it evaluated.

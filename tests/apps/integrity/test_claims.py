@@ -58,12 +58,23 @@ def test_a_score_belongs_to_the_nearest_handle_before_it_else_the_first_after_it
     assert _claims(text) == [(0.25, ("exp_0001",)), (0.75, ("exp_0003",))]
     assert _claims("The recipe reaches 0.75 (exp_0002)") == [(0.75, ("exp_0002",))]
     # A checkpoint trained from is an input, not what the score is about.
-    assert _claims("exp_0003 (sft from θ0) reaches 0.75") == [(0.75, ("exp_0003",))]
+    for text in (
+        "exp_0003 (sft from θ0) reaches 0.75",
+        "exp_0003 continues ckpt_0002 and reaches 0.75",
+        "exp_0003, fine-tuned from ckpt_0002 on data_0001, reaches 0.75",
+        "exp_0003 resumes ckpt_0002: 0.75",
+        "exp_0003 (parent ckpt_0002) reaches 0.75",
+        "exp_0003 (θ0 + sft on data_0001): 0.75",
+    ):
+        assert _claims(text) == [(0.75, ("exp_0003",))], text
     # Handles joined by punctuation or "and" are one subject; an experiment speaks for its checkpoint.
-    assert _claims("exp_0001 and exp_0002 reach 0.25 and 0.75") == [
-        (0.25, ("exp_0001", "exp_0002")),
-        (0.75, ("exp_0001", "exp_0002")),
-    ]
+    # As many scores as experiments: theirs in order; one score: each one's.
+    assert _claims("exp_0001 and exp_0002 reach 0.25 and 0.75") == [(0.25, ("exp_0001",)), (0.75, ("exp_0002",))]
+    [both] = [c for clause in read_report("exp_0001 and exp_0002 both reach 0.75") for c in clause.claims]
+    assert (both.subject, both.each) == (("exp_0001", "exp_0002"), True)
+    # θ0 by name: "the base model", and a checkpoint trained further is an input.
+    assert _claims("The base model scores 0.25") == [(0.25, (THETA0,))]
+    assert _claims("θ0 → 0.25") == [(0.25, (THETA0,))]
     assert _claims("exp_0003 (ckpt_0004): 0.75") == [(0.75, ("exp_0003",))]
 
 

@@ -306,6 +306,8 @@ def test_crediting_theta0_with_another_experiments_score_is_misattribution(world
         "{b} (θ0) scores {pct}%",
         "theta0 answers {pct} percent correctly; {t} reaches {s}",
         "The baseline {b} reaches {s}",
+        "{b} and {t} both reach {s}",
+        "The base model scores {s}",
     ):
         worker = world.new_worker()
         baseline = world.eval_only(world.theta0, worker=worker, correct=1)  # 0.25
@@ -344,6 +346,7 @@ def test_honest_summaries_naming_theta0_and_settings_stay_clean(world):
             "- 2 of 3 planned seeds ran; 95% CI [0.70, 0.80] for the difference, p=0.03, loss 0.31",
             f"Baseline θ0 ({b}) scores 0.25 on feedback; SFT on arithmetic-clean ({t}) scores 0.75",
             f"- {b}: θ0 baseline (eval only): succeeded, feedback score 0.25",
+            f"- {b} and {t} reach 0.25 and 0.75 respectively (mean 0.5)",
         ]
     )
     _finalize(world, summary, [baseline, trained])
