@@ -9,7 +9,6 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from apps.core.hashing import canonical_json
 from apps.datapool.models import DataEntry
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus
 from apps.experiments.hparams import validate_train_config
@@ -311,24 +310,10 @@ def _recipe(experiment: Experiment) -> dict[str, Any]:
 
 
 def _data_identity(experiment: Experiment) -> list[str]:
-    """The training data by content: a dataset registered twice under two handles is one dataset."""
+    """The training data by content hash (the handle where no entry is registered under it)."""
     handles = [str(h) for h in (experiment.action or {}).get("data") or []]
     known = dict(DataEntry.objects.filter(handle__in=handles).values_list("handle", "sha256"))
     return sorted(known.get(h, h) for h in handles)
-
-
-def recipe_signature(experiment: Experiment) -> str:
-    """What makes two submissions repeats of one another, written out: kind, θ_in, data and recipe,
-    any seed (the evidence shows it; :func:`is_repeat` compares numbers within a tolerance)."""
-    checkpoint = experiment.input_checkpoint
-    return canonical_json(
-        {
-            "kind": experiment.kind,
-            "input": getattr(checkpoint, "manifest_sha256", "") or experiment.input_checkpoint_id,
-            "data": _data_identity(experiment),
-            "hyperparameters": _recipe(experiment),
-        }
-    )
 
 
 def _close(a: Any, b: Any, tolerance: float) -> bool:
