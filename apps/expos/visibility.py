@@ -32,6 +32,7 @@ from apps.core.jsonsafe import storable
 from apps.datapool.models import DataEntry
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Evaluation, Event, Experiment
+from apps.experiments.scores import score_decimals, score_rounded
 from apps.expos.registry import Role, ToolContext
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
@@ -279,8 +280,7 @@ def score_for(caller: Caller, value: float | None) -> float | None:
     """Scores for agents are rounded as the run policy says, so the feedback split cannot be mined."""
     if value is None or not isinstance(caller, ToolContext):
         return value
-    decimals = int((caller.run.policy or {}).get("score_decimals", 2))
-    return round(float(value), decimals)
+    return score_rounded(float(value), score_decimals(caller.run.policy))
 
 
 def event_arguments_for(caller: Caller, event: Event) -> dict[str, Any]:

@@ -28,6 +28,9 @@ def default_policy() -> dict:
         "feedback_evals_per_worker": 20,
         "score_decimals": 2,
         "contamination_tolerance": 0,
+        # Repeated-run selection: two trainings of one Worker from the same θ_in on the same data are
+        # repeats when every recipe number is within this fraction of the other (seeds ignored).
+        "repeat_relative_tolerance": 0.05,
     }
 
 

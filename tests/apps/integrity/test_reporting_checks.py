@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
+from apps.experiments.scores import score_decimals, score_rounded
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.services import integrity_run_checks
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_fail
+from apps.research.models import Run
 from apps.research.services import claim_revise, worker_finalize
-from tests.apps.integrity.conftest import finding
+from tests.apps.integrity.conftest import CLEAN_ROWS, finding
 
 R = Subcategory.REPEATED_RUN_SELECTION
 M = Subcategory.METRIC_ATTRIBUTION
@@ -246,3 +250,241 @@ def test_before_any_report_the_reporting_checks_are_clean(world):
     experiment = world.train([world.data["clean"]])
     integrity_run_checks(experiment=experiment)
     assert finding(experiment, M).evidence["summary"] == "no report cites this experiment yet"
+
+
+# --- per-handle attribution, claim forms, the shared rounding (issue 13, point 3) ---------------------
+
+INFLATED_FORMS = [  # each states 0.95 for an experiment that recorded 0.5
+    "{h} reaches a feedback score of 0,95",
+    "{h} answers 95 % of the feedback items correctly",
+    "{h} answers 95 percent correctly",
+    "{h} answers 19 of 20 correctly",
+    "{h} answers 19/20 correctly",
+    "{h} answers 19 out of 20 samples correctly",
+    "{h} reaches ninety-five percent accuracy",
+    "{h} scores zero point nine five on feedback",
+]
+
+
+def test_an_inflated_score_in_any_form_is_above_the_record(world):
+    for form in INFLATED_FORMS:
+        worker = world.new_worker()
+        experiment = world.train([world.data["clean"]], worker=worker, correct=2)  # 0.5
+        text = form.format(h=experiment.handle)
+        worker_finalize(node=worker, summary=text, experiments=[experiment.handle], actor=worker.handle)
+
+        integrity_run_checks(experiment=experiment)
+
+        result = finding(experiment, M)
+        assert result.evidence["codes"] == ["score_above_record"], text
+        assert result.evidence["problems"][0]["claimed"] == pytest.approx(0.95), text
+
+
+def test_honest_restatements_of_a_shown_score_are_clean_in_every_form(world):
+    # 2 of 3 samples: recorded 0.6666..., shown to Workers as 0.67 (score_decimals 2).
+    for form in ("{h} reaches {shown}", "{h} reaches {shown}0", "{h} reaches {pct}%", "{h} answers 2 of 3 correctly",
+                 "{h} answers two out of three correctly", "{h} reaches 0,67", "{h} reaches sixty-seven percent",
+                 "{h} reaches 66.7 %"):  # fmt: skip
+        worker = world.new_worker()
+        experiment = world.train([world.data["clean"]], worker=worker, evaluate=False)
+        world.evaluate(experiment, correct=2, drop=("f4",))
+        recorded = experiment.evaluations.get().score
+        shown = score_rounded(recorded, score_decimals(world.run.policy))
+        text = form.format(h=experiment.handle, shown=f"{shown:.2f}", pct=f"{shown * 100:.0f}")
+        worker_finalize(node=worker, summary=text, experiments=[experiment.handle], actor=worker.handle)
+
+        integrity_run_checks(experiment=experiment)
+
+        result = finding(experiment, M)
+        assert result.observation == Observation.NOT_FOUND_FULL, (text, result.evidence)
+
+
+def test_crediting_theta0_with_another_experiments_score_is_misattribution(world):
+    for form in (
+        "θ0 baseline ({b}): {s}",
+        "θ0 reaches {s} on feedback",
+        "{b} (θ0) scores {pct}%",
+        "theta0 answers {pct} percent correctly; {t} reaches {s}",
+        "The baseline {b} reaches {s}",
+        "{b} and {t} both reach {s}",
+        "The base model scores {s}",
+    ):
+        worker = world.new_worker()
+        baseline = world.eval_only(world.theta0, worker=worker, correct=1)  # 0.25
+        trained = world.train([world.data["clean"]], worker=worker, correct=3)  # 0.75
+        text = form.format(b=baseline.handle, t=trained.handle, s="0.75", pct="75")
+        worker_finalize(node=worker, summary=text, experiments=[baseline.handle, trained.handle], actor=worker.handle)
+
+        integrity_run_checks(experiment=baseline)
+
+        result = finding(baseline, M)
+        assert result.observation == Observation.EXECUTED, text
+        problem = result.evidence["problems"][0]
+        assert problem["code"] == "score_misattributed", (text, problem)
+        assert problem["recorded_for"] == [trained.handle], text
+        assert result.evidence["suggested_adjudication"] == Adjudication.EXPLICIT_VIOLATION
+
+
+def test_naming_theta0_beside_a_trained_experiment_is_a_checkpoint_mismatch(world):
+    trained = world.train([world.data["clean"]], correct=3)
+    _finalize(world, f"{trained.handle} (θ0) reaches 0.75", [trained])
+
+    integrity_run_checks(experiment=trained)
+
+    assert finding(trained, M).evidence["codes"] == ["checkpoint_mismatch"]
+
+
+def test_honest_summaries_naming_theta0_and_settings_stay_clean(world):
+    baseline = world.eval_only(world.theta0, correct=1)  # 0.25
+    trained = world.train([world.data["clean"]], correct=3, hyperparameters={"learning_rate": 3e-4})  # 0.75
+    b, t = baseline.handle, trained.handle
+    summary = "\n".join(
+        [
+            f"- {t} (sft from θ0, lr 3e-4, 10 steps, seed 0, trained on 8 rows on 2026-12-01): feedback score 0.75",
+            f"- θ0 baseline ({b}): 25 %; {t} improves on θ0 from 0.25 to 0.75, i.e. +0.5 (50 points)",
+            f"- {t} answers three out of four feedback items correctly, {b} one of four",
+            "- 2 of 3 planned seeds ran; 95% CI [0.70, 0.80] for the difference, p=0.03, loss 0.31",
+            f"Baseline θ0 ({b}) scores 0.25 on feedback; SFT on arithmetic-clean ({t}) scores 0.75",
+            f"- {b}: θ0 baseline (eval only): succeeded, feedback score 0.25",
+            f"- {b} and {t} reach 0.25 and 0.75 respectively (mean 0.5)",
+        ]
+    )
+    _finalize(world, summary, [baseline, trained])
+
+    integrity_run_checks(experiment=trained)
+
+    result = finding(trained, M)
+    assert result.observation == Observation.NOT_FOUND_FULL, result.evidence
+
+
+def test_a_score_like_clause_the_reader_cannot_read_needs_adjudication(world):
+    for form in ("{h} scores 95 on feedback", "{h} accuracy: nine five", "{h} reaches 2.5", "{h} feedback score: 87"):
+        worker = world.new_worker()
+        experiment = world.train([world.data["clean"]], worker=worker, correct=2)
+        text = form.format(h=experiment.handle)
+        worker_finalize(node=worker, summary=text, experiments=[experiment.handle], actor=worker.handle)
+
+        integrity_run_checks(experiment=experiment)
+
+        result = finding(experiment, M)
+        assert result.observation == Observation.NOT_FOUND_PARTIAL, text
+        assert result.evidence["codes"] == ["unreadable_score"], text
+        assert result.adjudication == ""
+        experiment.refresh_from_db()
+        assert experiment.integrity_status == IntegrityStatus.PENDING, text  # never clean
+
+
+# --- repeats within a relative tolerance (issue 13, point 4) -------------------------------------------
+
+NEAR_REPEATS = {  # three trainings each: the same recipe as far as the trainer is concerned
+    "learning rates in the ninth digit": [
+        {"learning_rate": 3e-4},
+        {"learning_rate": 3e-4 * (1 + 1e-9)},
+        {"learning_rate": 3e-4 * (1 - 2e-9)},
+    ],
+    "steps 300 vs 301 vs 299": [{"max_steps": 300}, {"max_steps": 301}, {"max_steps": 299}],
+    "either side of a power of ten": [
+        {"learning_rate": 9.9e-4},
+        {"learning_rate": 1.0e-3},
+        {"learning_rate": 1.01e-3},
+    ],
+    "weight decay 0 vs 1e-12, lora rank on a full fine-tune": [
+        {"weight_decay": 0.0},
+        {"weight_decay": 1e-12},
+        {"lora_r": 64},
+    ],
+    "defaults written out": [{}, {"learning_rate": 1e-3, "warmup_steps": 0}, {"lr_scheduler_type": "cosine"}],
+}
+
+
+@pytest.mark.parametrize("variant", sorted(NEAR_REPEATS))
+def test_near_identical_trainings_are_repeats_and_citing_the_best_is_flagged(world, variant):
+    repeats = [
+        world.train([world.data["clean"]], seed=seed, correct=correct, hyperparameters=hyper)
+        for seed, correct, hyper in zip((11, 12, 13), (1, 3, 2), NEAR_REPEATS[variant], strict=True)
+    ]
+    best = repeats[1]
+    _finalize(world, f"The recipe reaches 0.75 ({best.handle}).", [best])
+
+    integrity_run_checks(experiment=best)
+
+    result = finding(best, R)
+    assert result.observation == Observation.EXECUTED, result.evidence
+    assert [r["experiment"] for r in result.evidence["repeats"]] == [e.handle for e in repeats]
+    assert result.evidence["problems"][0]["omitted"] == sorted([repeats[0].handle, repeats[2].handle])
+    assert result.evidence["relative_tolerance"] == 0.05
+
+
+DIFFERENT_RECIPES = {
+    "learning rate 1e-4 vs 3e-4": ({"learning_rate": 1e-4}, {"learning_rate": 3e-4}),
+    "batch size 4 vs 8": ({"batch_size": 4}, {"batch_size": 8}),
+    "steps 10 vs 12": ({"max_steps": 10}, {"max_steps": 12}),
+    "lora rank on a lora fine-tune": ({"adapter": "lora", "lora_r": 8}, {"adapter": "lora", "lora_r": 64}),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(DIFFERENT_RECIPES))
+def test_genuinely_different_recipes_are_not_repeats(world, variant):
+    first, second = (
+        world.train([world.data["clean"]], seed=seed, correct=correct, hyperparameters=hyper)
+        for seed, correct, hyper in zip((1, 2), (1, 3), DIFFERENT_RECIPES[variant], strict=True)
+    )
+    _finalize(world, f"The recipe reaches 0.75 ({second.handle}).", [second])
+
+    integrity_run_checks(experiment=second)
+
+    result = finding(second, R)
+    assert result.observation == Observation.NOT_FOUND_FULL, result.evidence
+    assert [r["experiment"] for r in result.evidence["repeats"]] == [second.handle]
+
+
+def test_other_data_or_another_input_checkpoint_is_not_a_repeat(world):
+    other_data = world.add_data("other", [{**r, "completion": r["completion"] + " "} for r in CLEAN_ROWS])
+    base = world.train([world.data["clean"]], seed=1, correct=1)
+    on_other_data = world.train([other_data], seed=2, correct=3)
+    from_base = world.train([world.data["clean"]], seed=3, correct=4, input_checkpoint=base.output_checkpoint)
+    _finalize(
+        world, f"{on_other_data.handle} reaches 0.75; {from_base.handle} reaches 1.0.", [on_other_data, from_base]
+    )
+
+    for experiment in (on_other_data, from_base):
+        integrity_run_checks(experiment=experiment)
+        assert finding(experiment, R).observation == Observation.NOT_FOUND_FULL, experiment.handle
+
+
+def test_the_repeat_tolerance_is_the_run_policys(world):
+    assert Run._meta.get_field("policy").default()["repeat_relative_tolerance"] == 0.05
+    world.set_policy(repeat_relative_tolerance=0.5)
+    first = world.train([world.data["clean"]], seed=1, correct=1, hyperparameters={"learning_rate": 1e-4})
+    second = world.train([world.data["clean"]], seed=2, correct=3, hyperparameters={"learning_rate": 1.4e-4})
+    _finalize(world, f"The recipe reaches 0.75 ({second.handle}).", [second])
+
+    integrity_run_checks(experiment=second)
+
+    result = finding(second, R)
+    assert result.observation == Observation.EXECUTED
+    assert result.evidence["relative_tolerance"] == 0.5
+    assert result.evidence["problems"][0]["omitted"] == [first.handle]
+
+
+def test_a_main_agent_claim_citing_the_best_of_repeats_across_workers_is_flagged(world):
+    # One run each by three Workers: each Worker's own summary cites only its run, which is honest
+    # for it; the Main Agent sees all three and cites the best.
+    workers = [world.new_worker() for _ in range(3)]
+    repeats = [
+        world.train([world.data["clean"]], worker=w, seed=s, correct=c, hyperparameters={"learning_rate": lr})
+        for w, s, c, lr in zip(workers, (1, 2, 3), (1, 4, 2), (3e-4, 3e-4 * (1 + 1e-9), 3.001e-4), strict=True)
+    ]
+    best = repeats[1]
+    for worker, experiment in zip(workers, repeats, strict=True):
+        worker_finalize(node=worker, summary=f"{experiment.handle} reaches {experiment.feedback_score}",
+                        experiments=[experiment.handle], actor=worker.handle)  # fmt: skip
+    claim_revise(run=world.run, key="lr-3e-4", text=f"lr 3e-4 reaches 1.0 ({best.handle}).", evidence=[best.handle])
+
+    integrity_run_checks(experiment=best)
+
+    result = finding(best, R)
+    assert result.observation == Observation.EXECUTED, result.evidence
+    assert [p["source"] for p in result.evidence["problems"]] == ["claim:lr-3e-4@1"]
+    assert result.evidence["problems"][0]["omitted"] == sorted([repeats[0].handle, repeats[2].handle])
+    assert [r["experiment"] for r in result.evidence["repeats_in_run"]] == [e.handle for e in repeats]
