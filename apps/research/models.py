@@ -22,10 +22,16 @@ from apps.research.choices import (
 
 
 def default_policy() -> dict:
+    """A new run's policy; docs/run-policy.md describes every key and its default."""
     return {
         "allowed_teachers": [],
         "training_gate": False,
+        # Feedback-evaluation quotas (the submission review refuses past the tightest one): per
+        # Worker lineage (a Worker, its predecessors and successors share one allowance), per input
+        # checkpoint across all Workers, and per run.
         "feedback_evals_per_worker": 20,
+        "feedback_evals_per_checkpoint": 40,
+        "feedback_evals_per_run": 200,
         "score_decimals": 2,
         "contamination_tolerance": 0,
     }
