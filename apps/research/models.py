@@ -34,6 +34,10 @@ def default_policy() -> dict:
         "feedback_evals_per_run": 200,
         "score_decimals": 2,
         "contamination_tolerance": 0,
+        # Teacher detection (apps.integrity.teacher): the share of a dataset's telling rows (the
+        # candidate teacher's wrong answers and decoding artefacts) copied exactly from that
+        # teacher above which undeclared data is reported for adjudication.
+        "teacher_agreement_threshold": 0.5,
     }
 
 
