@@ -164,7 +164,11 @@ def catalog_labels(*, exclude: DataEntry) -> dict[str, set[str]]:
         quality = _catalog_quality(entry)
         if quality is None or quality in UNRELIABLE_LABELS:
             continue
-        for row in _rows(entry):
+        try:
+            rows = _rows(entry)
+        except ApplicationError:
+            continue  # a catalog entry that no longer parses labels nothing (data provenance reports it)
+        for row in rows:
             labels.setdefault(row["prompt"], set()).add(row["completion"])
     return labels
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.core.errors import ApplicationError
 from apps.datapool.models import DataEntry, DataFormat
 from apps.datapool.selectors import data_stored_sha256
 from apps.experiments.choices import ExperimentKind
@@ -330,6 +331,10 @@ def _teacher_detection(subject: Subject, allowed: set[str], threshold: float) ->
                 report["unavailable"].append(checkpoint.handle)
                 report.setdefault("unavailable_reasons", {})[checkpoint.handle] = str(exc)
                 continue
+            except ApplicationError as exc:
+                # The entry's stored rows no longer parse: data provenance reports the entry.
+                report.setdefault("unreadable", {})[entry.handle] = exc.message[:300]
+                break
             record = agreement.record()
             record["declared"] = checkpoint.handle in declared and checkpoint.handle in allowed
             report["comparisons"].append(record)
