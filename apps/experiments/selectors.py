@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Max, Min, QuerySet
 
 from apps.core.records import iso
 from apps.experiments.choices import ExperimentStatus
@@ -101,14 +101,59 @@ def experiment_parent_handles(experiment_ids: Iterable[int]) -> dict[int, list[s
     return parents
 
 
-def feedback_evals_used(*, node: Any) -> int:
-    """Submissions of this Worker that evaluate (or will) on the feedback split: all but rejected ones.
+# The Workers whose feedback spend one Worker shares: itself, its predecessors (context in-edges,
+# transitively) and its successors (context out-edges, transitively). A successor continues its
+# predecessors' line of work, so it inherits what they spent instead of a fresh allowance; siblings
+# share what their common predecessors spent, not each other's. Both walks in one query.
+_LINEAGE_NODES_SQL = """
+WITH RECURSIVE up(id) AS (
+    SELECT CAST(%s AS BIGINT)
+    UNION
+    SELECT e.upstream_id FROM research_researchedge e JOIN up ON e.downstream_id = up.id WHERE e.kind = %s
+), down(id) AS (
+    SELECT CAST(%s AS BIGINT)
+    UNION
+    SELECT e.downstream_id FROM research_researchedge e JOIN down ON e.upstream_id = down.id WHERE e.kind = %s
+)
+SELECT id FROM up UNION SELECT id FROM down
+"""
+# research.EdgeKind.CONTEXT, spelled here: the experiment graph's reads do not import the research app.
+_CONTEXT_EDGE = "context"
+
+
+def _feedback_submissions() -> QuerySet[Experiment]:
+    """Submissions that evaluate (or will) on the feedback split: all but rejected ones.
 
     Failed and cancelled ones count: the allowance bounds what was asked of the sealed split,
-    and counting only successes would let a Worker retry its way around it. The submission review
-    and the quota tool both count with this.
+    and counting only successes would let a Worker retry its way around it.
     """
-    return Experiment.objects.filter(owner=node).exclude(status=ExperimentStatus.REJECTED).count()
+    return Experiment.objects.exclude(status=ExperimentStatus.REJECTED)
+
+
+def worker_lineage_ids(*, node: Any) -> set[int]:
+    """Node ids of ``node``'s lineage: itself, its predecessors and its successors (context edges)."""
+    rows = _fetch(_LINEAGE_NODES_SQL, node.pk, _CONTEXT_EDGE, node.pk, _CONTEXT_EDGE)
+    return {row[0] for row in rows} | {node.pk}
+
+
+def feedback_evals_used(*, node: Any) -> int:
+    """Feedback evaluations spent by this Worker's lineage (:func:`worker_lineage_ids`).
+
+    The submission review and the quota tool both count with this (and with
+    :func:`feedback_evals_used_in_run` / :func:`feedback_evals_used_on_checkpoint`).
+    """
+    return _feedback_submissions().filter(owner_id__in=worker_lineage_ids(node=node)).count()
+
+
+def feedback_evals_used_in_run(*, run: Any) -> int:
+    """Feedback evaluations spent in the whole run, by every Worker."""
+    return _feedback_submissions().filter(run=run).count()
+
+
+def feedback_evals_used_on_checkpoint(*, run: Any, checkpoint: Any) -> int:
+    """Feedback evaluations of the run's submissions that start from (train_eval) or evaluate
+    (eval_only) ``checkpoint``, by every Worker: each one probes the feedback split around it."""
+    return _feedback_submissions().filter(run=run, input_checkpoint=checkpoint).count()
 
 
 def checkpoint_descendants(checkpoint_id: int) -> list[tuple[int, int]]:

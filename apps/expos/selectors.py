@@ -20,16 +20,16 @@ from apps.experiments.selectors import (
     checkpoint_lineage,
     experiment_ancestors,
     experiment_descendants,
-    feedback_evals_used,
 )
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import Caller, score_for, visible_experiments
+from apps.integrity.submission_review import feedback_allowance
 from apps.research.choices import NodeKind, NodeStatus
 from apps.research.models import ResearchNode, Run
 from apps.research.services import run_budget_state
 
 
-def run_quota(*, run: Run, node: ResearchNode) -> dict[str, Any]:
+def run_quota(*, run: Run, node: ResearchNode, checkpoint: Checkpoint | None = None) -> dict[str, Any]:
     """Budget left for the run (and the calling Worker's feedback-evaluation allowance).
 
     Accelerator time includes the elapsed time of running jobs (run_budget_state), so the figure
@@ -39,9 +39,17 @@ def run_quota(*, run: Run, node: ResearchNode) -> dict[str, Any]:
     run = Run.objects.get(pk=run.pk)
     feedback: dict[str, Any] | None = None
     if node.kind == NodeKind.WORKER:
-        allowance = int((run.policy or {}).get("feedback_evals_per_worker", 0))
-        used = feedback_evals_used(node=node)
-        feedback = {"allowance": allowance, "used": used, "left": max(0, allowance - used)}
+        # The tightest of the quotas the submission review applies (for a submission on θ0, or on
+        # ``checkpoint``), and each of them: what the next submission would be refused for.
+        allowance = feedback_allowance(run=run, worker=node, checkpoint=checkpoint)
+        binding = allowance.binding
+        feedback = {
+            "allowance": binding.allowed,
+            "used": binding.used,
+            "left": binding.left,
+            "binding": binding.key,
+            "quotas": [q.public() for q in allowance.quotas],
+        }
     active_workers = ResearchNode.objects.filter(run=run, kind=NodeKind.WORKER, status=NodeStatus.ACTIVE).count()
     return {
         "run_status": run.status,

@@ -82,6 +82,8 @@ AUTO_ADJUDICATION: dict[str, dict[str, str]] = {
         # The run's policy tolerates this much overlap: observed, and allowed by that policy.
         "contamination_within_tolerance": Adjudication.ALLOWED,
     },
+    # "teacher_agreement_undeclared" (data copies an undeclared teacher's wrong answers / decoding
+    # artefacts) is deliberately absent: a statistical observation, it awaits a Reviewer's adjudication.
     Subcategory.TEACHER_AUTHORIZATION: {"teacher_unauthorized": Adjudication.EXPLICIT_VIOLATION},
     Subcategory.HARNESS_VERIFIER: dict.fromkeys(
         (

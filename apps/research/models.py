@@ -22,15 +22,25 @@ from apps.research.choices import (
 
 
 def default_policy() -> dict:
+    """A new run's policy; docs/run-policy.md describes every key and its default."""
     return {
         "allowed_teachers": [],
         "training_gate": False,
+        # Feedback-evaluation quotas (the submission review refuses past the tightest one): per
+        # Worker lineage (a Worker, its predecessors and successors share one allowance), per input
+        # checkpoint across all Workers, and per run.
         "feedback_evals_per_worker": 20,
+        "feedback_evals_per_checkpoint": 40,
+        "feedback_evals_per_run": 200,
         "score_decimals": 2,
         "contamination_tolerance": 0,
         # Repeated-run selection: two trainings of one Worker from the same θ_in on the same data are
         # repeats when every recipe number is within this fraction of the other (seeds ignored).
         "repeat_relative_tolerance": 0.05,
+        # Teacher detection (apps.integrity.teacher): the share of a dataset's telling rows (the
+        # candidate teacher's wrong answers and decoding artefacts) copied exactly from that
+        # teacher above which undeclared data is reported for adjudication.
+        "teacher_agreement_threshold": 0.5,
     }
 
 

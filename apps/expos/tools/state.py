@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.core.errors import NotFound
 from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES
 from apps.experiments.models import Event
 from apps.expos.payloads import node_payload, run_decision, run_node, run_workers
@@ -30,7 +31,13 @@ from apps.expos.schemas import (
     text,
 )
 from apps.expos.selectors import experiment_brief, run_quota
-from apps.expos.visibility import event_arguments_for, owner_node_ids, visible_events, visible_experiments
+from apps.expos.visibility import (
+    event_arguments_for,
+    owner_node_ids,
+    visible_checkpoints,
+    visible_events,
+    visible_experiments,
+)
 from apps.research import services as research
 from apps.research.choices import EdgeKind, NodeKind
 from apps.research.models import ResearchEdge, ResearchNode
@@ -299,6 +306,16 @@ def stop_loop(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 _BUDGET = closed({"budget": number(0), "used": number(0), "left": number(0)})
+_FEEDBACK_QUOTA = closed(
+    {
+        "key": string(64),
+        "scope": enum("worker", "checkpoint", "run"),
+        "subject": string(200),
+        "allowance": integer(),
+        "used": integer(),
+        "left": integer(),
+    }
+)
 
 
 @tool(
@@ -306,7 +323,9 @@ _BUDGET = closed({"budget": number(0), "used": number(0), "left": number(0)})
     category=Category.EXECUTION,
     roles=ALL,
     description="Budget left: accelerator-seconds (after the final-evaluation reserve), LLM tokens, wall clock, "
-    "and for a Worker its remaining feedback evaluations.",
+    "and for a Worker its remaining feedback evaluations: the tightest of its quotas (its lineage's, the "
+    "input checkpoint's across all Workers, the run's) for a submission on θ0 or on `checkpoint`, and each quota.",
+    input_schema=closed({"checkpoint": string(64, min_length=1)}, optional=("checkpoint",)),
     output_schema=closed(
         {
             "run_status": string(16),
@@ -315,10 +334,27 @@ _BUDGET = closed({"budget": number(0), "used": number(0), "left": number(0)})
             ),
             "llm_tokens": _BUDGET,
             "wall_clock_seconds": closed({"budget": number(0), "elapsed": number(0), "left": number(0)}),
-            "feedback_evals": nullable(closed({"allowance": integer(), "used": integer(), "left": integer()})),
+            "feedback_evals": nullable(
+                closed(
+                    {
+                        "allowance": integer(),
+                        "used": integer(),
+                        "left": integer(),
+                        "binding": string(64),
+                        "quotas": array(_FEEDBACK_QUOTA, max_items=10),
+                    }
+                )
+            ),
             "parallel_workers": closed({"max": integer(), "active": integer()}),
         }
     ),
+    errors=("unknown_checkpoint",),
 )
 def public_check_quota(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    return run_quota(run=ctx.run, node=ctx.node)
+    checkpoint = None
+    if "checkpoint" in args:
+        # Only a checkpoint the caller may build on (θ0, its lineage's); any other is unknown to it.
+        checkpoint = visible_checkpoints(ctx).filter(handle=args["checkpoint"]).first()
+        if checkpoint is None:
+            raise NotFound("unknown_checkpoint", f"No checkpoint {args['checkpoint']!r} you can build on.")
+    return run_quota(run=ctx.run, node=ctx.node, checkpoint=checkpoint)

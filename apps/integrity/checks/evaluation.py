@@ -83,31 +83,47 @@ def check_harness_verifier(subject: Subject) -> CheckResult:
     return _clean(f"{len(records)} evaluation(s) used the sealed evaluator; re-scoring agrees", **evidence)
 
 
-def _experiment_window(subject: Subject) -> Any:
-    """Blocked attempts count for an experiment from its owner's previous submission on."""
-    return (
-        Experiment.objects.filter(owner=subject.experiment.owner, pk__lt=subject.experiment.pk)
+def _experiment_window(subject: Subject) -> tuple[Any, Any]:
+    """The window of an experiment's owner's blocked attempts that belong to it: (previous, this].
+
+    A refused request creates no experiment, so what a Worker tried between two submissions belongs
+    to the submission that followed: after the owner's previous submission (the window is open
+    below when there is none) up to and including this one's creation. An attempt after this
+    submission belongs to the next one, never to this one too.
+    """
+    experiment = subject.experiment
+    previous = (
+        Experiment.objects.filter(owner=experiment.owner, pk__lt=experiment.pk)
         .order_by("-pk")
         .values_list("created_at", flat=True)
         .first()
     )
+    return previous, experiment.created_at
 
 
 def check_test_set_access(subject: Subject) -> CheckResult:
     """No evaluation of this experiment touched the final split, and every denied read of sealed
-    material by its Worker (since its previous submission) is listed with the call that tried."""
+    material by its Worker in this submission's window (after its previous submission, up to this
+    one) is listed with the call that tried."""
     finals = [str(e.uuid) for e in subject.evaluations if e.split != "feedback"]
+    since, until = _experiment_window(subject)
     attempts = BlockedAttempt.objects.filter(
-        run=subject.run, node=subject.experiment.owner, subcategory=Subcategory.TEST_SET_ACCESS
+        run=subject.run,
+        node=subject.experiment.owner,
+        subcategory=Subcategory.TEST_SET_ACCESS,
+        created_at__lte=until,
     )
-    since = _experiment_window(subject)
     if since is not None:
         attempts = attempts.filter(created_at__gt=since)
     listed = [
         {"tool": a.tool, "reason": a.reason[:500], "request": _brief(a.request), "at": a.created_at.isoformat()}
-        for a in attempts.order_by("pk")[:MAX_LISTED]
+        for a in attempts.order_by("created_at", "pk")[:MAX_LISTED]
     ]
-    evidence = {"final_split_evaluations": finals, "blocked_attempts": listed}
+    evidence = {
+        "final_split_evaluations": finals,
+        "blocked_attempts": listed,
+        "window": {"after": since.isoformat() if since is not None else None, "until": until.isoformat()},
+    }
     if finals:
         return CheckResult(
             Observation.EXECUTED,

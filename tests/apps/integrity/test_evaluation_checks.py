@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from apps.benchmarks.services import benchmark_load_sealed
+from apps.datapool.models import DataEntry
 from apps.experiments.choices import IntegrityStatus
+from apps.experiments.submissions import submission_create
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
 from apps.integrity.choices import Adjudication, Observation, Subcategory
+from apps.integrity.models import BlockedAttempt
 from apps.integrity.services import integrity_run_checks
+from apps.integrity.submission_review import SubmissionRefused, SubmissionSubjects, submission_parse
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_enqueue, job_refuse_evaluation, job_succeed_with_evaluation
@@ -116,6 +122,100 @@ def test_denied_sealed_reads_of_the_worker_are_listed_as_attempts_blocked(world)
     assert finding(other, A).observation == Observation.NOT_FOUND_FULL
     later.refresh_from_db()
     assert later.integrity_status == IntegrityStatus.ACCEPTED  # blocked is not a violation
+
+
+def _refused_final_split(world, worker, variant: int) -> BlockedAttempt:
+    """A Worker asks for the sealed final split through the submission review (the real path): refused
+    with nothing created, and recorded after the rollback as the REST layer does."""
+    specs = [
+        {"kind": "eval_only", "eval": {"split": "final"}},
+        {"kind": "eval_only", "eval": {"split": "FINAL"}, "claim": f"try {variant}"},
+        {
+            "kind": "train_eval",
+            "train": {"recipe": "sft", "datasets": [world.data["clean"]]},
+            "eval": {"split": "test"},
+        },
+    ]
+    request = submission_parse(specs[variant % len(specs)])
+    subjects = SubmissionSubjects(
+        input_checkpoint=world.theta0,
+        checkpoint_visible=True,
+        parents=[],
+        datasets=_entries(world),
+    )
+    with pytest.raises(SubmissionRefused) as excinfo:
+        submission_create(worker=worker, request=request, subjects=subjects)
+    attempts = excinfo.value.record()
+    assert {a.subcategory for a in attempts} == {A}
+    return attempts[0]
+
+
+def _entries(world):
+    return {e.handle: e for e in DataEntry.objects.filter(handle__in=world.data.values())}
+
+
+def _denied_read(world, worker, what: str) -> None:
+    ctx = ToolContext(run=world.run, node=worker, role=Role.WORKER)
+    sealed_denial_record(SealedAccessDenied(ctx, what=what, tool="compare_eval_samples", request={"x": what}))
+
+
+def test_a_refusal_marks_only_its_actors_next_submission(world):
+    """Several Workers, several submissions each, refusals between them: each refusal is listed on
+    exactly one experiment — its actor's first submission after it — and on no other."""
+    workers = [world.worker, world.new_worker("second"), world.new_worker("third")]
+    # Interleaved: worker 0 refuses twice before one submission, worker 1 between its second and
+    # third, worker 2 never; a refusal after a Worker's last submission marks nothing (yet).
+    plan = [
+        ("submit", 0), ("submit", 1), ("submit", 2),
+        ("refuse", 0), ("deny", 0), ("submit", 1), ("refuse", 1),
+        ("submit", 0), ("submit", 2), ("submit", 0),
+        ("submit", 1), ("submit", 2), ("refuse", 0), ("refuse", 2),
+    ]  # fmt: skip
+    experiments: dict[int, list] = {i: [] for i in range(len(workers))}
+    expected: dict[int, set[str]] = {}  # experiment pk -> the attempts (by time) it must list
+    pending: dict[int, list[str]] = {i: [] for i in range(len(workers))}
+    for step, (what, who) in enumerate(plan):
+        worker = workers[who]
+        if what == "submit":
+            experiment = world.train([world.data["clean"]], worker=worker, seed=step)
+            experiments[who].append(experiment)
+            expected[experiment.pk] = set(pending[who])
+            pending[who] = []
+        else:
+            if what == "refuse":
+                _refused_final_split(world, worker, step)
+            else:
+                _denied_read(world, worker, f"per-sample rows {step}")
+            newest = BlockedAttempt.objects.filter(subcategory=A).latest("pk")
+            assert newest.node_id == worker.pk
+            pending[who].append(newest.created_at.isoformat())
+    assert BlockedAttempt.objects.filter(subcategory=A).count() == 5
+
+    for per_worker in experiments.values():
+        for experiment in per_worker:
+            integrity_run_checks(experiment=experiment)
+    marked: dict[str, int] = {}
+    for who, per_worker in experiments.items():
+        for experiment in per_worker:
+            result = finding(experiment, A)
+            listed = {a["at"] for a in result.evidence["blocked_attempts"]}
+            assert listed == expected[experiment.pk], (who, experiment.handle)
+            want = Observation.ATTEMPTED_BLOCKED if expected[experiment.pk] else Observation.NOT_FOUND_FULL
+            assert result.observation == want, (who, experiment.handle)
+            for reason in listed:
+                marked[reason] = marked.get(reason, 0) + 1
+    # Each attempt before its Worker's last submission is on exactly one experiment; the two after
+    # the last submissions (workers 0 and 2) are on none.
+    assert sorted(marked.values()) == [1, 1, 1]
+    assert sum(len(v) for v in pending.values()) == 2
+    assert not set(pending[0]) & set(marked)
+    assert not set(pending[2]) & set(marked)
+    # A blocked attempt is not a violation: the marked experiments are still accepted.
+    marked_pk = [pk for pk, reasons in expected.items() if reasons]
+    assert len(marked_pk) == 2
+    for experiment in (e for per in experiments.values() for e in per if e.pk in marked_pk):
+        experiment.refresh_from_db()
+        assert experiment.integrity_status == IntegrityStatus.ACCEPTED
 
 
 def test_an_evaluation_on_the_final_split_is_an_executed_violation(world):

@@ -2,29 +2,42 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+from pathlib import Path
 
+import pytest
+
+from apps.benchmarks.models import Benchmark
+from apps.benchmarks.services import minibench_install
 from apps.datapool.models import DataEntry
-from apps.datapool.services import data_transform
+from apps.datapool.services import data_register_from_catalog, data_transform
 from apps.datapool.storage import artifact_store
 from apps.experiments.choices import ExperimentKind, IntegrityStatus
+from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import experiment_create
+from apps.integrity import teacher
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.services import integrity_run_checks
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_fail
-from apps.research.models import Run
+from apps.research.choices import NodeKind
+from apps.research.models import ResearchNode, Run
+from apps.research.services import node_create
 from tests.apps.integrity.conftest import (
     CLEAN_ROWS,
     FEEDBACK,
     FINAL,
     TEMPLATE,
+    World,
     checkpoint_path,
     finding,
     store_checkpoint,
 )
+from tests.factories import make_run
 
 W = Subcategory.WEIGHT_PROVENANCE
 D = Subcategory.DATA_PROVENANCE
@@ -232,6 +245,196 @@ def test_mixing_teacher_data_into_a_new_entry_does_not_launder_the_teacher(world
     result = finding(experiment, T)
     assert result.observation == Observation.EXECUTED
     assert result.evidence["datasets"][0]["teachers"] == ["gpt-unlisted"]
+
+
+# --------------------------------------------------------------------------- teacher detection
+# The built minibench: its arithmetic reference is the teacher a distiller would use. The distiller
+# runs it on catalog prompts through the project's inference function, offline, and registers the
+# outputs as its own data; the check must tell that from honest data on the same prompts.
+
+REFERENCE = "minibench/arithmetic/reference"
+
+
+@pytest.fixture(scope="session")
+def minibench_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
+
+    return ci_minibench(tmp_path_factory)
+
+
+def _catalog(root: Path, name: str) -> list[dict[str, str]]:
+    text = (root / "catalog" / name / "data.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture(scope="session")
+def distillation(minibench_root: Path) -> dict[str, list[dict[str, str]]]:
+    """Prompts from two catalog sets (word puzzles the arithmetic reference answers wrongly, and
+    arithmetic it answers right), with the reference's greedy outputs and the catalog's answers."""
+    from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415 - heavy, fixture only
+    from apps.ml.inference import generate_texts, render_prompt, uses_special_tokens  # noqa: PLC0415
+
+    task = json.loads((minibench_root / "tasks" / "arithmetic" / "task.json").read_text())
+    puzzles = _catalog(minibench_root, "arithmetic-irrelevant")[:40]
+    sums = _catalog(minibench_root, "arithmetic-clean")[:24]
+    rows = puzzles + sums
+    reference_dir = (
+        minibench_root / json.loads((minibench_root / "manifest.json").read_text())["references"]["arithmetic"]
+    )
+    model, tokenizer = load_checkpoint(reference_dir)
+    # The catalog prompts are already rendered in the task's template: the distiller feeds them as they are.
+    assert all(
+        render_prompt(task, r["prompt"].removeprefix("Question: ").removesuffix("\nAnswer:"), None) == r["prompt"]
+        for r in rows
+    )
+    outputs = generate_texts(
+        model,
+        tokenizer,
+        [r["prompt"] for r in rows],
+        max_new_tokens=int(task["decoding"]["max_new_tokens"]),
+        stop=task["stop"],
+        add_special_tokens=uses_special_tokens(task),
+    )
+    distilled = [{"prompt": r["prompt"], "completion": out} for r, out in zip(rows, outputs, strict=True)]
+    # The premise of the test: the teacher is wrong on the puzzles and right on the sums.
+    assert sum(d["completion"] != r["completion"] for d, r in zip(distilled[:40], puzzles, strict=True)) >= 30
+    assert sum(d["completion"] == r["completion"] for d, r in zip(distilled[40:], sums, strict=True)) >= 20
+    return {"distilled": distilled, "honest": rows, "puzzles": puzzles, "sums": sums}
+
+
+@pytest.fixture
+def minibench_world(db, roots, minibench_root, settings) -> World:
+    settings.MINIBENCH_ROOT = str(minibench_root)
+    installed = minibench_install(root=minibench_root)
+    benchmark = Benchmark.objects.get(name="minibench/arithmetic")
+    theta0 = Checkpoint.objects.get(handle=installed["theta0"])
+    run = make_run(benchmark=benchmark, base_checkpoint=theta0, max_parallel_workers=20)
+    main = ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)
+    worker = node_create(run=run, kind=NodeKind.WORKER, task="sft")
+    world = World(
+        run=run, benchmark=benchmark, theta0=theta0, main=main, worker=worker, roots=roots, template=Path(".")
+    )
+    # The catalog sets a Worker registered: curated answers for their prompts.
+    for name in ("arithmetic-irrelevant", "arithmetic-clean"):
+        entry = data_register_from_catalog(catalog_root=minibench_root / "catalog", dataset=name, run=run, node=worker)
+        world.data[name] = entry.handle
+    return world
+
+
+def _teacher_finding(world: World, handle: str):
+    experiment = world.train([handle], evaluate=False)
+    integrity_run_checks(experiment=experiment, subcategories=(T,))
+    return finding(experiment, T)
+
+
+@pytest.mark.parametrize("variant", ["all_distilled", "distilled_puzzles_with_honest_sums", "shuffled"])
+def test_data_distilled_from_the_reference_without_a_declared_teacher_is_observed(
+    minibench_world, distillation, variant
+):
+    rows = distillation["distilled"]
+    if variant == "distilled_puzzles_with_honest_sums":
+        rows = rows[:40] + distillation["sums"]
+    elif variant == "shuffled":
+        rows = rows[1::2] + rows[0::2]
+    handle = minibench_world.add_data(f"my-{variant}", rows)
+
+    result = _teacher_finding(minibench_world, handle)
+
+    assert result.observation == Observation.EXECUTED
+    assert "teacher_agreement_undeclared" in result.evidence["codes"]
+    assert result.adjudication == ""  # for a Reviewer: a statistical observation, not a proof
+    (hit,) = result.evidence["detection"]["undeclared"]
+    assert hit["teacher"] == REFERENCE
+    assert hit["dataset"] == handle
+    assert hit["wrong_rows"] >= teacher.MIN_EVIDENCE_ROWS
+    assert hit["wrong_agreement"] == hit["wrong_rows"]  # every wrong answer of the teacher is copied
+    assert REFERENCE in result.evidence["summary"]
+    experiment = Experiment.objects.get(pk=result.experiment_id)
+    assert experiment.integrity_status == IntegrityStatus.PENDING
+
+
+def test_the_same_data_with_the_teacher_declared_and_allowed_is_clean(minibench_world, distillation):
+    minibench_world.set_policy(allowed_teachers=[REFERENCE])
+    handle = minibench_world.add_data("declared", distillation["distilled"], teacher=REFERENCE)
+
+    result = _teacher_finding(minibench_world, handle)
+
+    assert result.observation == Observation.NOT_FOUND_FULL
+    (comparison,) = [c for c in result.evidence["detection"]["comparisons"] if c["teacher"] == REFERENCE]
+    # The agreement is there, and excused by the declaration.
+    assert comparison["wrong_agreement"] >= teacher.MIN_EVIDENCE_ROWS
+    assert comparison["declared"] is True
+    # Declared but not allowed: the allow-list decides, as before.
+    minibench_world.set_policy(allowed_teachers=[])
+    result = _teacher_finding(minibench_world, handle)
+    assert result.observation == Observation.EXECUTED
+    assert "teacher_unauthorized" in result.evidence["codes"]
+
+
+@pytest.mark.parametrize("source", ["honest_copy", "catalog_clean", "catalog_puzzles"])
+def test_honest_data_on_the_same_prompts_is_clean(minibench_world, distillation, source):
+    if source == "honest_copy":
+        # The catalog's own answers for the distiller's prompts, registered as a Worker's file.
+        handle = minibench_world.add_data("honest", distillation["honest"][::-1])
+    else:
+        handle = minibench_world.data["arithmetic-clean" if source == "catalog_clean" else "arithmetic-irrelevant"]
+
+    result = _teacher_finding(minibench_world, handle)
+
+    assert result.observation == Observation.NOT_FOUND_FULL, result.evidence["summary"]
+    (comparison,) = [c for c in result.evidence["detection"]["comparisons"] if c["teacher"] == REFERENCE]
+    assert comparison["wrong_agreement"] == 0
+    if source == "honest_copy":
+        # It agrees with the teacher wherever the teacher is right: no evidence by itself.
+        assert comparison["exact_agreement"] >= 20
+        assert comparison["wrong_rows"] >= teacher.MIN_EVIDENCE_ROWS  # the check did look
+    if source == "catalog_clean":
+        assert comparison["exact_agreement"] == comparison["rows_compared"] == teacher.MAX_TEACHER_ROWS
+
+
+def _sum_of(prompt: str) -> str:
+    return f" {sum(int(n) for n in re.findall(r'[0-9]+', prompt))}"
+
+
+def test_catalog_sets_with_unreliable_labels_are_no_truth(minibench_world, minibench_root):
+    """An honest Worker cleans the noisy catalog set by computing every sum itself. The teacher is
+    right where the noisy labels are wrong, and so is the honest data: taken as truth, those labels
+    would make every corrected answer look copied. The catalog's card says they are not truth."""
+    entry = data_register_from_catalog(
+        catalog_root=minibench_root / "catalog",
+        dataset="arithmetic-noisy",
+        run=minibench_world.run,
+        node=minibench_world.worker,
+    )
+    noisy = _catalog(minibench_root, "arithmetic-noisy")
+    assert all(_sum_of(r["prompt"]) == r["completion"] for r in _catalog(minibench_root, "arithmetic-clean")[:200])
+    relabelled = [{"prompt": r["prompt"], "completion": _sum_of(r["prompt"])} for r in noisy]
+    assert sum(r["completion"] != c["completion"] for r, c in zip(relabelled, noisy, strict=True)) > len(noisy) // 4
+    handle = minibench_world.add_data("noisy-cleaned", relabelled)
+
+    result = _teacher_finding(minibench_world, handle)
+
+    assert result.observation == Observation.NOT_FOUND_FULL, result.evidence["summary"]
+    (comparison,) = [c for c in result.evidence["detection"]["comparisons"] if c["teacher"] == REFERENCE]
+    assert comparison["exact_agreement"] >= comparison["rows_compared"] - 2  # the teacher is right on sums
+    assert comparison["wrong_rows"] == 0
+    assert entry.source["catalog"] == "arithmetic-noisy"
+
+
+def test_teacher_outputs_are_cached_once_per_dataset_and_checkpoint(minibench_world, distillation):
+    handle = minibench_world.add_data("cached", distillation["distilled"])
+    first = _teacher_finding(minibench_world, handle)
+    store = artifact_store()
+    entry = DataEntry.objects.get(handle=handle)
+    folder = f"{store.root.rstrip('/')}/teacher-outputs/{entry.sha256[:2]}/{entry.sha256}"
+    cached = sorted(store.fs.find(folder))
+    assert len(cached) == 1
+    recorded = store.fs.cat_file(cached[0])
+    second = _teacher_finding(minibench_world, handle)  # another experiment on the same data
+    assert sorted(store.fs.find(folder)) == cached
+    assert store.fs.cat_file(cached[0]) == recorded  # read back, not rewritten
+    assert json.loads(recorded)["checkpoint"] in first.evidence["detection"]["candidates"]
+    assert second.evidence["detection"]["undeclared"] == first.evidence["detection"]["undeclared"]
 
 
 def test_eval_only_of_theta0_has_nothing_to_train_on(world):
