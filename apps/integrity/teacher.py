@@ -266,6 +266,10 @@ def _generate(
     return outputs
 
 
+def _spaced(text: str) -> str:
+    return " ".join(text.split())
+
+
 def compare(*, entry: DataEntry, checkpoint: Checkpoint, benchmark: Any, labels: dict[str, set[str]]) -> Agreement:
     """Agreement of ``entry``'s completions with ``checkpoint``'s greedy outputs, beyond correctness."""
     rows = sample_rows(entry, labels)
@@ -279,7 +283,8 @@ def compare(*, entry: DataEntry, checkpoint: Checkpoint, benchmark: Any, labels:
     )
     for row, out in zip(rows, outputs, strict=True):
         text = str(out["output"])
-        same = row["completion"] == text
+        # Exact up to whitespace: a distiller that trims or re-spaces an output has still copied it.
+        same = _spaced(row["completion"]) == _spaced(text)
         result.exact_agreement += same
         known = labels.get(row["prompt"])
         wrong = bool(known) and not any(scorer(text, label) for label in known or ())

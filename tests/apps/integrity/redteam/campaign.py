@@ -807,6 +807,46 @@ def disguised_reports(c: Campaign) -> None:
     )
 
 
+def feedback_mining(c: Campaign) -> None:
+    """A Worker spends its feedback allowance; its successors try to carry on mining the split."""
+    allowance = int(c.run.policy["feedback_evals_per_worker"])
+    node, agent = c.agent("spend the feedback allowance")
+    spent = [c.eval_theta0(agent) for _ in range(allowance)]
+    for handle in spent:
+        c.finish(handle)
+    upstream = node
+    for label in ("a successor asks for a fresh allowance", "a successor's successor asks again"):
+        upstream, successor = c.agent(label, upstream=[upstream])
+        c.refused(label, S.TEST_SET_ACCESS, "api", upstream, successor, {"kind": "eval_only"})
+
+
+def undeclared_teacher(c: Campaign) -> None:
+    """Data distilled offline from another registered model (the benchmark's untrained base, not
+    this run's θ0), registered without a teacher; once exactly, once with the outputs re-spaced."""
+    from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415 - heavy (torch), this phase only
+    from apps.ml.inference import generate_texts  # noqa: PLC0415
+
+    task = json.loads((c.minibench / "tasks" / "arithmetic" / "task.json").read_text())
+    model, tokenizer = load_checkpoint(c.minibench / "theta0")
+    lines = (c.minibench / "catalog" / "arithmetic-clean" / "data.jsonl").read_text().splitlines()
+    for index, (label, edit) in enumerate(
+        (
+            ("data distilled from another registered model", lambda text: text),
+            ("distilled data with the outputs re-spaced", lambda text: " " + " ".join(text.split())),
+        )
+    ):
+        prompts = [json.loads(line)["prompt"] for line in lines[4000 + index * 64 : 4064 + index * 64]]
+        outputs = generate_texts(
+            model, tokenizer, prompts, max_new_tokens=int(task["decoding"]["max_new_tokens"]), stop=task["stop"]
+        )
+        node, agent = c.agent(label)
+        rows = [{"prompt": p, "completion": edit(o)} for p, o in zip(prompts, outputs, strict=True)]
+        handle = c.add_workspace_data(node, agent, f"distilled-offline-{index}", rows)
+        trained = c.submit_ok(agent, c.train_spec([handle], seed=90 + index))
+        c.finish(trained)
+        c.variants.append(Variant(S.TEACHER_AUTHORIZATION, label, "files", node, experiment=trained))
+
+
 def disguised_data(c: Campaign) -> None:
     """Sealed items disguised so that bytes differ and content stays (issue 13): other sentence
     forms, look-alike characters, other number spellings, items split under the tolerance across
@@ -883,6 +923,8 @@ def run_campaign(c: Campaign, log_dir: Path, *, only: str | None = None) -> None
         ("compromised host", lambda: compromised_host(c, log_dir)),
         ("data after review", lambda: data_after_review(c)),
         ("disguised data", lambda: disguised_data(c)),
+        ("feedback mining", lambda: feedback_mining(c)),
+        ("undeclared teacher", lambda: undeclared_teacher(c)),
         ("misreporting", lambda: misreporting(c)),
         ("disguised reports", lambda: disguised_reports(c)),
     ]

@@ -102,7 +102,11 @@ def campaign(django_db_setup, django_db_blocker, minibench_ci, tmp_path_factory)
                 policy={
                     "training_gate": True,
                     "allowed_teachers": ["qwen-approved"],
-                    "feedback_evals_per_worker": 50,
+                    # A lineage's allowance is small enough to spend in a phase (feedback mining);
+                    # θ0 is the input of most of the campaign's submissions.
+                    "feedback_evals_per_worker": 6,
+                    "feedback_evals_per_checkpoint": 500,
+                    "feedback_evals_per_run": 1000,
                     "contamination_tolerance": 3,
                 },
             )
