@@ -168,14 +168,19 @@ def leading_zeros(text: str, rng: random.Random) -> str:
 
 
 Perturbation = Callable[[str, random.Random], str]
-PERTURBATIONS: dict[str, Perturbation] = {
-    "homoglyphs in every word": homoglyphs,
-    "a zero-width character in every third word": invisible_every_third,
-    "soft hyphens inside words": soft_hyphens,
+# How the numbers are written, and what the characters are: a disguise may stack one of each (the
+# number form first, so that a character put inside a number never splits it into two numbers).
+NUMBER_FORMS: dict[str, Perturbation] = {
     "digits of another script": other_digits,
     "numbers written as words": number_words,
     "numbers with leading zeros": leading_zeros,
 }
+CHARACTER_FORMS: dict[str, Perturbation] = {
+    "homoglyphs in every word": homoglyphs,
+    "a zero-width character in every third word": invisible_every_third,
+    "soft hyphens inside words": soft_hyphens,
+}
+PERTURBATIONS: dict[str, Perturbation] = {**CHARACTER_FORMS, **NUMBER_FORMS}
 
 
 def perturb(item: Item, rng: random.Random, how: Perturbation, *, answer_too: bool = True) -> Row:
@@ -190,8 +195,9 @@ def perturb(item: Item, rng: random.Random, how: Perturbation, *, answer_too: bo
 def mixed(item: Item, rng: random.Random) -> Row:
     """Two perturbations at once, on top of another sentence form."""
     row = retemplate(item, rng)
-    first, second = rng.sample(list(PERTURBATIONS.values()), 2)
-    return {"prompt": second(first(row["prompt"], rng), rng), "completion": row["completion"]}
+    number = rng.choice(list(NUMBER_FORMS.values()))
+    character = rng.choice(list(CHARACTER_FORMS.values()))
+    return {"prompt": character(number(row["prompt"], rng), rng), "completion": row["completion"]}
 
 
 def verbatim(item: Item) -> Row:
