@@ -4,8 +4,9 @@ Two texts that look the same to a reader (and, after tokenisation, teach a model
 thing) must compare equal, so an adversary cannot hide a sealed item behind an encoding trick. In
 order, for each string:
 
-1. Unicode NFKD: compatibility forms (fullwidth, mathematical alphanumerics, ligatures, superscripts,
-   circled digits, exotic spaces) become their plain letters, and accents come apart.
+1. Unicode NFKD: compatibility forms (fullwidth, mathematical alphanumerics, ligatures,
+   superscripts, circled digits, exotic spaces) become their plain letters, accents come apart.
+   (Look-alikes, step 3, are folded once before it too: it would turn some into other letters.)
 2. Invisible characters go: format characters (category Cf: zero-width space/joiners, soft hyphen,
    bidi marks, word joiner, BOM, tag characters), the other default-ignorable code points (Hangul
    fillers, combining grapheme joiner) and nonspacing marks (Mn: accents, variation selectors,
@@ -54,9 +55,10 @@ def _ascii_lookalikes(data: dict[str, list[dict[str, str]]], char: str) -> set[s
 def confusable_table() -> dict[int, str]:
     """Non-ASCII code point -> the ASCII letter or digit Unicode lists it as confusable with.
 
-    The lower-case form's look-alike wins (Cyrillic "І" is listed with "l", its lower case "і"
-    with "i": it reads as "i"), then the character's own, then its upper case's ("к" has none,
-    "К" has "K"). Letters win over digits where both are listed ("º").
+    A character's own look-alike wins, then its lower case's, then its upper case's ("к" has none,
+    "К" has "K"). UTS #39 gives everything that looks like a capital I the prototype "l" (I, l
+    and 1 share it), so an upper-case letter listed with "l" reads as "i". Letters win over digits
+    where both are listed ("º").
     """
     source = resources.files("confusable_homoglyphs").joinpath("confusables.json")
     data: dict[str, list[dict[str, str]]] = json.loads(source.read_text(encoding="utf-8"))
@@ -64,10 +66,15 @@ def confusable_table() -> dict[int, str]:
     for char in data:
         if len(char) != 1 or char.isascii():
             continue
-        for form in (char.lower(), char, char.upper()):
+        plain = unicodedata.normalize("NFKC", char)
+        if len(plain) == 1 and plain.isascii() and plain.isalnum():
+            table[ord(char)] = plain.lower()  # "𝟏" is "1" (though it looks like "l" too)
+            continue
+        for form in (char, char.lower(), char.upper()):
             options = _ascii_lookalikes(data, form) if len(form) == 1 else set()
             if options:
-                table[ord(char)] = sorted(options, key=lambda c: (c.isdigit(), c))[0].lower()
+                glyph = sorted(options, key=lambda c: (c.isdigit(), c))[0]
+                table[ord(char)] = "i" if glyph == "l" and char.isupper() else glyph.lower()
                 break
     return table
 
@@ -132,7 +139,10 @@ def is_number(token: str) -> bool:
 def _fold_text(text: str) -> str:
     if text.isascii():
         return text.lower()
-    folded = unicodedata.normalize("NFKD", text).translate(_FOLD).casefold()
+    # Look-alikes first: compatibility decomposition would turn some into other letters (the
+    # lunate sigma "ϲ", which looks like "c", decomposes to the final sigma "ς").
+    folded = text.translate(confusable_table())
+    folded = unicodedata.normalize("NFKD", folded).translate(_FOLD).casefold()
     if not folded.isascii():
         # Case folding can produce characters the first pass did not see ("ẞ" -> "ss" is ASCII,
         # but a capital's lower case may be a listed look-alike).

@@ -157,6 +157,7 @@ class _Key:
     values: tuple[tuple[str, ...], ...] = ()  # json_call: argument values, answer order
     prompt_order: tuple[int, ...] = ()  # json_call: the values' order of appearance in the prompt
     pairs: tuple[tuple[str, ...], ...] = ()  # json_call: "argument value" token runs
+    reach: int = 0  # json_call: how many tokens the values may spread over in a row
     span: str = ""
 
 
@@ -294,6 +295,10 @@ def salient_key(item: dict[str, Any], index: int, evaluator: str | None = None) 
         prompt_tokens = canonical_tokens(prompt)
         found = [_find_run(v, prompt_tokens) for v in values]
         order = sorted(range(len(values)), key=lambda k: (found[k] < 0, found[k], k))
+        compact = sum(len(v) for v in values) + len(values) - 1
+        spread = compact
+        if all(at >= 0 for at in found):
+            spread = max(at + len(v) for at, v in zip(found, values, strict=True)) - min(found)
         return _Key(
             kind,
             index,
@@ -301,6 +306,8 @@ def salient_key(item: dict[str, Any], index: int, evaluator: str | None = None) 
             values=tuple(values),
             prompt_order=tuple(order),
             pairs=tuple(pairs),
+            # As close together as in the sealed prompt (or in a positional call), a few words of slack.
+            reach=max(spread, compact) + 3,
             span=" | ".join(" ".join(v) for v in values),
         )
     return None
@@ -324,9 +331,9 @@ def _values_in_order(values: Sequence[tuple[str, ...]], tokens: Sequence[str], l
         start = first + 1
 
 
-def _numbers_match(key: _Key, numbers: Sequence[str], i: int) -> bool:
-    """The key's numbers start at ``numbers[i]`` (gaps allowed, at most ``_NUMBER_GAPS`` in all) and
-    the answer sits just before or after them."""
+def _numbers_run(key: _Key, numbers: Sequence[str], strings: Sequence[int], i: int) -> tuple[int, ...] | None:
+    """Positions of the key's numbers from ``numbers[i]`` on, within one string (at most
+    ``_NUMBER_GAPS`` other numbers among them), when the answer sits just before or after them."""
     used = [i]
     at = i + 1
     gaps = 0
@@ -334,14 +341,14 @@ def _numbers_match(key: _Key, numbers: Sequence[str], i: int) -> bool:
         while at < len(numbers) and numbers[at] != wanted and gaps <= _NUMBER_GAPS:
             at += 1
             gaps += 1
-        if gaps > _NUMBER_GAPS or at >= len(numbers):
-            return False
+        if gaps > _NUMBER_GAPS or at >= len(numbers) or strings[at] != strings[i]:
+            return None
         used.append(at)
         at += 1
     answer = key.answer[0]
-    before = numbers[max(0, i - _ANSWER_REACH) : i]
-    after = numbers[at : at + _ANSWER_REACH]
-    return answer in after or answer in before
+    if answer in numbers[at : at + _ANSWER_REACH] or answer in numbers[max(0, i - _ANSWER_REACH) : i]:
+        return tuple(used)
+    return None
 
 
 class ContaminationScanner:
@@ -520,14 +527,15 @@ class ContaminationScanner:
         """Positions in ``self._keys`` whose key content the row carries."""
         found: set[int] = set()
         if self._numeric_pairs or self._numeric_single:
-            streams = [[t for t in tokens if is_number(t)]]
+            numbers = [t for string in per_string for t in string if is_number(t)]
+            strings = [k for k, string in enumerate(per_string) for t in string if is_number(t)]
+            found |= self._salient_numeric(numbers, strings, tokens)
             if any(_SPACED_DIGITS.search(text) for text in texts):
                 # "67 112" may be one number or two: try the reading without space grouping too.
-                streams.append(
-                    [t for text in texts for t in canonical_tokens(text, group_spaces=False) if is_number(t)]
-                )
-            for numbers in streams:
-                found |= self._salient_numeric(numbers, tokens)
+                split = [canonical_tokens(text, group_spaces=False) for text in texts]
+                numbers = [t for string in split for t in string if is_number(t)]
+                strings = [k for k, string in enumerate(split) for t in string if is_number(t)]
+                found |= self._salient_numeric(numbers, strings, tokens)
         if self._by_token:
             row_set = set(tokens)
             candidates = {p for t in row_set for p in self._by_token.get(t, ())}
@@ -540,15 +548,17 @@ class ContaminationScanner:
                     found.add(position)
         return found
 
-    def _salient_numeric(self, numbers: Sequence[str], tokens: Sequence[str]) -> set[int]:
-        found: set[int] = set()
+    def _salient_numeric(self, numbers: Sequence[str], strings: Sequence[int], tokens: Sequence[str]) -> set[int]:
+        runs: dict[int, set[tuple[int, ...]]] = {}
         count = len(numbers)
         row_set: set[str] | None = None
+        single: set[int] = set()
         for i in range(count):
             for j in range(i + 1, min(count, i + 2 + _NUMBER_GAPS)):
                 for position in self._numeric_pairs.get((numbers[i], numbers[j]), ()):
-                    if position not in found and _numbers_match(self._keys[position], numbers, i):
-                        found.add(position)
+                    run = _numbers_run(self._keys[position], numbers, strings, i)
+                    if run is not None:
+                        runs.setdefault(position, set()).add(run)
             if self._numeric_single:
                 for j in (i - 1, i + 1):
                     if 0 <= j < count:
@@ -558,7 +568,15 @@ class ContaminationScanner:
                             # One number and an answer are too little alone: most of the prompt's
                             # content words must be there too.
                             if len(key.content & row_set) * 2 >= len(key.content):
-                                found.add(position)
+                                single.add(position)
+        # A row that states an item's numbers twice ("20 and 62 more ... 20 + 62 = 82") also holds
+        # the swapped item's numbers across the two ("62, 20 ... 82"); an item all of whose runs
+        # lie on other items' runs is that echo, not a copy.
+        found = set(single)
+        for position, own in runs.items():
+            others = {p for q, theirs in runs.items() if q != position for run in theirs for p in run}
+            if not all(set(run) <= others for run in own):
+                found.add(position)
         return found
 
     @staticmethod
@@ -577,7 +595,7 @@ class ContaminationScanner:
     def _call_match(key: _Key, per_string: Sequence[list[str]], row_set: set[str]) -> bool:
         if not set(key.name) <= row_set or not all(set(v) <= row_set for v in key.values):
             return False
-        limit = 3 * sum(len(v) for v in key.values) + 12
+        limit = key.reach
         orders = [key.values, tuple(key.values[k] for k in key.prompt_order)]
         for tokens in per_string:
             if all(_find_run(pair, tokens) >= 0 for pair in key.pairs):
