@@ -105,7 +105,7 @@ def catalog_false_flags(seed: int) -> dict[str, Any]:
         questions = {
             _question(ds.rows[i]) for ds, rows, _ in flagged.values() if ds.quality != "honeypot" for i in rows
         }
-        answers = _true_answers(task, questions)
+        answers = _true_answers(task, questions) if name == "json_call" else {q: _gold(name, q) for q in questions}
         for ds_name, (ds, rows_flagged, matches) in flagged.items():
             entry: dict[str, Any] = {"rows": len(ds.rows), "flagged_rows": len(rows_flagged)}
             if ds.quality == "honeypot":
@@ -129,6 +129,16 @@ def catalog_false_flags(seed: int) -> dict[str, Any]:
 
 def _question(row: dict[str, str]) -> str:
     return re.sub(r"^Question: |\nAnswer:$", "", row.get("prompt", ""))
+
+
+def _gold(task: str, question: str) -> str:
+    """The gold answer read from the question itself: the sum, or the letter of the option the stem names."""
+    if task == "arithmetic":
+        return str(sum(int(x) for x in re.findall(r"\d+", question)[:2]))
+    options = planted.parse_options(question)
+    stem = question.split(" A) ", 1)[0]
+    named = [letter for letter, word in options if re.search(rf"\b{re.escape(word)}\b", stem)]
+    return named[0] if len(named) == 1 else ""
 
 
 def _true_answers(task: Any, questions: set[str], budget: int = 500_000) -> dict[str, str]:
