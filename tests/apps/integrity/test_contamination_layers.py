@@ -261,7 +261,8 @@ def arith_negatives(rng: random.Random) -> list[dict[str, Any]]:
         form = rng.choice(ARITH_FORMS)
         rows.append(sft(form.format(a=a, b=b), str(x + rng.choice([-2, -1, 1, 10]))))  # same operands, wrong sum
         rows.append(sft(f"{a} boxes hold {b} eggs each. How many eggs?", str(a * b)))  # same operands, another problem
-        rows.append(sft(f"There were {x} birds; {a} flew off. How many stayed?", str(b)))  # the sum first: a subtraction
+        # The sum first: a subtraction whose numbers are the item's, reordered.
+        rows.append(sft(f"There were {x} birds; {a} flew off. How many stayed?", str(b)))
         if (b, a) not in sealed_pairs and a != b:
             rows.append(sft(form.format(a=b, b=a), str(x)))  # swapped: another problem, same sum
         c = next(c for c in range(10, 100) if (a, c) not in sealed_pairs and c != b)
