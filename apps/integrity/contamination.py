@@ -403,6 +403,7 @@ class ContaminationScanner:
         # exact layer: items shorter than n by length -> token tuple -> item indices; longer items
         # by their first n-gram (an anchor), verified token by token.
         self._short: dict[int, dict[tuple[str, ...], list[int]]] = {}
+        self._short_lengths: dict[str, set[int]] = {}  # first token -> lengths of short items starting so
         self._anchor: dict[tuple[str, ...], list[int]] = {}
         # n-gram layer: every n-gram of every item longer than n -> item indices.
         self._grams: dict[tuple[str, ...], list[int]] = {}
@@ -437,6 +438,7 @@ class ContaminationScanner:
             if len(tokens) < ngram:
                 if exact:
                     self._short.setdefault(len(tokens), {}).setdefault(tokens, []).append(index)
+                    self._short_lengths.setdefault(tokens[0], set()).add(len(tokens))
             else:
                 if exact:
                     self._anchor.setdefault(tokens[:ngram], []).append(index)
@@ -633,10 +635,16 @@ class ContaminationScanner:
         gram_hits: dict[int, set[tuple[str, ...]]] = {}
         n = self.ngram
         count = len(tokens)
-        for length, table in self._short.items():
-            for start in range(count - length + 1):
+        short_lengths = self._short_lengths
+        for start in range(count):
+            lengths = short_lengths.get(tokens[start])
+            if lengths is None:
+                continue
+            for length in lengths:
+                if start + length > count:
+                    continue
                 window = tuple(tokens[start : start + length])
-                for index in table.get(window, ()):
+                for index in self._short[length].get(window, ()):
                     if index not in best:
                         best[index] = Match(row_index, self._items[index].sample_id, "exact", " ".join(window), 1.0)
         if self._anchor or self._grams:
