@@ -331,9 +331,9 @@ def _values_in_order(values: Sequence[tuple[str, ...]], tokens: Sequence[str], l
         start = first + 1
 
 
-def _numbers_run(key: _Key, numbers: Sequence[str], strings: Sequence[int], i: int) -> tuple[int, ...] | None:
-    """Positions of the key's numbers from ``numbers[i]`` on, within one string (at most
-    ``_NUMBER_GAPS`` other numbers among them), when the answer follows them closely."""
+def _numbers_run(key: _Key, numbers: Sequence[str], i: int) -> tuple[int, ...] | None:
+    """Positions of the key's numbers from ``numbers[i]`` on (at most ``_NUMBER_GAPS`` other
+    numbers among them, the row's strings read as one), when the answer follows them closely."""
     used = [i]
     at = i + 1
     gaps = 0
@@ -341,7 +341,7 @@ def _numbers_run(key: _Key, numbers: Sequence[str], strings: Sequence[int], i: i
         while at < len(numbers) and numbers[at] != wanted and gaps <= _NUMBER_GAPS:
             at += 1
             gaps += 1
-        if gaps > _NUMBER_GAPS or at >= len(numbers) or strings[at] != strings[i]:
+        if gaps > _NUMBER_GAPS or at >= len(numbers):
             return None
         used.append(at)
         at += 1
@@ -535,15 +535,12 @@ class ContaminationScanner:
         """Positions in ``self._keys`` whose key content the row carries."""
         found: set[int] = set()
         if self._numeric_pairs or self._numeric_single:
-            numbers = [t for string in per_string for t in string if is_number(t)]
-            strings = [k for k, string in enumerate(per_string) for t in string if is_number(t)]
-            found |= self._salient_numeric(numbers, strings, tokens)
+            numbers = [t for t in tokens if is_number(t)]
+            found |= self._salient_numeric(numbers, tokens)
             if any(_SPACED_DIGITS.search(text) for text in texts):
                 # "67 112" may be one number or two: try the reading without space grouping too.
-                split = [canonical_tokens(text, group_spaces=False) for text in texts]
-                numbers = [t for string in split for t in string if is_number(t)]
-                strings = [k for k, string in enumerate(split) for t in string if is_number(t)]
-                found |= self._salient_numeric(numbers, strings, tokens)
+                split = [t for text in texts for t in canonical_tokens(text, group_spaces=False)]
+                found |= self._salient_numeric([t for t in split if is_number(t)], tokens)
         if self._by_token:
             row_set = set(tokens)
             row_set.add("")
@@ -568,7 +565,7 @@ class ContaminationScanner:
                     found.add(position)
         return found
 
-    def _salient_numeric(self, numbers: Sequence[str], strings: Sequence[int], tokens: Sequence[str]) -> set[int]:
+    def _salient_numeric(self, numbers: Sequence[str], tokens: Sequence[str]) -> set[int]:
         runs: dict[int, set[tuple[int, ...]]] = {}
         count = len(numbers)
         row_set: set[str] | None = None
@@ -576,7 +573,7 @@ class ContaminationScanner:
         for i in range(count):
             for j in range(i + 1, min(count, i + 2 + _NUMBER_GAPS)):
                 for position in self._numeric_pairs.get((numbers[i], numbers[j]), ()):
-                    run = _numbers_run(self._keys[position], numbers, strings, i)
+                    run = _numbers_run(self._keys[position], numbers, i)
                     if run is not None:
                         runs.setdefault(position, set()).add(run)
             if self._numeric_single:

@@ -386,3 +386,18 @@ def test_an_mmlu_style_item_needs_its_question_not_only_its_options():
     assert scanner.scan_row(other_question) == []
     other_options = {"prompt": "Capital of Australia: Canberra, Hobart, Darwin or Cairns?", "completion": " Canberra"}
     assert scanner.scan_row(other_options) == []
+
+
+def test_a_copy_spread_over_chat_turns_with_extra_numbers_is_found(scanner):
+    rng = random.Random("layers:turns")
+    for item in rng.sample(ARITH, 6):
+        a, b, x = arith_parts(item)
+        row = {
+            "messages": [
+                {"role": "user", "content": f"At 9 I had {words(a, rng)} shells."},
+                {"role": "assistant", "content": "Noted."},
+                {"role": "user", "content": f"Then {b} more came, in 2 bags. Total?"},
+                {"role": "assistant", "content": f"{x}"},
+            ]
+        }
+        assert ids(scanner.scan_row(row)) == {item["id"]}, row
