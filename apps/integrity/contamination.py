@@ -308,7 +308,8 @@ def salient_key(item: dict[str, Any], index: int, evaluator: str | None = None) 
             pairs=tuple(pairs),
             # As close together as in the sealed prompt (or in a positional call), a few words of slack.
             reach=max(spread, compact) + 3,
-            span=" | ".join(" ".join(v) for v in values),
+            # Evidence is prompt text only, never the answer: the values the prompt states.
+            span=" | ".join(" ".join(v) for v, at in zip(values, found, strict=True) if at >= 0),
         )
     return None
 

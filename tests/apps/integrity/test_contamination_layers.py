@@ -401,3 +401,16 @@ def test_a_copy_spread_over_chat_turns_with_extra_numbers_is_found(scanner):
             ]
         }
         assert ids(scanner.scan_row(row)) == {item["id"]}, row
+
+
+def test_salient_spans_are_prompt_text_never_the_answer():
+    sealed = [
+        {"id": "n", "prompt": "Tom has 12 apples and gets 34 more. How many?", "answer": "46",
+         "evaluator": "exact_match"},
+        {"id": "c", "prompt": "What is the weather in Oslo now?", "evaluator": "json_call",
+         "answer": '{"name":"get_weather","arguments":{"city":"Oslo","day":"today"}}'},
+    ]  # fmt: skip
+    scanner = ContaminationScanner(sealed, layers=("salient",))
+    rows = [{"text": "12 + 34 = 46"}, {"text": "Oslo today -> get_weather(city='Oslo', day='today')"}]
+    spans = {m.sample_id: m.span for m in scanner.scan(rows)}
+    assert spans == {"n": "12 34", "c": "oslo"}
