@@ -19,7 +19,8 @@ order, for each string:
    its ASCII digit; then case folding.
 5. Tokens: runs of letters, and numbers with their separators. Numbers are normalised: thousands
    separators ("1,234", "1_234", "1 234") dropped, leading zeros dropped, a zero fraction dropped
-   ("12.0" is "12", "12.50" is "12.5"); digits glued to letters come apart ("12apples"); a token
+   ("12.0" is "12", "12.50" is "12.5"), but a clock's minutes keep theirs ("3:05" is not "3:5",
+   though "03:05" is "3:05"); digits glued to letters come apart ("12apples"); a token
    of digits mixed with the look-alike letters o/l/i ("l2", "1O5") is read as a number.
 6. Number words become digits: "forty-two", "one hundred and five", "two thousand three hundred".
 
@@ -109,8 +110,10 @@ _FOLD = _Fold()
 _NUMBER_GROUPED_SPACE = r"\d{1,3}(?:[,_]\d{3})+(?!\d)|\d{1,3}(?: \d{3})+(?![\d,_])|\d+(?:_\d+)+"
 _NUMBER_GROUPED = r"\d{1,3}(?:[,_]\d{3})+(?!\d)|\d+(?:_\d+)+"
 _FRACTION = r"(?:\.\d+)?"
-_TOKEN_SPACES = re.compile(rf"(?:{_NUMBER_GROUPED_SPACE}|\d+){_FRACTION}|[^\W\d_]+|\d+")
-_TOKEN_NO_SPACES = re.compile(rf"(?:{_NUMBER_GROUPED}|\d+){_FRACTION}|[^\W\d_]+|\d+")
+# Two digits after a colon are minutes (or seconds) and keep their zero: "3:05" is not "3:5".
+_CLOCK = r"(?<=\d:)\d\d(?!\d|[.,_]\d)"
+_TOKEN_SPACES = re.compile(rf"(?P<clock>{_CLOCK})|(?:{_NUMBER_GROUPED_SPACE}|\d+){_FRACTION}|[^\W\d_]+|\d+")
+_TOKEN_NO_SPACES = re.compile(rf"(?P<clock>{_CLOCK})|(?:{_NUMBER_GROUPED}|\d+){_FRACTION}|[^\W\d_]+|\d+")
 # A run of digits and the digit look-alikes o, l, i, with at least one of each: "l2", "1O5", "2o".
 _LOOKALIKE_NUMBER = re.compile(r"(?<![^\W_])(?=[oli]*\d)(?=\d*[oli])[\doli]+(?![^\W_])")
 _LOOKALIKE_DIGITS = str.maketrans("oli", "011")
@@ -202,7 +205,11 @@ def canonical_tokens(text: str, *, group_spaces: bool = True) -> list[str]:
     if "o" in folded or "l" in folded or "i" in folded:
         folded = _LOOKALIKE_NUMBER.sub(lambda m: m.group(0).translate(_LOOKALIKE_DIGITS), folded)
     pattern = _TOKEN_SPACES if group_spaces else _TOKEN_NO_SPACES
-    raw = [canonical_number(t) if t[0].isdigit() else t for t in pattern.findall(folded)]
+    raw = [
+        t if not t[0].isdigit() or m.lastgroup == "clock" else canonical_number(t)
+        for m in pattern.finditer(folded)
+        for t in (m.group(0),)
+    ]
     return _number_words(raw)
 
 

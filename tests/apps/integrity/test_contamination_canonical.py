@@ -246,3 +246,10 @@ def test_different_content_stays_different():
     assert canonical_tokens("Tom has 12 apples") != canonical_tokens("Tom has 1 2 apples")
     assert canonical_tokens("12.5") != canonical_tokens("125")
     assert canonical_tokens("forty two") != canonical_tokens("four two")
+
+
+def test_clock_minutes_keep_their_zero():
+    assert canonical_tokens("at 9:05.") == ["at", "9", "05"]
+    assert canonical_tokens("at ٠٩:٠٥") == canonical_tokens("at 09:05") == ["at", "9", "05"]
+    assert canonical_tokens("03:5") != canonical_tokens("3:05")
+    assert canonical_tokens("3:50") != canonical_tokens("3:05")
