@@ -414,3 +414,33 @@ def test_salient_spans_are_prompt_text_never_the_answer():
     rows = [{"text": "12 + 34 = 46"}, {"text": "Oslo today -> get_weather(city='Oslo', day='today')"}]
     spans = {m.sample_id: m.span for m in scanner.scan(rows)}
     assert spans == {"n": "12 34", "c": "oslo"}
+
+
+def test_multiple_choice_items_in_several_templates_keep_their_entity_apart_from_template_words():
+    # Sealed stems in several sentence forms (as a benchmark with more templates has): the words
+    # every form repeats are template words, the named word is the entity.
+    rng = random.Random("layers:mc-templates")
+    stems = ["Select the choice that names {w}.", "Which answer is the word {w}?", "Pick {w} from the list.",
+             "Find the option reading {w}:"]  # fmt: skip
+    vocab = sorted({w for item in CHOICE for w in options_of(item)[1]})
+    sealed, seen = [], set()
+    while len(sealed) < 80:
+        words_ = rng.sample(vocab, 4)
+        right = rng.choice(words_)
+        if (right, frozenset(words_)) in seen:
+            continue
+        seen.add((right, frozenset(words_)))
+        listed = " ".join(f"{'ABCD'[k]}) {w}" for k, w in enumerate(words_))
+        prompt = rng.choice(stems).format(w=right) + " " + listed
+        sealed.append({"id": f"mc-{len(sealed)}", "prompt": prompt, "answer": "ABCD"[words_.index(right)]})
+    scanner = ContaminationScanner(sealed, evaluator="multiple_choice", layers=("salient",))
+    for item in rng.sample(sealed, 10):
+        options = re.findall(r"\b([A-D])\) (\S+)", item["prompt"])
+        right = dict(options)[item["answer"]]
+        words_ = [w for _, w in options]
+        copy = {"prompt": f"Options {', '.join(reversed(words_))}: which one is {right}?", "completion": f" {right}"}
+        assert ids(scanner.scan_row(copy)) == {item["id"]}
+        other = next(w for w in words_ if w != right)
+        if (other, frozenset(words_)) not in seen:
+            asked = {"prompt": f"Options {', '.join(words_)}: which one is {other}?", "completion": f" {other}"}
+            assert scanner.scan_row(asked) == []
