@@ -22,7 +22,9 @@ order, for each string:
    ("12.0" is "12", "12.50" is "12.5"), but a clock's minutes keep theirs ("3:05" is not "3:5",
    though "03:05" is "3:05"); digits glued to letters come apart ("12apples"); a token
    of digits mixed with the look-alike letters o/l/i ("l2", "1O5") is read as a number.
-6. Number words become digits: "forty-two", "one hundred and five", "two thousand three hundred".
+6. Number words become digits: "forty-two", "one hundred and five", "two thousand three hundred",
+   and digit words glued together ("sixzero", as a zero-width joiner between "six" and "zero"
+   leaves them) read digit by digit.
 
 The result is a list of tokens (punctuation and whitespace are gone, so whitespace is folded by
 construction). The same function runs on the sealed side and on the training-row side: any odd
@@ -128,6 +130,10 @@ _TENS = {w: 10 * i for i, w in enumerate(_TEN_WORDS.split(" "), start=2)}
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
 _SMALL = {**_UNITS, **_TENS}
 _NUMBER_WORDS = {**_SMALL, **_SCALES}
+# Digit words glued into one word, as an invisible character between them leaves them: "sixzero" is 60.
+_GLUED_DIGITS = re.compile("(?:" + "|".join(_UNIT_WORDS.split(" ")[:10]) + "){2,}")
+_DIGIT_WORDS = {w: str(i) for i, w in enumerate(_UNIT_WORDS.split(" ")[:10])}
+_DIGIT_WORD = re.compile("|".join(_UNIT_WORDS.split(" ")[:10]))
 
 
 def canonical_number(token: str) -> str:
@@ -163,7 +169,10 @@ def _number_words(raw: list[str]) -> list[str]:
     n = len(raw)
     while i < n:
         if raw[i] not in _NUMBER_WORDS:
-            out.append(raw[i])
+            word = raw[i]
+            if len(word) >= 6 and _GLUED_DIGITS.fullmatch(word):
+                word = canonical_number("".join(_DIGIT_WORDS[d] for d in _DIGIT_WORD.findall(word)))
+            out.append(word)
             i += 1
             continue
         if raw[i] == "zero":

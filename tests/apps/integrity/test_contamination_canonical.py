@@ -253,3 +253,8 @@ def test_clock_minutes_keep_their_zero():
     assert canonical_tokens("at ٠٩:٠٥") == canonical_tokens("at 09:05") == ["at", "9", "05"]
     assert canonical_tokens("03:5") != canonical_tokens("3:05")
     assert canonical_tokens("3:50") != canonical_tokens("3:05")
+
+
+def test_digit_words_glued_by_an_invisible_character_read_digit_by_digit():
+    assert canonical_tokens("six\u200bzero tickets and two\ufefftwo more") == ["60", "tickets", "and", "22", "more"]
+    assert canonical_tokens("someone and none") == ["someone", "and", "none"]
