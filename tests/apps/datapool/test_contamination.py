@@ -79,7 +79,14 @@ def test_a_reworded_short_word_problem_is_found_through_its_numbers():
         (1, "add-feedback-0002", "near_dup"),
     ]
     assert all(0.5 <= m.score < 0.75 for m in matches)
-    assert scanner(numeric_threshold=0.75).scan(rows) == []
+    assert scanner(numeric_threshold=0.75, layers=("exact", "ngram", "near_dup")).scan(rows) == []
+    # With the lower bar gone, the salient layer still finds the copies (operands in order, answer),
+    # and still not the swapped operands.
+    salient = scanner(numeric_threshold=0.75).scan(rows)
+    assert [(m.row_index, m.sample_id, m.kind) for m in salient] == [
+        (0, "add-feedback-0002", "salient"),
+        (1, "add-feedback-0002", "salient"),
+    ]
 
 
 def test_same_template_with_other_numbers_is_a_different_problem():
@@ -96,3 +103,29 @@ def test_same_template_with_other_numbers_is_a_different_problem():
 def test_threshold_must_be_a_similarity(threshold):
     with pytest.raises(ValueError, match="threshold"):
         ContaminationScanner(SEALED, threshold=threshold)
+
+
+def test_disguised_copies_are_still_exact_matches():
+    # Cyrillic look-alikes, a zero-width space and a soft hyphen, Arabic-Indic digits, "051".
+    disguised = [
+        sft("Tоm hаs 12 аpplеs and gets 34 more. How many apples does Tom have now?", "46"),
+        sft("What\u200b is fif\u00adty-one plus ١٧?", "68"),
+        sft("What is 051 plus 17.0?", "68"),
+    ]
+    matches = scanner().scan(disguised)
+    assert [(m.row_index, m.sample_id, m.kind) for m in matches] == [
+        (0, "add-feedback-0001", "exact"),
+        (1, "add-feedback-0002", "exact"),
+        (2, "add-feedback-0002", "exact"),
+    ]
+
+
+def test_the_salient_layer_finds_a_copy_in_another_template_and_only_that():
+    rows = [
+        {"text": "Sum 60 and 22 please -> 82"},  # add-final-0002, re-templated
+        {"text": "Sum 60 and 22 please -> 83"},  # same operands, another answer
+        {"text": "Sum 22 and 60 please -> 82"},  # swapped: another item
+    ]
+    matches = scanner().scan(rows)
+    assert [(m.row_index, m.sample_id, m.kind) for m in matches] == [(0, "add-final-0002", "salient")]
+    assert scanner(layers=("exact", "ngram", "near_dup")).scan(rows) == []
