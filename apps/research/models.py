@@ -27,7 +27,17 @@ def default_policy() -> dict:
         "training_gate": False,
         "feedback_evals_per_worker": 20,
         "score_decimals": 2,
+        # Distinct sealed items allowed in the training data of the evaluated weights (the
+        # submission's and its lineage's back to θ0); below 1, a share of the sealed items.
         "contamination_tolerance": 0,
+        # The contamination layers a run requires (one that did not run leaves data provenance
+        # UNKNOWN and holds submissions) and those it runs when it can (a status in the evidence).
+        # apps/integrity/overlap.py DEFAULT_LAYERS; docs/benchmarks.md "Contamination layers".
+        "contamination_layers": {
+            "required": ["exact", "ngram", "near_dup", "salient", "embedding"],
+            "optional": ["llm_judge"],
+        },
+        "contamination_embedding_threshold": 0.75,
     }
 
 
