@@ -1,29 +1,29 @@
-"""Contamination scanner: throughput against 10,000 sealed items, recall and precision on a planted set.
+"""Contamination scanner: recall and precision per layer on a planted set, throughput, honest-catalog false flags.
 
-    .venv/bin/python bench/contamination_scan.py [--sealed 10000] [--rows 20000] [--planted 300]
-                                                 [--threshold 0.7] [--ngram 13] [--seed 0] [--json]
+    .venv/bin/python bench/contamination_scan.py [--sealed 10000] [--rows 100000] [--per-class 300]
+                                                 [--negatives 600] [--seed 11] [--workers 1] [--json]
 
-Sealed items and training rows come from the minibench task generators (arithmetic, multiple
-choice, JSON calls), training rows from keys disjoint from the sealed ones (as the catalog's clean
-sets are), so every flagged clean row is a false positive. Into the rows we plant copies of
-sealed items in three families:
+Sealed items (10,000, the three minibench tasks in turn) and honest training rows come from the
+minibench item generators with a seed the tests do not use (11); honest rows share no sealed
+item's content. The planted set (``bench/contamination_planted.py``, written apart from the
+canonicaliser) copies sealed items in seven disguises: verbatim, re-templated (another sentence
+form, names, nouns, answer style and row shape), homoglyphs, invisible characters, number forms,
+partial (only the content), and split 3 per dataset over 16 datasets. The hard negatives share
+part of an item's content, or use a sealed item's sentence with new content: none may match.
 
-- verbatim:   the sealed prompt in the benchmark's own template with its answer
-- edited:     one light edit: a word replaced, dropped, inserted or misspelt, two words swapped,
-              or a number spelled out
-- reformatted: the same item in another shape: another template, chat messages, upper case,
-              prompt and answer in one text field
-
-Recall is per family (a planted row counts when its own sample id is reported), precision over
-all flagged rows. No Django needed.
+Reported: recall per planted class and precision, for the full scanner and for each layer alone
+(on the labelled rows plus an honest sample); scan throughput of the full scanner over all rows;
+and the false flags over a whole honest catalog (``build_task_data`` for the same seed: every
+dataset but the honeypot, against that task's sealed splits), with the honeypot's recall.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
-import statistics
+import multiprocessing
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -31,176 +31,195 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from apps.benchmarks.minibench.task_specs import PROMPT_TEMPLATE, TASKS, completion_text, number_words  # noqa: E402
-from apps.integrity.contamination import ContaminationScanner  # noqa: E402
+from apps.benchmarks.minibench.catalog import build_task_data  # noqa: E402
+from apps.benchmarks.minibench.task_specs import PROMPT_TEMPLATE, TASKS  # noqa: E402
+from apps.integrity.contamination import LAYERS, ContaminationScanner, Match  # noqa: E402
+from bench import contamination_planted as planted  # noqa: E402
 
-FILLERS = ["please", "quickly", "now", "exactly", "today", "then"]
-
-
-def sealed_items(n: int, seed: int) -> tuple[list[dict[str, Any]], set[str]]:
-    rng = random.Random(f"bench:{seed}:sealed")
-    names = sorted(TASKS)
-    items: list[dict[str, Any]] = []
-    keys: set[str] = set()
-    prompts: set[str] = set()
-    attempts = 0
-    while len(items) < n:
-        attempts += 1
-        if attempts > n * 50:
-            raise SystemExit(f"could only draw {len(items)} distinct sealed items")
-        task = TASKS[names[len(items) % len(names)]]
-        item = task.generate(rng)
-        if item.key in keys or item.question in prompts:
-            continue
-        keys.add(item.key)
-        prompts.add(item.question)
-        items.append({"id": f"{task.name}-{len(items):05d}", "task": task.name, "prompt": item.question,
-                      "answer": item.answer})  # fmt: skip
-    return items, keys
+_WORKER_SCANNER: ContaminationScanner | None = None
 
 
-def clean_rows(n: int, seed: int, sealed_keys: set[str]) -> list[dict[str, str]]:
-    rng = random.Random(f"bench:{seed}:clean")
-    names = sorted(TASKS)
-    rows: list[dict[str, str]] = []
-    while len(rows) < n:
-        task = TASKS[rng.choice(names)]
-        item = task.generate(rng)
-        if item.key not in sealed_keys:
-            rows.append({"prompt": task.render(item.question), "completion": completion_text(item.answer)})
-    return rows
+def _scan_chunk(bounds: tuple[int, int, list[Any]]) -> list[Match]:
+    start, _, rows = bounds
+    assert _WORKER_SCANNER is not None
+    return [Match(m.row_index + start, m.sample_id, m.kind, m.span, m.score) for m in _WORKER_SCANNER.scan(rows)]
 
 
-def light_edit(text: str, rng: random.Random) -> str:
-    words = text.split(" ")
-    plain = [i for i, w in enumerate(words) if w.isalpha()]
-    numeric = [i for i, w in enumerate(words) if w.rstrip(".?,").isdigit()]
-    kind = rng.choice(["replace", "drop", "insert", "typo", "swap", "spell"])
-    if kind == "spell" and numeric:
-        i = rng.choice(numeric)
-        digits = words[i].rstrip(".?,")
-        words[i] = number_words(int(digits)) + words[i][len(digits) :] if int(digits) < 1000 else words[i]
-    elif kind == "replace" and plain:
-        words[rng.choice(plain)] = rng.choice(FILLERS)
-    elif kind == "drop" and plain and len(words) > 3:
-        del words[rng.choice(plain)]
-    elif kind == "typo" and plain:
-        i = rng.choice(plain)
-        w = words[i]
-        if len(w) > 3:
-            j = rng.randrange(1, len(w) - 2)
-            words[i] = w[:j] + w[j + 1] + w[j] + w[j + 2 :]
-        else:
-            words[i] = w + w[-1]
-    elif kind == "swap" and len(plain) >= 2:
-        i = rng.choice(plain[:-1])
-        if i + 1 < len(words):
-            words[i], words[i + 1] = words[i + 1], words[i]
-    else:
-        words.insert(rng.randrange(len(words) + 1), rng.choice(FILLERS))
-    return " ".join(words)
+def scan_parallel(scanner: ContaminationScanner, rows: list[Any], workers: int) -> list[Match]:
+    """``scanner.scan(rows)``, over ``workers`` forked processes (the index is shared copy-on-write)."""
+    global _WORKER_SCANNER
+    if workers <= 1:
+        return scanner.scan(rows)
+    _WORKER_SCANNER = scanner
+    size = -(-len(rows) // (workers * 4))
+    chunks = [(i, i + size, rows[i : i + size]) for i in range(0, len(rows), size)]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        parts = pool.map(_scan_chunk, chunks)
+    return [m for part in parts for m in part]
 
 
-def reformat(item: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    kind = rng.randrange(4)
-    if kind == 0:
-        return {"prompt": f"Q: {item['prompt']}\nA:", "completion": " " + item["answer"]}
-    if kind == 1:
-        return {"messages": [{"role": "user", "content": item["prompt"]},
-                             {"role": "assistant", "content": item["answer"]}]}  # fmt: skip
-    if kind == 2:
-        return {"prompt": f"QUESTION: {item['prompt'].upper()}\nANSWER:", "completion": " " + item["answer"]}
-    return {"text": f"Problem. {item['prompt']} Solution. {item['answer']}"}
+def score(matches: list[Match], truth: dict[int, tuple[str, str | None]], rows: int) -> dict[str, Any]:
+    """Recall per planted class (the row's own item found), precision over flagged rows, false flags."""
+    found = {(m.row_index, m.sample_id) for m in matches}
+    flagged = {m.row_index for m in matches}
+    recall: dict[str, Any] = {}
+    for cls in planted.PLANTED_CLASSES:
+        labelled = [(i, sid) for i, (c, sid) in truth.items() if c == cls]
+        if labelled:
+            hits = sum((i, sid) in found for i, sid in labelled)
+            recall[cls] = {"recall": round(hits / len(labelled), 4), "found": hits, "of": len(labelled)}
+    true_rows = {i for i in flagged if i in truth and truth[i][1] is not None and (i, truth[i][1]) in found}
+    false_rows = flagged - true_rows
+    negatives = {cls: sum(1 for i in false_rows if truth.get(i, ("",))[0] == cls) for cls in planted.NEGATIVE_CLASSES}
+    wrong_item = sum(1 for m in matches if m.row_index in truth and truth[m.row_index][1] not in (None, m.sample_id))
+    return {
+        "recall": recall,
+        "precision": round(len(true_rows) / len(flagged), 4) if flagged else 1.0,
+        "false_flag_rows": len(false_rows),
+        "false_flags_on_negatives": negatives,
+        "false_flags_on_honest": sum(1 for i in false_rows if i not in truth),
+        "extra_items_on_planted_rows": wrong_item,
+        "rows": rows,
+    }
 
 
-def planted_rows(sealed: list[dict[str, Any]], n: int, seed: int) -> list[tuple[str, str, dict[str, Any]]]:
-    rng = random.Random(f"bench:{seed}:planted")
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    for item in rng.sample(sealed, n):
-        rendered = PROMPT_TEMPLATE.replace("{question}", item["prompt"])
-        out.append(("verbatim", item["id"], {"prompt": rendered, "completion": completion_text(item["answer"])}))
-        edited = PROMPT_TEMPLATE.replace("{question}", light_edit(item["prompt"], rng))
-        out.append(("edited", item["id"], {"prompt": edited, "completion": completion_text(item["answer"])}))
-        out.append(("reformatted", item["id"], reformat(item, rng)))
+def catalog_false_flags(seed: int) -> dict[str, Any]:
+    """Every non-honeypot dataset of the seed's catalog against its task's sealed splits."""
+    out: dict[str, Any] = {}
+    for name, task in sorted(TASKS.items()):
+        data = build_task_data(task, seed=seed, profile="full")
+        sealed = [{**row, "evaluator": task.evaluator} for row in data.feedback + data.final]
+        scanner = ContaminationScanner(sealed, templates=[task.prompt_template], evaluator=task.evaluator)
+        sealed_content = {planted.content_of(name, r["prompt"], r["answer"]) for r in sealed}
+        for ds in data.datasets:
+            matches = scanner.scan(ds.rows)
+            rows_flagged = sorted({m.row_index for m in matches})
+            entry: dict[str, Any] = {"rows": len(ds.rows), "flagged_rows": len(rows_flagged)}
+            if ds.quality == "honeypot":
+                entry["sealed_items_found"] = f"{len({m.sample_id for m in matches})}/{len(sealed)}"
+            else:
+                # A flag on a row whose content *is* a sealed item's (the v1 generators key multiple
+                # choice by question text, so an honest row may list a sealed item's options in another
+                # order) is a true content collision; every other flag is false.
+                collisions = sum(1 for i in rows_flagged if _row_content(name, ds.rows[i]) in sealed_content)
+                entry["content_collisions"] = collisions
+                entry["false_flags"] = len(rows_flagged) - collisions
+                entry["by_kind"] = dict(sorted({m.kind: 0 for m in matches}.items()))
+                for m in matches:
+                    entry["by_kind"][m.kind] += 1
+            out[ds.name] = entry
     return out
 
 
+def _row_content(task: str, row: dict[str, str]) -> planted.Content | None:
+    question = re.sub(r"^Question: |\nAnswer:$", "", row.get("prompt", ""))
+    answer = (row.get("chosen") or row.get("completion") or "").strip()
+    try:
+        return planted.content_of(task, question, answer)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sealed", type=int, default=10_000)
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--planted", type=int, default=300, help="sealed items planted, 3 rows each")
-    parser.add_argument("--threshold", type=float, default=0.75)
-    parser.add_argument("--ngram", type=int, default=13)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="timed scans; the median is reported")
+    parser.add_argument("--rows", type=int, default=100_000, help="training rows in all, planted ones included")
+    parser.add_argument("--per-class", type=int, default=300, help="planted copies per class")
+    parser.add_argument("--negatives", type=int, default=600, help="hard negatives per class")
+    parser.add_argument("--layer-sample", type=int, default=20_000, help="honest rows in the per-layer runs")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--workers", type=int, default=1, help="processes for the throughput scan")
+    parser.add_argument("--no-catalog", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    sealed, keys = sealed_items(args.sealed, args.seed)
-    clean = clean_rows(args.rows, args.seed, keys)
-    planted = planted_rows(sealed, args.planted, args.seed)
-    rows: list[dict[str, Any]] = clean + [row for _, _, row in planted]
-    truth = {len(clean) + i: (family, sample_id) for i, (family, sample_id, _) in enumerate(planted)}
+    sealed = planted.draw_sealed(args.sealed, args.seed)
+    sealed_content = {planted.content_of(s.task, s.prompt, s.answer) for s in sealed}
+    copies = planted.planted_rows(sealed, args.per_class, args.seed)
+    negatives = planted.hard_negatives(sealed, args.negatives, args.seed, sealed_content)
+    labelled = copies.rows + negatives.rows
+    truth = dict(copies.truth)
+    truth.update({i + len(copies.rows): t for i, t in negatives.truth.items()})
+    honest = planted.honest_rows(max(0, args.rows - len(labelled)), args.seed, sealed_content)
+    rows = labelled + honest
+    items = [s.as_item() for s in sealed]
 
     started = time.perf_counter()
-    scanner = ContaminationScanner(sealed, ngram=args.ngram, threshold=args.threshold, templates=[PROMPT_TEMPLATE])
+    scanner = ContaminationScanner(items, templates=[PROMPT_TEMPLATE])
     index_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    matches = scan_parallel(scanner, rows, args.workers)
+    scan_seconds = time.perf_counter() - started
+    full = score(matches, truth, len(rows))
+    full["by_kind"] = {kind: sum(1 for m in matches if m.kind == kind) for kind in LAYERS}
 
-    timings = []
-    matches = []
-    for _ in range(args.repeats):
+    split_found = 0
+    split_items: set[str] = set()
+    for dataset in copies.split_datasets:
+        found = {(m.row_index, m.sample_id) for m in scanner.scan([row for row, _ in dataset])}
+        split_found += sum((i, sid) in found for i, (_, sid) in enumerate(dataset))
+        split_items |= {sid for _, sid in found}
+    split_rows = sum(len(d) for d in copies.split_datasets)
+    full["recall"]["split"] = {
+        "recall": round(split_found / split_rows, 4),
+        "found": split_found,
+        "of": split_rows,
+        "datasets": len(copies.split_datasets),
+        "distinct_items_across_datasets": len(split_items),
+    }
+
+    per_layer: dict[str, Any] = {}
+    sample = labelled + honest[: args.layer_sample]
+    for layer in LAYERS:
+        alone = ContaminationScanner(items, templates=[PROMPT_TEMPLATE], layers=(layer,))
         started = time.perf_counter()
-        matches = scanner.scan(rows)
-        timings.append(time.perf_counter() - started)
-    scan_seconds = statistics.median(timings)
+        layer_matches = alone.scan(sample)
+        result = score(layer_matches, truth, len(sample))
+        result["scan_seconds"] = round(time.perf_counter() - started, 2)
+        per_layer[layer] = result
 
-    flagged = {m.row_index for m in matches}
-    found = {(m.row_index, m.sample_id): m.kind for m in matches}
-    recall: dict[str, Any] = {}
-    for family in ("verbatim", "edited", "reformatted"):
-        planted_here = [(i, sid) for i, (fam, sid) in truth.items() if fam == family]
-        hits = [found[(i, sid)] for i, sid in planted_here if (i, sid) in found]
-        kinds = {k: hits.count(k) for k in sorted(set(hits))}
-        by_task: dict[str, list[int]] = {}
-        for i, sid in planted_here:
-            by_task.setdefault(sid.rsplit("-", 1)[0], []).append(int((i, sid) in found))
-        recall[family] = {
-            "recall": round(len(hits) / len(planted_here), 4),
-            "by_kind": kinds,
-            "by_task": {task: round(sum(v) / len(v), 3) for task, v in sorted(by_task.items())},
-        }
-    false_rows = sorted(flagged - set(truth))
-    precision = (len(flagged) - len(false_rows)) / len(flagged) if flagged else 1.0
     result = {
+        "seed": args.seed,
         "sealed_items": len(scanner),
+        "sealed_by_task": {t: sum(1 for s in sealed if s.task == t) for t in sorted(TASKS)},
         "rows": len(rows),
-        "planted_rows": len(planted),
-        "ngram": args.ngram,
-        "threshold": args.threshold,
+        "planted_rows": len(copies.rows),
+        "negative_rows": len(negatives.rows),
+        "workers": args.workers,
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
         "index_seconds": round(index_seconds, 2),
         "scan_seconds": round(scan_seconds, 2),
         "rows_per_second": round(len(rows) / scan_seconds),
-        "recall": recall,
-        "precision": round(precision, 4),
-        "false_positive_rows": len(false_rows),
-        "false_positive_rate_on_clean": round(len(false_rows) / len(clean), 5),
-        "false_positive_examples": [
-            {"row": rows[i], "matches": [m.__dict__ for m in matches if m.row_index == i]} for i in false_rows[:3]
-        ],
+        "full": full,
+        "per_layer": per_layer,
     }
+    if not args.no_catalog:
+        result["catalog"] = catalog_false_flags(args.seed)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=2, default=str))
     else:
-        print(f"sealed items {result['sealed_items']}, rows {result['rows']} ({result['planted_rows']} planted)")
-        print(f"index build {result['index_seconds']} s; scan {result['scan_seconds']} s "
-              f"= {result['rows_per_second']} rows/s")  # fmt: skip
-        for family, stats in recall.items():
-            print(f"recall {family:12s} {stats['recall']:.3f}  {stats['by_kind']}  by task {stats['by_task']}")
-        print(f"precision {result['precision']:.4f} ({len(false_rows)} false-positive rows of {len(clean)} clean)")
-        for example in result["false_positive_examples"]:
-            print("  false positive:", json.dumps(example)[:300])
+        _print(result)
     return result
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(f"seed {result['seed']}: {result['sealed_items']} sealed items {result['sealed_by_task']}")
+    print(f"{result['rows']} rows ({result['planted_rows']} planted, {result['negative_rows']} hard negatives)")
+    print(f"index {result['index_seconds']} s; scan {result['scan_seconds']} s = {result['rows_per_second']} rows/s "
+          f"({result['workers']} worker(s), load average {[round(x, 1) for x in result['load_average']]})")  # fmt: skip
+    for name, res in [("all layers", result["full"])] + [(k, v) for k, v in result["per_layer"].items()]:
+        recall = "  ".join(f"{cls} {r['recall']:.3f}" for cls, r in res["recall"].items())
+        print(f"{name:10s} recall: {recall}")
+        print(f"{'':10s} precision {res['precision']:.4f}; false flags {res['false_flag_rows']} "
+              f"(negatives {res['false_flags_on_negatives']}, honest {res['false_flags_on_honest']}); "
+              f"other items on planted rows {res['extra_items_on_planted_rows']}")  # fmt: skip
+    print("by kind (all layers):", result["full"]["by_kind"])
+    split = result["full"]["recall"]["split"]
+    print(f"split: {split['found']}/{split['of']} rows over {split['datasets']} datasets, "
+          f"{split['distinct_items_across_datasets']} distinct items")  # fmt: skip
+    for name, entry in result.get("catalog", {}).items():
+        print(f"catalog {name}: {entry}")
 
 
 if __name__ == "__main__":

@@ -313,11 +313,13 @@ def benchmark_sealed_items(*, benchmark: Benchmark) -> list[dict[str, Any]]:
 def benchmark_scanner(*, benchmark: Benchmark, **options: Any) -> ContaminationScanner:
     """A contamination scanner over both sealed splits of a registered benchmark (hashes verified first).
 
-    The benchmark's own prompt template is stripped from rows before near-duplicate comparison.
+    The benchmark's own prompt template is stripped from rows before near-duplicate comparison,
+    and its evaluator picks the salient-content rule (numbers and answer, options, call arguments).
     Raises ``SealBroken`` if the sealed files fail verification.
     """
     template = str((benchmark.settings or {}).get("prompt_template", ""))
     options.setdefault("templates", [template] if template else [])
+    options.setdefault("evaluator", benchmark.evaluator)
     return ContaminationScanner(benchmark_sealed_items(benchmark=benchmark), **options)
 
 

@@ -26,8 +26,8 @@ Python + datasketch, no Django: the datapool's decontamination job and the integ
 
 from __future__ import annotations
 
+import json
 import re
-import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -36,54 +36,21 @@ from typing import Any, Literal
 import xxhash
 from datasketch import MinHash, MinHashLSH
 
-MatchKind = Literal["exact", "ngram", "near_dup"]
-_RANK: dict[str, int] = {"exact": 0, "ngram": 1, "near_dup": 2}
+from apps.integrity.canonical import canonical_tokens, is_number
 
-_TOKEN = re.compile(r"[^\W_]+")
-_UNIT_WORDS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen"
-)
-_TEN_WORDS = "twenty thirty forty fifty sixty seventy eighty ninety"
-_UNITS = {w: i for i, w in enumerate(_UNIT_WORDS.split(" "))}
-_TENS = {w: 10 * i for i, w in enumerate(_TEN_WORDS.split(" "), start=2)}
-_SCALES = {"hundred": 100, "thousand": 1000}
-_NUMBER_WORDS = {**_UNITS, **_TENS, **_SCALES}
-
-
-def _words_to_number(words: Sequence[str]) -> int:
-    total = current = 0
-    for word in words:
-        if word == "hundred":
-            current = max(current, 1) * 100
-        elif word == "thousand":
-            total += max(current, 1) * 1000
-            current = 0
-        else:
-            current += _NUMBER_WORDS[word]
-    return total + current
+MatchKind = Literal["exact", "ngram", "near_dup", "salient"]
+LAYERS: tuple[MatchKind, ...] = ("exact", "ngram", "near_dup", "salient")
+_RANK: dict[str, int] = {kind: rank for rank, kind in enumerate(LAYERS)}
 
 
 def normalize_tokens(text: str) -> list[str]:
-    """Word tokens of ``text``: NFKC, case-folded, punctuation dropped, number words as digits.
+    """Word tokens of ``text`` in the canonical form (``apps.integrity.canonical``).
 
-    "Forty-two  apples?" and "42 apples" give the same tokens. The same function runs on both
-    sides, so an odd merge (a pronoun "one" read as 1) cancels out.
+    "Forty-two  apples?" and "42 apples" give the same tokens, and so do homoglyph, zero-width and
+    number-format variants. The same function runs on both sides, so an odd merge (a pronoun "one"
+    read as 1) cancels out.
     """
-    raw = _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
-    out: list[str] = []
-    i = 0
-    while i < len(raw):
-        if raw[i] in _NUMBER_WORDS and raw[i] not in _SCALES:
-            j = i
-            while j < len(raw) and raw[j] in _NUMBER_WORDS:
-                j += 1
-            out.append(str(_words_to_number(raw[i:j])))
-            i = j
-        else:
-            out.append(raw[i])
-            i += 1
-    return out
+    return canonical_tokens(text)
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -145,15 +112,258 @@ class _Sealed:
     numbers_with_answer: tuple[str, ...]
 
 
+# ---------------------------------------------------------------------------- salient content
+#
+# A sealed item's *key content* is what makes it that item whatever the sentence around it: for a
+# numeric exact-match item the prompt's numbers in order and the answer; for multiple choice the
+# question's entity, the option set and the answer option; for a function call the function name
+# and its argument values. It is derived from the item's prompt and answer and the benchmark's
+# evaluator kind, never from how a generator phrased it, so a GSM8K-style item works the same way.
+
+EvaluatorKind = Literal["numeric", "multiple_choice", "json_call"]
+
+# Option labels "A) x", "A. x", "(A) x", "A: x" at a word start.
+_OPTION_LABEL = re.compile(r"(?:(?<=\s)|^)\(?([A-J])[).:]\s+")
+_ANSWER_LETTER = re.compile(r"\s*\(?([A-J])\b")
+# Words a question stem uses whatever it asks; the entity is what is left (plus the benchmark's own
+# template words, found by how often they recur across its sealed items).
+_STOPWORD_TEXT = (
+    "a an the of to in on at for from by with and or is are was be it its this that these those which what "
+    "who whom whose how does do did one 1 option options choice choices answer answers following pick choose "
+    "select correct best right word letter named called as not no"
+)
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+_TEMPLATE_SHARE = 0.1  # a stem word in at least this share of the sealed stems (and >= 3) is template
+_NUMBER_GAPS = 2  # extra numbers a row may interleave among an item's numbers
+_ANSWER_REACH = 3  # how many numbers before the first / after the last operand the answer may sit
+_MIN_SALIENT_NUMBERS = 2
+_SPACED_DIGITS = re.compile(r"\d \d{3}(?!\d)")
+
+
+@dataclass
+class _Key:
+    """One sealed item's key content, in canonical tokens."""
+
+    kind: EvaluatorKind
+    index: int
+    numbers: tuple[str, ...] = ()  # numeric: the prompt's numbers, in order
+    answer: tuple[str, ...] = ()  # numeric: (answer,); multiple choice: the answer option's tokens
+    content: frozenset[str] = frozenset()  # numeric items with one number: the prompt's content words
+    options: tuple[tuple[str, ...], ...] = ()  # multiple choice
+    answer_count: int = 1  # multiple choice: how often the answer option occurs in the sealed prompt
+    stem: tuple[str, ...] = ()  # multiple choice: canonical stem tokens (entity derived later)
+    entity: frozenset[str] = frozenset()
+    name: tuple[str, ...] = ()  # json_call
+    values: tuple[tuple[str, ...], ...] = ()  # json_call: argument values, answer order
+    prompt_order: tuple[int, ...] = ()  # json_call: the values' order of appearance in the prompt
+    pairs: tuple[tuple[str, ...], ...] = ()  # json_call: "argument value" token runs
+    reach: int = 0  # json_call: how many tokens the values may spread over in a row
+    span: str = ""
+
+
+def evaluator_kind(evaluator: str | None, prompt: str, answer: str) -> EvaluatorKind | None:
+    """Which salient rule fits an item: from the benchmark's evaluator, else from the item's shape."""
+    if evaluator == "multiple_choice":
+        return "multiple_choice"
+    if evaluator == "json_call":
+        return "json_call"
+    if evaluator not in (None, "", "exact_match"):
+        return None
+    if _parse_call(answer) is not None:
+        return "json_call" if not evaluator else None
+    if not evaluator and _ANSWER_LETTER.fullmatch(answer.strip()) and len(_parse_options(prompt)[1]) >= 2:
+        return "multiple_choice"
+    return "numeric" if _answer_number(answer) is not None else None
+
+
+def _parse_call(text: str) -> tuple[str, dict[str, Any]] | None:
+    try:
+        call = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    arguments = call.get("arguments", {})
+    return (call["name"], arguments) if isinstance(arguments, dict) else None
+
+
+def _answer_number(answer: str) -> str | None:
+    """The number an exact-match answer states: the whole answer, the one after "####", or the last."""
+    text = answer.rsplit("####", 1)[1] if "####" in answer else answer
+    numbers = [t for t in canonical_tokens(text) if is_number(t)]
+    return numbers[-1] if numbers else None
+
+
+def _parse_options(prompt: str) -> tuple[str, list[tuple[str, str]]]:
+    """(stem, [(letter, text), ...]) for a prompt listing options "A) .. B) ..", letters in order from A."""
+    labels = [m for m in _OPTION_LABEL.finditer(prompt)]
+    chain: list[re.Match[str]] = []
+    for label in labels:
+        expected = chr(ord("A") + len(chain))
+        if label.group(1) == expected:
+            chain.append(label)
+        elif label.group(1) == "A":
+            chain = [label]
+    if len(chain) < 2:
+        return prompt, []
+    options = []
+    for k, label in enumerate(chain):
+        end = chain[k + 1].start() if k + 1 < len(chain) else len(prompt)
+        options.append((label.group(1), prompt[label.end() : end].strip()))
+    return prompt[: chain[0].start()], options
+
+
+def _find_run(needle: Sequence[str], haystack: Sequence[str], start: int = 0) -> int:
+    """Index of the first contiguous occurrence of ``needle`` in ``haystack`` at or after ``start``, or -1."""
+    n = len(needle)
+    first = needle[0]
+    for i in range(start, len(haystack) - n + 1):
+        if haystack[i] == first and tuple(haystack[i : i + n]) == tuple(needle):
+            return i
+    return -1
+
+
+def _count_runs(needle: Sequence[str], haystack: Sequence[str]) -> int:
+    count, at = 0, _find_run(needle, haystack)
+    while at >= 0:
+        count += 1
+        at = _find_run(needle, haystack, at + len(needle))
+    return count
+
+
+def _value_tokens(value: Any) -> tuple[str, ...]:
+    if isinstance(value, bool):
+        return ("true",) if value else ("false",)
+    if isinstance(value, str):
+        return tuple(canonical_tokens(value))
+    if isinstance(value, int | float):
+        return tuple(canonical_tokens(repr(value)))
+    return tuple(canonical_tokens(json.dumps(value, ensure_ascii=False)))
+
+
+def salient_key(item: dict[str, Any], index: int, evaluator: str | None = None) -> _Key | None:
+    """The key content of one sealed item, or None where its kind has no salient rule."""
+    prompt, answer = str(item.get("prompt", "")), str(item.get("answer", ""))
+    kind = evaluator_kind(item.get("evaluator") or evaluator, prompt, answer)
+    if kind == "numeric":
+        number = _answer_number(answer)
+        tokens = canonical_tokens(prompt)
+        numbers = tuple(t for t in tokens if is_number(t))
+        if number is None or not numbers:
+            return None
+        content = frozenset(t for t in tokens if not is_number(t) and t not in _STOPWORDS)
+        return _Key(kind, index, numbers=numbers, answer=(number,), content=content, span=" ".join(numbers))
+    if kind == "multiple_choice":
+        stem, options = _parse_options(prompt)
+        if len(options) < 2:
+            return None
+        texts = {letter: tuple(canonical_tokens(text)) for letter, text in options}
+        letter = _ANSWER_LETTER.match(answer)
+        chosen = texts.get(letter.group(1)) if letter else None
+        if chosen is None:
+            wanted = tuple(canonical_tokens(answer))
+            chosen = wanted if wanted in texts.values() else None
+        if not chosen or not all(texts.values()):
+            return None
+        prompt_tokens = canonical_tokens(prompt)
+        stem_tokens = tuple(canonical_tokens(stem))
+        span = " ".join(stem_tokens) + " | " + " / ".join(" ".join(t) for t in texts.values())
+        return _Key(
+            kind,
+            index,
+            options=tuple(texts.values()),
+            answer=chosen,
+            answer_count=max(1, _count_runs(chosen, prompt_tokens)),
+            stem=stem_tokens,
+            span=span,
+        )
+    if kind == "json_call":
+        call = _parse_call(answer)
+        if call is None:
+            return None
+        name, arguments = call
+        pairs: list[tuple[str, ...]] = []
+        values: list[tuple[str, ...]] = []
+        for key, value in arguments.items():
+            value_tokens = _value_tokens(value)
+            if value_tokens:
+                values.append(value_tokens)
+                pairs.append(tuple(canonical_tokens(str(key))) + value_tokens)
+        name_tokens = tuple(canonical_tokens(name))
+        if not values or not name_tokens:
+            return None
+        prompt_tokens = canonical_tokens(prompt)
+        found = [_find_run(v, prompt_tokens) for v in values]
+        order = sorted(range(len(values)), key=lambda k: (found[k] < 0, found[k], k))
+        compact = sum(len(v) for v in values) + len(values) - 1
+        spread = compact
+        if all(at >= 0 for at in found):
+            spread = max(at + len(v) for at, v in zip(found, values, strict=True)) - min(found)
+        return _Key(
+            kind,
+            index,
+            name=name_tokens,
+            values=tuple(values),
+            prompt_order=tuple(order),
+            pairs=tuple(pairs),
+            # As close together as in the sealed prompt (or in a positional call), a few words of slack.
+            reach=max(spread, compact) + 3,
+            span=" | ".join(" ".join(v) for v in values),
+        )
+    return None
+
+
+def _values_in_order(values: Sequence[tuple[str, ...]], tokens: Sequence[str], limit: int) -> bool:
+    """Each value's tokens occur contiguously in ``tokens``, in this order, within ``limit`` tokens."""
+    start = 0
+    while True:
+        first = _find_run(values[0], tokens, start)
+        if first < 0:
+            return False
+        at = first + len(values[0])
+        for value in values[1:]:
+            found = _find_run(value, tokens, at)
+            if found < 0:
+                return False
+            at = found + len(value)
+        if at - first <= limit:
+            return True
+        start = first + 1
+
+
+def _numbers_run(key: _Key, numbers: Sequence[str], strings: Sequence[int], i: int) -> tuple[int, ...] | None:
+    """Positions of the key's numbers from ``numbers[i]`` on, within one string (at most
+    ``_NUMBER_GAPS`` other numbers among them), when the answer sits just before or after them."""
+    used = [i]
+    at = i + 1
+    gaps = 0
+    for wanted in key.numbers[1:]:
+        while at < len(numbers) and numbers[at] != wanted and gaps <= _NUMBER_GAPS:
+            at += 1
+            gaps += 1
+        if gaps > _NUMBER_GAPS or at >= len(numbers) or strings[at] != strings[i]:
+            return None
+        used.append(at)
+        at += 1
+    answer = key.answer[0]
+    if answer in numbers[at : at + _ANSWER_REACH] or answer in numbers[max(0, i - _ANSWER_REACH) : i]:
+        return tuple(used)
+    return None
+
+
 class ContaminationScanner:
     """Index sealed items once, then scan any number of training rows against them.
 
     ``sealed_items``: dicts with ``id`` and ``prompt`` (``answer`` optional; it joins the
-    near-duplicate text). ``ngram``: n for the n-gram layer. ``threshold``: the Jaccard similarity
-    of word shingles at which a row is a near duplicate; ``numeric_threshold`` the one for items
-    whose numbers (two or more) all recur in the row in order. ``templates``: prompt templates (with a
-    ``{question}`` slot) whose fixed words are stripped from row strings before near-duplicate
-    comparison, so that the benchmark's own template does not dilute the similarity.
+    near-duplicate text and the salient key; ``evaluator`` optional, else the constructor's).
+    ``ngram``: n for the n-gram layer. ``threshold``: the Jaccard similarity of word shingles at
+    which a row is a near duplicate; ``numeric_threshold`` the one for items whose numbers (two or
+    more) all recur in the row in order. ``templates``: prompt templates (with a ``{question}``
+    slot) whose fixed words are stripped from row strings before near-duplicate comparison, so that
+    the benchmark's own template does not dilute the similarity. ``layers``: which of ``LAYERS`` run
+    (all by default). ``evaluator``: the benchmark's evaluator name ("exact_match",
+    "multiple_choice", "json_call"), which picks the salient-content rule; without one it is
+    inferred from each item's shape.
     """
 
     def __init__(
@@ -167,6 +377,8 @@ class ContaminationScanner:
         numeric_threshold: float = 0.5,
         templates: Sequence[str] = (),
         seed: int = 1,
+        layers: Sequence[str] = LAYERS,
+        evaluator: str | None = None,
     ) -> None:
         if ngram < 1:
             raise ValueError("ngram must be >= 1")
@@ -174,11 +386,16 @@ class ContaminationScanner:
             raise ValueError("threshold must be in (0, 1]")
         if not 0 < numeric_threshold <= 1:
             raise ValueError("numeric_threshold must be in (0, 1]")
+        unknown = [layer for layer in layers if layer not in LAYERS]
+        if unknown or not layers:
+            raise ValueError(f"layers must be a non-empty subset of {LAYERS}, got {list(layers)}")
+        self.layers: tuple[MatchKind, ...] = tuple(layer for layer in LAYERS if layer in layers)
         self.ngram = ngram
         self.threshold = threshold
         self.numeric_threshold = numeric_threshold
         self.shingle = shingle
         self.num_perm = num_perm
+        self.evaluator = evaluator
         self._affixes = [a for a in (_template_affixes(t) for t in templates) if a is not None]
         # One set of permutations for every sketch; building them per MinHash costs 4x the hashing.
         self._proto = MinHash(num_perm=num_perm, seed=seed, hashfunc=_hash32)
@@ -192,6 +409,13 @@ class ContaminationScanner:
         self._lsh = MinHashLSH(threshold=self._lsh_threshold(threshold), num_perm=num_perm)
         # near-duplicate candidates by their numbers: items with two or more, keyed by the tuple.
         self._by_numbers: dict[tuple[str, ...], list[int]] = {}
+        # salient layer: keys, and their indexes (numeric by their first two numbers or by the
+        # number and the answer; multiple choice and calls by their rarest option / value token).
+        self._keys: list[_Key] = []
+        self._numeric_pairs: dict[tuple[str, str], list[int]] = {}
+        self._numeric_single: dict[tuple[str, str], list[int]] = {}
+        self._by_token: dict[str, list[int]] = {}
+        exact, ngram_on, near = "exact" in self.layers, "ngram" in self.layers, "near_dup" in self.layers
 
         for item in sealed_items:
             tokens = tuple(normalize_tokens(str(item.get("prompt", ""))))
@@ -199,28 +423,64 @@ class ContaminationScanner:
                 continue
             index = len(self._items)
             near_tokens = list(tokens) + normalize_tokens(str(item.get("answer", "")))
-            shingles = self._shingles(near_tokens)
+            shingles = self._shingles(near_tokens) if near else frozenset()
             record = _Sealed(
                 sample_id=str(item["id"]),
                 tokens=tokens,
                 ngram_count=max(0, len(tokens) - ngram + 1),
                 shingles=shingles,
-                numbers=tuple(t for t in tokens if t.isdigit()),
-                numbers_with_answer=tuple(t for t in near_tokens if t.isdigit()),
+                numbers=tuple(t for t in tokens if is_number(t)),
+                numbers_with_answer=tuple(t for t in near_tokens if is_number(t)),
             )
             self._items.append(record)
             if len(tokens) < ngram:
-                self._short.setdefault(len(tokens), {}).setdefault(tokens, []).append(index)
+                if exact:
+                    self._short.setdefault(len(tokens), {}).setdefault(tokens, []).append(index)
             else:
-                self._anchor.setdefault(tokens[:ngram], []).append(index)
-                for start in range(record.ngram_count):
-                    bucket = self._grams.setdefault(tokens[start : start + ngram], [])
-                    if not bucket or bucket[-1] != index:
-                        bucket.append(index)
-            self._lsh.insert(index, self._sketch(shingles), check_duplication=False)
-            if len(record.numbers) >= _MIN_NUMBERS:
-                self._by_numbers.setdefault(record.numbers, []).append(index)
+                if exact:
+                    self._anchor.setdefault(tokens[:ngram], []).append(index)
+                if ngram_on:
+                    for start in range(record.ngram_count):
+                        bucket = self._grams.setdefault(tokens[start : start + ngram], [])
+                        if not bucket or bucket[-1] != index:
+                            bucket.append(index)
+            if near:
+                self._lsh.insert(index, self._sketch(shingles), check_duplication=False)
+                if len(record.numbers) >= _MIN_NUMBERS:
+                    self._by_numbers.setdefault(record.numbers, []).append(index)
+            if "salient" in self.layers:
+                key = salient_key(item, index, evaluator)
+                if key is not None:
+                    self._keys.append(key)
         self._number_lengths = sorted({len(key) for key in self._by_numbers})
+        self._index_salient()
+
+    def _index_salient(self) -> None:
+        stems = [key for key in self._keys if key.kind == "multiple_choice"]
+        stem_df: dict[str, int] = {}
+        for key in stems:
+            for token in set(key.stem):
+                stem_df[token] = stem_df.get(token, 0) + 1
+        template_at = max(3.0, _TEMPLATE_SHARE * len(stems))
+        token_df: dict[str, int] = {}
+        for key in self._keys:
+            if key.kind == "multiple_choice":
+                key.entity = frozenset(
+                    t for t in key.stem if t not in _STOPWORDS and not is_number(t) and stem_df[t] < template_at
+                )
+            for value in key.options + key.values:
+                for token in set(value):
+                    token_df[token] = token_df.get(token, 0) + 1
+        for position, key in enumerate(self._keys):
+            if key.kind == "numeric":
+                if len(key.numbers) >= _MIN_SALIENT_NUMBERS:
+                    self._numeric_pairs.setdefault((key.numbers[0], key.numbers[1]), []).append(position)
+                else:
+                    self._numeric_single.setdefault((key.numbers[0], key.answer[0]), []).append(position)
+            else:
+                tokens = {t for value in key.options + key.values for t in value}
+                rarest = min(tokens, key=lambda t: (token_df[t], t))
+                self._by_token.setdefault(rarest, []).append(position)
 
     @staticmethod
     def _lsh_threshold(threshold: float) -> float:
@@ -246,10 +506,9 @@ class ContaminationScanner:
         sketch.update_batch([s.encode("utf-8") for s in shingles])
         return sketch
 
-    def _near_tokens(self, row: Any) -> list[str]:
+    def _near_tokens(self, per_string: Sequence[list[str]]) -> list[str]:
         out: list[str] = []
-        for text in _strings(row):
-            tokens = normalize_tokens(text)
+        for tokens in per_string:
             for before, after in self._affixes:
                 n_before, n_after = len(before), len(after)
                 if (
@@ -262,13 +521,96 @@ class ContaminationScanner:
             out.extend(tokens)
         return out
 
+    # ------------------------------------------------------------------ salient layer
+
+    def _salient(self, texts: Sequence[str], per_string: Sequence[list[str]], tokens: Sequence[str]) -> set[int]:
+        """Positions in ``self._keys`` whose key content the row carries."""
+        found: set[int] = set()
+        if self._numeric_pairs or self._numeric_single:
+            numbers = [t for string in per_string for t in string if is_number(t)]
+            strings = [k for k, string in enumerate(per_string) for t in string if is_number(t)]
+            found |= self._salient_numeric(numbers, strings, tokens)
+            if any(_SPACED_DIGITS.search(text) for text in texts):
+                # "67 112" may be one number or two: try the reading without space grouping too.
+                split = [canonical_tokens(text, group_spaces=False) for text in texts]
+                numbers = [t for string in split for t in string if is_number(t)]
+                strings = [k for k, string in enumerate(split) for t in string if is_number(t)]
+                found |= self._salient_numeric(numbers, strings, tokens)
+        if self._by_token:
+            row_set = set(tokens)
+            candidates = {p for t in row_set for p in self._by_token.get(t, ())}
+            for position in candidates:
+                key = self._keys[position]
+                if key.kind == "multiple_choice":
+                    if self._choice_match(key, tokens, row_set):
+                        found.add(position)
+                elif self._call_match(key, per_string, row_set):
+                    found.add(position)
+        return found
+
+    def _salient_numeric(self, numbers: Sequence[str], strings: Sequence[int], tokens: Sequence[str]) -> set[int]:
+        runs: dict[int, set[tuple[int, ...]]] = {}
+        count = len(numbers)
+        row_set: set[str] | None = None
+        single: set[int] = set()
+        for i in range(count):
+            for j in range(i + 1, min(count, i + 2 + _NUMBER_GAPS)):
+                for position in self._numeric_pairs.get((numbers[i], numbers[j]), ()):
+                    run = _numbers_run(self._keys[position], numbers, strings, i)
+                    if run is not None:
+                        runs.setdefault(position, set()).add(run)
+            if self._numeric_single:
+                for j in (i - 1, i + 1):
+                    if 0 <= j < count:
+                        for position in self._numeric_single.get((numbers[i], numbers[j]), ()):
+                            key = self._keys[position]
+                            row_set = row_set if row_set is not None else set(tokens)
+                            # One number and an answer are too little alone: most of the prompt's
+                            # content words must be there too.
+                            if len(key.content & row_set) * 2 >= len(key.content):
+                                single.add(position)
+        # A row that states an item's numbers twice ("20 and 62 more ... 20 + 62 = 82") also holds
+        # the swapped item's numbers across the two ("62, 20 ... 82"); an item all of whose runs
+        # lie on other items' runs is that echo, not a copy.
+        found = set(single)
+        for position, own in runs.items():
+            others = {p for q, theirs in runs.items() if q != position for run in theirs for p in run}
+            if not all(set(run) <= others for run in own):
+                found.add(position)
+        return found
+
+    @staticmethod
+    def _choice_match(key: _Key, tokens: Sequence[str], row_set: set[str]) -> bool:
+        # Every option, the entity, and the answer option stated as often as the sealed prompt
+        # states it (once as an option, once more where the question names it): a row with the
+        # same options asking for another of them is not this item.
+        if not key.entity <= row_set:
+            return False
+        for option in key.options:
+            if not set(option) <= row_set or _find_run(option, tokens) < 0:
+                return False
+        return _count_runs(key.answer, tokens) >= key.answer_count
+
+    @staticmethod
+    def _call_match(key: _Key, per_string: Sequence[list[str]], row_set: set[str]) -> bool:
+        if not set(key.name) <= row_set or not all(set(v) <= row_set for v in key.values):
+            return False
+        limit = key.reach
+        orders = [key.values, tuple(key.values[k] for k in key.prompt_order)]
+        for tokens in per_string:
+            if all(_find_run(pair, tokens) >= 0 for pair in key.pairs):
+                return True
+            if any(_values_in_order(order, tokens, limit) for order in orders):
+                return True
+        return False
+
     # ------------------------------------------------------------------ scanning
 
     def scan_row(self, row: Any, row_index: int = 0) -> list[Match]:
         """Matches of one row (a dict, list or string), at most one per sealed item: the strongest."""
-        tokens: list[str] = []
-        for text in _strings(row):
-            tokens.extend(normalize_tokens(text))
+        texts = list(_strings(row))
+        per_string = [normalize_tokens(text) for text in texts]
+        tokens: list[str] = [t for string_tokens in per_string for t in string_tokens]
         best: dict[int, Match] = {}
         gram_hits: dict[int, set[tuple[str, ...]]] = {}
         n = self.ngram
@@ -279,41 +621,52 @@ class ContaminationScanner:
                 for index in table.get(window, ()):
                     if index not in best:
                         best[index] = Match(row_index, self._items[index].sample_id, "exact", " ".join(window), 1.0)
-        for start in range(count - n + 1):
-            window = tuple(tokens[start : start + n])
-            for index in self._anchor.get(window, ()):
-                item_tokens = self._items[index].tokens
-                if index not in best and tuple(tokens[start : start + len(item_tokens)]) == item_tokens:
-                    best[index] = Match(row_index, self._items[index].sample_id, "exact", " ".join(item_tokens), 1.0)
-            for index in self._grams.get(window, ()):
-                gram_hits.setdefault(index, set()).add(window)
-        numbers = [t for t in tokens if t.isdigit()]
+        if self._anchor or self._grams:
+            for start in range(count - n + 1):
+                window = tuple(tokens[start : start + n])
+                for index in self._anchor.get(window, ()):
+                    item_tokens = self._items[index].tokens
+                    if index not in best and tuple(tokens[start : start + len(item_tokens)]) == item_tokens:
+                        best[index] = Match(
+                            row_index, self._items[index].sample_id, "exact", " ".join(item_tokens), 1.0
+                        )
+                for index in self._grams.get(window, ()):
+                    gram_hits.setdefault(index, set()).add(window)
+        numbers = [t for t in tokens if is_number(t)]
         for index, grams in gram_hits.items():
             item = self._items[index]
             if index not in best and _in_order(item.numbers, numbers):
                 span = " ".join(next(iter(sorted(grams))))
                 best[index] = Match(row_index, item.sample_id, "ngram", span, len(grams) / item.ngram_count)
 
-        near_tokens = self._near_tokens(row)
-        shingles = self._shingles(near_tokens)
-        if shingles:
-            candidates = set(self._lsh.query(self._sketch(shingles)))
-            if len(numbers) <= _MAX_ROW_NUMBERS:
-                for length in self._number_lengths:
-                    for key in set(combinations(numbers, length)):
-                        candidates.update(self._by_numbers.get(key, ()))
-            for index in candidates:
-                if index in best:
-                    continue
-                item = self._items[index]
-                # An item whose numbers, its answer's included, all recur in order is held to the
-                # lower bar: for word problems the numbers are what make a problem that problem.
-                bar = self.threshold
-                if len(item.numbers) >= _MIN_NUMBERS and _in_order(item.numbers_with_answer, numbers):
-                    bar = min(bar, self.numeric_threshold)
-                jaccard = len(item.shingles & shingles) / len(item.shingles | shingles)
-                if jaccard >= bar and _in_order(item.numbers, numbers):
-                    best[index] = Match(row_index, item.sample_id, "near_dup", " ".join(near_tokens), round(jaccard, 4))
+        if "near_dup" in self.layers:
+            near_tokens = self._near_tokens(per_string)
+            shingles = self._shingles(near_tokens)
+            if shingles:
+                candidates = set(self._lsh.query(self._sketch(shingles)))
+                if len(numbers) <= _MAX_ROW_NUMBERS:
+                    for length in self._number_lengths:
+                        for key in set(combinations(numbers, length)):
+                            candidates.update(self._by_numbers.get(key, ()))
+                for index in candidates:
+                    if index in best:
+                        continue
+                    item = self._items[index]
+                    # An item whose numbers, its answer's included, all recur in order is held to the
+                    # lower bar: for word problems the numbers are what make a problem that problem.
+                    bar = self.threshold
+                    if len(item.numbers) >= _MIN_NUMBERS and _in_order(item.numbers_with_answer, numbers):
+                        bar = min(bar, self.numeric_threshold)
+                    jaccard = len(item.shingles & shingles) / len(item.shingles | shingles)
+                    if jaccard >= bar and _in_order(item.numbers, numbers):
+                        best[index] = Match(
+                            row_index, item.sample_id, "near_dup", " ".join(near_tokens), round(jaccard, 4)
+                        )
+        if self._keys:
+            for position in self._salient(texts, per_string, tokens):
+                found = self._keys[position]
+                if found.index not in best:
+                    best[found.index] = Match(row_index, self._items[found.index].sample_id, "salient", found.span, 1.0)
         return sorted(best.values(), key=lambda m: (_RANK[m.kind], m.sample_id))
 
     def scan(self, rows: Iterable[Any]) -> list[Match]:

@@ -79,7 +79,14 @@ def test_a_reworded_short_word_problem_is_found_through_its_numbers():
         (1, "add-feedback-0002", "near_dup"),
     ]
     assert all(0.5 <= m.score < 0.75 for m in matches)
-    assert scanner(numeric_threshold=0.75).scan(rows) == []
+    assert scanner(numeric_threshold=0.75, layers=("exact", "ngram", "near_dup")).scan(rows) == []
+    # With the lower bar gone, the salient layer still finds the copies (operands in order, answer),
+    # and still not the swapped operands.
+    salient = scanner(numeric_threshold=0.75).scan(rows)
+    assert [(m.row_index, m.sample_id, m.kind) for m in salient] == [
+        (0, "add-feedback-0002", "salient"),
+        (1, "add-feedback-0002", "salient"),
+    ]
 
 
 def test_same_template_with_other_numbers_is_a_different_problem():
