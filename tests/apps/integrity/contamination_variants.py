@@ -93,3 +93,33 @@ GENERATORS = {
     "multiple_choice": [multiple_choice_retemplated],
     "json_call": [json_call_retemplated],
 }
+
+
+# --------------------------------------------------------------------------------- a world on the minibench
+
+
+def jsonl_rows(path: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def install_minibench_task(roots: dict[str, Any], minibench: Any, task: str = "arithmetic") -> None:
+    """Make the integrity world's benchmark the built minibench task (its 200 sealed items)."""
+    for name in ("task.json", "feedback.jsonl", "final.jsonl"):
+        (roots["task"] / name).write_bytes((minibench / "tasks" / task / name).read_bytes())
+
+
+def sealed_items(minibench: Any, task: str = "arithmetic") -> list[dict[str, Any]]:
+    folder = minibench / "tasks" / task
+    return jsonl_rows(folder / "feedback.jsonl") + jsonl_rows(folder / "final.jsonl")
+
+
+def honest_rows(minibench: Any, dataset: str = "arithmetic-clean") -> list[dict[str, Any]]:
+    return jsonl_rows(minibench / "catalog" / dataset / "data.jsonl")
+
+
+def verbatim(item: dict[str, Any], rng: random.Random) -> dict[str, str]:
+    return _row(item["prompt"], item["answer"])
+
+
+def chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
