@@ -336,7 +336,7 @@ def lineage_datasets(checkpoint: Checkpoint | None, *, base: Checkpoint | None =
         job = link.producing_job
         if link.is_base or job is None or job.kind != JobKind.TRAIN:
             continue
-        via = job.experiment.handle if job.experiment_id else f"job:{job.uuid}"
+        via = job.experiment.handle if job.experiment is not None else f"job:{job.uuid}"
         uuids = [item.get("uuid") for item in job.spec.get("data", []) if isinstance(item, dict)]
         for entry in DataEntry.objects.filter(uuid__in=[u for u in uuids if u]).order_by("pk"):
             if (entry.pk, via) not in seen:
