@@ -23,6 +23,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import random
 import re
 import sys
 import time
@@ -84,40 +85,74 @@ def score(matches: list[Match], truth: dict[int, tuple[str, str | None]], rows: 
 
 
 def catalog_false_flags(seed: int) -> dict[str, Any]:
-    """Every non-honeypot dataset of the seed's catalog against its task's sealed splits."""
+    """Every non-honeypot dataset of the seed's catalog against its task's sealed splits.
+
+    A flag on a row whose *question* is a sealed item's content (the v1 generators key multiple
+    choice and calls by question text, so an honest row can ask a sealed question in its other
+    form, or list its options in another order) is a content collision: a true match that the
+    minibench v2 catalog rules out. Every other flag is false.
+    """
     out: dict[str, Any] = {}
     for name, task in sorted(TASKS.items()):
         data = build_task_data(task, seed=seed, profile="full")
         sealed = [{**row, "evaluator": task.evaluator} for row in data.feedback + data.final]
         scanner = ContaminationScanner(sealed, templates=[task.prompt_template], evaluator=task.evaluator)
         sealed_content = {planted.content_of(name, r["prompt"], r["answer"]) for r in sealed}
+        flagged: dict[str, tuple[Any, list[int], list[Match]]] = {}
         for ds in data.datasets:
             matches = scanner.scan(ds.rows)
-            rows_flagged = sorted({m.row_index for m in matches})
+            flagged[ds.name] = (ds, sorted({m.row_index for m in matches}), matches)
+        questions = {
+            _question(ds.rows[i]) for ds, rows, _ in flagged.values() if ds.quality != "honeypot" for i in rows
+        }
+        answers = _true_answers(task, questions) if name == "json_call" else {q: _gold(name, q) for q in questions}
+        for ds_name, (ds, rows_flagged, matches) in flagged.items():
             entry: dict[str, Any] = {"rows": len(ds.rows), "flagged_rows": len(rows_flagged)}
             if ds.quality == "honeypot":
                 entry["sealed_items_found"] = f"{len({m.sample_id for m in matches})}/{len(sealed)}"
             else:
-                # A flag on a row whose content *is* a sealed item's (the v1 generators key multiple
-                # choice by question text, so an honest row may list a sealed item's options in another
-                # order) is a true content collision; every other flag is false.
-                collisions = sum(1 for i in rows_flagged if _row_content(name, ds.rows[i]) in sealed_content)
+                collisions = 0
+                for i in rows_flagged:
+                    question = _question(ds.rows[i])
+                    try:
+                        content = planted.content_of(name, question, answers[question])
+                    except (KeyError, ValueError, IndexError, TypeError):
+                        content = None
+                    collisions += content in sealed_content
                 entry["content_collisions"] = collisions
                 entry["false_flags"] = len(rows_flagged) - collisions
-                entry["by_kind"] = dict(sorted({m.kind: 0 for m in matches}.items()))
-                for m in matches:
-                    entry["by_kind"][m.kind] += 1
-            out[ds.name] = entry
+                kinds = [m.kind for m in matches]
+                entry["by_kind"] = {k: kinds.count(k) for k in LAYERS if k in kinds}
+            out[ds_name] = entry
     return out
 
 
-def _row_content(task: str, row: dict[str, str]) -> planted.Content | None:
-    question = re.sub(r"^Question: |\nAnswer:$", "", row.get("prompt", ""))
-    answer = (row.get("chosen") or row.get("completion") or "").strip()
-    try:
-        return planted.content_of(task, question, answer)
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None
+def _question(row: dict[str, str]) -> str:
+    return re.sub(r"^Question: |\nAnswer:$", "", row.get("prompt", ""))
+
+
+def _gold(task: str, question: str) -> str:
+    """The gold answer read from the question itself: the sum, or the letter of the option the stem names."""
+    if task == "arithmetic":
+        return str(sum(int(x) for x in re.findall(r"\d+", question)[:2]))
+    options = planted.parse_options(question)
+    stem = question.split(" A) ", 1)[0]
+    named = [letter for letter, word in options if re.search(rf"\b{re.escape(word)}\b", stem)]
+    return named[0] if len(named) == 1 else ""
+
+
+def _true_answers(task: Any, questions: set[str], budget: int = 500_000) -> dict[str, str]:
+    """The gold answer of each question, found by drawing from the task's generator (an item's
+    answer is a function of its question)."""
+    rng = random.Random("bench:answers")  # noqa: S311 - seeded benchmark data
+    found: dict[str, str] = {}
+    for _ in range(budget if questions else 0):
+        item = task.generate(rng)
+        if item.question in questions and item.question not in found:
+            found[item.question] = item.answer
+            if len(found) == len(questions):
+                break
+    return found
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

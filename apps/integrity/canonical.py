@@ -66,6 +66,10 @@ def confusable_table() -> dict[int, str]:
     for char in data:
         if len(char) != 1 or char.isascii():
             continue
+        digit = unicodedata.decimal(char, None)
+        if digit is not None:
+            table[ord(char)] = str(digit)  # a digit is its value: Bengali "৪" is 4, though it looks like 8
+            continue
         plain = unicodedata.normalize("NFKC", char)
         if len(plain) == 1 and plain.isascii() and plain.isalnum():
             table[ord(char)] = plain.lower()  # "𝟏" is "1" (though it looks like "l" too)

@@ -135,7 +135,7 @@ _STOPWORD_TEXT = (
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _TEMPLATE_SHARE = 0.1  # a stem word in at least this share of the sealed stems (and >= 3) is template
 _NUMBER_GAPS = 2  # extra numbers a row may interleave among an item's numbers
-_ANSWER_REACH = 3  # how many numbers before the first / after the last operand the answer may sit
+_ANSWER_REACH = 3  # within how many numbers after the last operand the answer must come
 _MIN_SALIENT_NUMBERS = 2
 _SPACED_DIGITS = re.compile(r"\d \d{3}(?!\d)")
 
@@ -333,7 +333,7 @@ def _values_in_order(values: Sequence[tuple[str, ...]], tokens: Sequence[str], l
 
 def _numbers_run(key: _Key, numbers: Sequence[str], strings: Sequence[int], i: int) -> tuple[int, ...] | None:
     """Positions of the key's numbers from ``numbers[i]`` on, within one string (at most
-    ``_NUMBER_GAPS`` other numbers among them), when the answer sits just before or after them."""
+    ``_NUMBER_GAPS`` other numbers among them), when the answer follows them closely."""
     used = [i]
     at = i + 1
     gaps = 0
@@ -345,8 +345,8 @@ def _numbers_run(key: _Key, numbers: Sequence[str], strings: Sequence[int], i: i
             return None
         used.append(at)
         at += 1
-    answer = key.answer[0]
-    if answer in numbers[at : at + _ANSWER_REACH] or answer in numbers[max(0, i - _ANSWER_REACH) : i]:
+    # After them, not before: "76 crayons, 36 given away, 40 left" is another problem than 36 + 40.
+    if key.answer[0] in numbers[at : at + _ANSWER_REACH]:
         return tuple(used)
     return None
 
@@ -410,11 +410,12 @@ class ContaminationScanner:
         # near-duplicate candidates by their numbers: items with two or more, keyed by the tuple.
         self._by_numbers: dict[tuple[str, ...], list[int]] = {}
         # salient layer: keys, and their indexes (numeric by their first two numbers or by the
-        # number and the answer; multiple choice and calls by their rarest option / value token).
+        # number and the answer; multiple choice and calls by two of their tokens that a row must
+        # carry: the answer option's and the rarest other option's, or a call's two rarest values').
         self._keys: list[_Key] = []
         self._numeric_pairs: dict[tuple[str, str], list[int]] = {}
         self._numeric_single: dict[tuple[str, str], list[int]] = {}
-        self._by_token: dict[str, list[int]] = {}
+        self._by_token: dict[str, dict[str, list[int]]] = {}
         exact, ngram_on, near = "exact" in self.layers, "ngram" in self.layers, "near_dup" in self.layers
 
         for item in sealed_items:
@@ -478,9 +479,14 @@ class ContaminationScanner:
                 else:
                     self._numeric_single.setdefault((key.numbers[0], key.answer[0]), []).append(position)
             else:
-                tokens = {t for value in key.options + key.values for t in value}
-                rarest = min(tokens, key=lambda t: (token_df[t], t))
-                self._by_token.setdefault(rarest, []).append(position)
+                if key.kind == "multiple_choice":
+                    first = min(key.answer, key=lambda t: (token_df[t], t))
+                    rest = {t for option in key.options if option != key.answer for t in option} - {first}
+                else:
+                    tokens = sorted({t for value in key.values for t in value}, key=lambda t: (token_df[t], t))
+                    first, rest = tokens[0], set(tokens[1:])
+                second = min(rest, key=lambda t: (token_df[t], t)) if rest else ""
+                self._by_token.setdefault(first, {}).setdefault(second, []).append(position)
 
     @staticmethod
     def _lsh_threshold(threshold: float) -> float:
@@ -538,7 +544,19 @@ class ContaminationScanner:
                 found |= self._salient_numeric(numbers, strings, tokens)
         if self._by_token:
             row_set = set(tokens)
-            candidates = {p for t in row_set for p in self._by_token.get(t, ())}
+            row_set.add("")
+            candidates: set[int] = set()
+            for token in row_set:
+                seconds = self._by_token.get(token)
+                if seconds is None:
+                    continue
+                if len(seconds) <= len(row_set):
+                    for second, positions in seconds.items():
+                        if second in row_set:
+                            candidates.update(positions)
+                else:
+                    for second in row_set:
+                        candidates.update(seconds.get(second, ()))
             for position in candidates:
                 key = self._keys[position]
                 if key.kind == "multiple_choice":
