@@ -230,3 +230,17 @@ def test_the_judge_is_configured_only_by_its_own_variables(monkeypatch):
     monkeypatch.setenv("RSI_LLM_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("RSI_LLM_MODEL", "agents-model")
     assert judge_config() is None  # the agents' endpoint never sees sealed items
+
+
+def test_the_cosine_threshold_is_the_policys(tasks):
+    from apps.integrity.overlap import embedding_threshold  # noqa: PLC0415 - the policy reader
+
+    index = tasks["multiple_choice"]["index"]
+    rng = random.Random(9)
+    rows = [GENERATORS["multiple_choice"][0](item, rng) for item in tasks["multiple_choice"]["sealed"][:10]]
+    scores = [m.score for m in index.scan(rows, threshold=embedding_threshold({}))]
+    assert len(scores) == 10
+    strict = embedding_threshold({"contamination_embedding_threshold": max(scores)})
+    assert len(index.scan(rows, threshold=strict)) < 10
+    assert embedding_threshold({"contamination_embedding_threshold": "high"}) == embedding_threshold({})
+    assert embedding_threshold({"contamination_embedding_threshold": 0}) == embedding_threshold({})
