@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 
 # Scanners index a benchmark's sealed items once; overlap results are per (data bytes, sealed
 # bytes, layers). The keys are content hashes, so a cached answer can never be stale; the caps bound memory.
-_SCANNERS: dict[tuple[int, str], ContaminationScanner] = {}
+_SCANNERS: dict[tuple[int, str, tuple[str, ...]], ContaminationScanner] = {}
 _INDEXES: dict[tuple[int, str], SemanticIndex] = {}
 _OVERLAPS: dict[tuple[Any, ...], dict[str, Any]] = {}
 _MAX_SCANNERS = 16
@@ -71,6 +71,8 @@ MAX_OVERLAP_MATCHES = 200
 
 SCANNER_LAYERS: tuple[str, ...] = tuple(getattr(contamination, "LAYERS", ("exact", "ngram", "near_dup")))
 SEMANTIC_LAYERS = ("embedding", "llm_judge")
+# Layers this code base implements somewhere (a scanner may lack one: ``not_installed``).
+KNOWN_LAYERS = frozenset(("exact", "ngram", "near_dup", "salient", *SCANNER_LAYERS, *SEMANTIC_LAYERS))
 # What a run requires unless its policy says otherwise (apps/research/models.py default_policy).
 DEFAULT_LAYERS: dict[str, list[str]] = {
     "required": ["exact", "ngram", "near_dup", "salient", "embedding"],
@@ -122,19 +124,21 @@ def _scanner_accepts_layers() -> bool:
         return False
 
 
-def sealed_scanner(*, benchmark: Benchmark) -> ContaminationScanner:
+def sealed_scanner(*, benchmark: Benchmark, layers: tuple[str, ...] = SCANNER_LAYERS) -> ContaminationScanner:
     """A scanner over the benchmark's sealed items (feedback and final), verified when loaded.
 
-    Raises ``SealBroken`` when the sealed data fails its hashes: the review then fails closed
-    (nothing runs) rather than passing data it could not check.
+    ``layers``: the scanner layers to run (all by default), passed on where the scanner takes
+    them, so that a policy without a strong layer still gets a weaker layer's matches (the scanner
+    reports the strongest kind per row and item). Raises ``SealBroken`` when the sealed data fails
+    its hashes: the review then fails closed (nothing runs) rather than passing data it could not check.
     """
-    key = (benchmark.pk, _sealed_key(benchmark))
+    accepts = _scanner_accepts_layers()
+    chosen = tuple(n for n in SCANNER_LAYERS if n in layers) if accepts else SCANNER_LAYERS
+    key = (benchmark.pk, _sealed_key(benchmark), chosen)
     scanner = _SCANNERS.get(key)
     if scanner is None:
         # SealBroken (409 seal_broken) propagates: nothing is checked against unverified items.
-        # Every layer the scanner has; a policy that wants fewer filters the matches, so one
-        # scanner per benchmark serves every run.
-        options: dict[str, Any] = {"layers": SCANNER_LAYERS} if _scanner_accepts_layers() else {}
+        options: dict[str, Any] = {"layers": chosen} if accepts else {}
         scanner = benchmark_scanner(benchmark=benchmark, **options)
         if len(_SCANNERS) >= _MAX_SCANNERS:
             _SCANNERS.pop(next(iter(_SCANNERS)))
@@ -196,8 +200,8 @@ def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, An
     matches: list[Any] = []
 
     # Lexical layers (SealBroken propagates: see sealed_scanner).
-    scanner = sealed_scanner(benchmark=benchmark)
     scanner_wanted = [n for n in wanted if n in SCANNER_LAYERS]
+    scanner = sealed_scanner(benchmark=benchmark, layers=tuple(scanner_wanted) or SCANNER_LAYERS)
     try:
         lexical = [m for m in scanner.scan(rows) if m.kind in scanner_wanted]
         for name in scanner_wanted:
@@ -253,17 +257,18 @@ def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, An
                 matches += judged
             except JudgeError as exc:
                 status["llm_judge"] = _layer("failed", required="llm_judge" in required, detail=str(exc))
+            except Exception as exc:  # noqa: BLE001 - a status, never a silent pass
+                logger.exception("LLM judge layer failed on %s", entry.handle)
+                detail = f"{type(exc).__name__}: {exc}"
+                status["llm_judge"] = _layer("failed", required="llm_judge" in required, detail=detail)
     for name in wanted:
-        status.setdefault(
-            name,
-            _layer(
-                "not_installed" if name in ("salient", *SCANNER_LAYERS) else "unknown_layer",
+        if name not in status:  # named by the policy, run by nobody
+            known = name in KNOWN_LAYERS
+            status[name] = _layer(
+                "not_installed" if known else "unknown_layer",
                 required=name in required,
-                detail="the contamination scanner has no such layer"
-                if name == "salient"
-                else ("" if name in SCANNER_LAYERS else "no layer of this name exists"),
-            ),
-        )
+                detail="this contamination scanner has no such layer" if known else "no layer of this name exists",
+            )
 
     matches.sort(key=lambda m: (m.row_index, m.sample_id, m.kind))
     missing = sorted(n for n in layers["required"] if status[n]["status"] != RAN)

@@ -221,3 +221,21 @@ def test_a_required_judge_runs_through_the_configured_endpoint_and_its_failure_h
         with pytest.raises(ContaminationUnchecked) as excinfo:
             review(world, [handle])
     assert excinfo.value.detail["missing"] == {"llm_judge": "failed"}
+
+
+def test_a_policy_without_the_strongest_layer_still_gets_the_others_matches(mb_world):
+    world = mb_world
+    items = sealed_items(world.minibench)[:4]
+    (handle,) = _datasets(world, items, 4, seed=5, name="verbatim")
+    entry = DataEntry.objects.get(handle=handle)
+    full = data_overlap(entry=entry, benchmark=world.benchmark)
+    assert set(full["sample_ids"]) == {i["id"] for i in items}
+    assert full["by_kind"] == {"exact": 4}
+
+    policy = {"contamination_layers": {"required": ["salient", "embedding"], "optional": []}}
+    narrow = data_overlap(entry=entry, benchmark=world.benchmark, policy=policy)
+
+    assert set(narrow["sample_ids"]) == {i["id"] for i in items}
+    assert "exact" not in narrow["by_kind"]
+    assert sorted(narrow["layers"]) == ["embedding", "salient"]
+    assert narrow["required_missing"] == []
