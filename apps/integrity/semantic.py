@@ -100,8 +100,8 @@ class Embedder:
     _lock = threading.Lock()
 
     def __init__(self, model_dir: Path) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # A local folder and local_files_only: transformers never asks a hub. (The process-wide
+        # HF_HUB_OFFLINE is not set here: the datapool's hub connector shares the process.)
         import torch  # noqa: PLC0415 - heavy; only when the layer runs
         from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415 - heavy; only when the layer runs
 

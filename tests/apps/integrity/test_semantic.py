@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,27 @@ def test_the_packaged_weights_are_the_published_all_minilm_l6_v2():
     import hashlib  # noqa: PLC0415
 
     assert hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest() == EMBEDDING_WEIGHTS_SHA256
+
+
+def test_the_model_loads_without_asking_any_hub():
+    # A child process whose hub endpoint is a closed loopback port and which is not told to be
+    # offline: loading and encoding must not need it (local folder, local_files_only).
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(Path(env.get("TMPDIR", "/tmp")) / "no-hf-home"))
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[3])
+    code = (
+        "from apps.integrity.semantic import Embedder\n"
+        "v = Embedder.get().encode(['what is 12 plus 30'])\n"
+        "print(v.shape)\n"
+    )
+    done = subprocess.run(  # noqa: S603 - our interpreter, our code
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("(1, 384)")
 
 
 def test_embeddings_are_unit_length_and_rank_a_paraphrase_above_an_unrelated_sentence(tasks):
