@@ -53,7 +53,12 @@ from apps.experiments.selectors import (
 )
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt, ReviewOverride
-from apps.integrity.overlap import data_overlap, over_tolerance
+from apps.integrity.overlap import (
+    data_overlap,
+    lineage_datasets,
+    sealed_ids_over_tolerance,
+    union_sample_ids,
+)
 from apps.research.models import ResearchNode, Run, default_policy
 
 TOOL = "worker_submit"
@@ -493,7 +498,7 @@ def submission_review(
 
     clean = [e for e in datasets if not any(r.evidence.get("dataset") == e.handle for r in data_refusals)]
     refusals += _teacher_refusals(clean, policy)
-    refusals += _contamination_refusals(run, clean, policy)
+    refusals += _contamination_refusals(run, clean, policy, subjects.input_checkpoint)
 
     allowance = feedback_allowance(run=run, worker=worker, checkpoint=subjects.input_checkpoint, lock=True)
     refusal = _allowance_refusal(allowance)
@@ -647,20 +652,78 @@ def _teacher_refusals(entries: list[DataEntry], policy: dict[str, Any]) -> list[
     ]
 
 
-def _contamination_refusals(run: Run, entries: list[DataEntry], policy: dict[str, Any]) -> list[Refusal]:
+class ContaminationUnchecked(ApplicationError):
+    """A contamination layer the run requires did not run: the submission is held, not passed (503).
+
+    Not a refusal of the Worker's data (nothing is recorded against it): the system could not do
+    its check. It clears when the layer is installed or configured, or when the run's policy
+    (``contamination_layers``) stops requiring it.
+    """
+
+    status_code = 503
+
+    def __init__(self, missing: dict[str, str]) -> None:
+        listed = ", ".join(f"{name} ({status})" for name, status in sorted(missing.items()))
+        super().__init__(
+            "contamination_unchecked",
+            f"The contamination check this run requires could not run completely: {listed}. Nothing was "
+            "submitted; try again later, or ask the operator to install or configure the layer.",
+            missing=missing,
+        )
+
+
+def _contamination_refusals(
+    run: Run, entries: list[DataEntry], policy: dict[str, Any], input_checkpoint: Checkpoint | None = None
+) -> list[Refusal]:
+    """Refuse data that would put more distinct sealed items into the weights than the tolerance allows.
+
+    The count is over the submission's datasets *and* every dataset trained into the input
+    checkpoint's lineage back to θ0: three sealed rows in each of sixteen datasets, or in each of
+    sixteen successive trainings, are 48 items. Only datasets that add matches are refused (a
+    submission adding no sealed item is not refused for its lineage's; the post-hoc check still
+    sees the lineage). Raises :class:`ContaminationUnchecked` when a required layer did not run
+    and the layers that did run found nothing over the tolerance.
+    """
+    if not entries:
+        return []  # nothing is trained: the lineage's data is the post-hoc check's to judge
     tolerance = policy.get("contamination_tolerance", 0) or 0
+    benchmark = run.benchmark
+    own: list[tuple[DataEntry, dict[str, Any]]] = [
+        (entry, data_overlap(entry=entry, benchmark=benchmark, policy=policy)) for entry in entries
+    ]
+    own_handles = {entry.handle for entry in entries}
+    lineage = [
+        (entry, via, data_overlap(entry=entry, benchmark=benchmark, policy=policy))
+        for entry, via in lineage_datasets(input_checkpoint, base=run.base_checkpoint)
+        if data_stored_sha256(entry) == entry.sha256  # changed bytes: the post-hoc check's to judge
+    ]
+    lineage_ids = union_sample_ids(o for _, _, o in lineage)
+    own_ids = union_sample_ids(o for _, o in own)
+    total = lineage_ids | own_ids
+    sealed_items = max((o["sealed_items"] for _, o in own), default=0)
+    missing: dict[str, str] = {}
+    for _, overlap in own + [(e, o) for e, _, o in lineage]:
+        for name in overlap["required_missing"]:
+            missing.setdefault(name, overlap["layers"][name]["status"])
+    if not sealed_ids_over_tolerance(len(total), sealed_items, tolerance) or not own_ids - lineage_ids:
+        if missing:
+            raise ContaminationUnchecked(missing)
+        return []
+    per_dataset = {handle: len(ids) for handle, ids in _ids_by_dataset(own).items()}
+    lineage_summary = sorted({via for _, via, o in lineage if o["sample_ids"]})
     refusals = []
-    for entry in entries:
-        overlap = data_overlap(entry=entry, benchmark=run.benchmark)
-        if not over_tolerance(overlap["rows_matched"], entry.rows, tolerance):
+    for entry, overlap in own:
+        if not overlap["sample_ids"]:
             continue
         refusals.append(
             Refusal(
                 "data_contaminated",
                 Subcategory.DATA_PROVENANCE,
                 f"{entry.handle} overlaps the benchmark's sealed evaluation items: {overlap['rows_matched']} "
-                f"of {entry.rows} rows match {overlap['items_matched']} sealed items "
-                f"(tolerance {tolerance}). Training on it would contaminate the evaluation.",
+                f"of {entry.rows} rows match {overlap['items_matched']} sealed items; with the submission's "
+                f"other datasets{' and its input checkpoint’s lineage' if lineage_ids else ''} that is "
+                f"{len(total)} distinct sealed items (tolerance {tolerance}). Training on it would "
+                "contaminate the evaluation.",
                 overridable=True,
                 evidence={
                     "dataset": entry.handle,
@@ -668,11 +731,20 @@ def _contamination_refusals(run: Run, entries: list[DataEntry], policy: dict[str
                     "items_matched": overlap["items_matched"],
                     "by_kind": overlap["by_kind"],
                     "tolerance": tolerance,
+                    "sealed_ids_total": len(total),
+                    "sealed_ids_in_lineage": len(lineage_ids),
+                    "submission_datasets": {h: per_dataset.get(h, 0) for h in sorted(own_handles)},
+                    "lineage_trainings": lineage_summary,
+                    "layers": {name: layer["status"] for name, layer in overlap["layers"].items()},
                     "matches": overlap["matches"][:MAX_EVIDENCE_MATCHES],
                 },
             )
         )
     return refusals
+
+
+def _ids_by_dataset(overlaps: list[tuple[DataEntry, dict[str, Any]]]) -> dict[str, set[str]]:
+    return {entry.handle: set(overlap["sample_ids"]) for entry, overlap in overlaps}
 
 
 def _checkpoint_refusals(run: Run, handle: str | None, subjects: SubmissionSubjects) -> list[Refusal]:

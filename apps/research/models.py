@@ -33,6 +33,8 @@ def default_policy() -> dict:
         "feedback_evals_per_checkpoint": 40,
         "feedback_evals_per_run": 200,
         "score_decimals": 2,
+        # Distinct sealed items allowed in the training data of the evaluated weights (the
+        # submission's and its lineage's back to θ0); below 1, a share of the sealed items.
         "contamination_tolerance": 0,
         # Repeated-run selection: two trainings of one Worker from the same θ_in on the same data are
         # repeats when every recipe number is within this fraction of the other (seeds ignored).
@@ -41,6 +43,14 @@ def default_policy() -> dict:
         # candidate teacher's wrong answers and decoding artefacts) copied exactly from that
         # teacher above which undeclared data is reported for adjudication.
         "teacher_agreement_threshold": 0.5,
+        # The contamination layers a run requires (one that did not run leaves data provenance
+        # UNKNOWN and holds submissions) and those it runs when it can (a status in the evidence).
+        # apps/integrity/overlap.py DEFAULT_LAYERS; docs/benchmarks.md "Contamination layers".
+        "contamination_layers": {
+            "required": ["exact", "ngram", "near_dup", "salient", "embedding"],
+            "optional": ["llm_judge"],
+        },
+        "contamination_embedding_threshold": 0.75,
     }
 
 

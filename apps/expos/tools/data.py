@@ -140,7 +140,7 @@ OVERLAP = obj(
                 {
                     "row": {"type": "integer"},
                     "sample_id": {"type": "string"},
-                    "kind": {"type": "string", "enum": ["exact", "ngram", "near_dup"]},
+                    "kind": {"type": "string"},  # the layer: exact, ngram, near_dup, salient, embedding, ...
                     "span": {"type": "string"},
                     "score": {"type": "number"},
                 },
@@ -148,6 +148,10 @@ OVERLAP = obj(
             ),
         },
         "truncated": {"type": "boolean"},
+        # apps/integrity/overlap.py data_overlap: every sealed id matched, and each layer's status.
+        "sample_ids": {"type": "array", "items": {"type": "string"}},
+        "layers": {"type": "object", "additionalProperties": {"type": "object"}},
+        "required_missing": {"type": "array", "items": {"type": "string"}},
     },
     required=[
         "benchmark", "sealed_items", "rows_scanned", "rows_matched", "items_matched", "by_kind", "tolerance",
@@ -345,7 +349,7 @@ def worker_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
 )
 def reviewer_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     entry = data_entry_get(args["data"])
-    overlap = data_overlap(entry=entry, benchmark=ctx.run.benchmark)
+    overlap = data_overlap(entry=entry, benchmark=ctx.run.benchmark, policy=ctx.run.policy)
     rows = data_rows(entry, limit=args.get("rows", 5))
     matched_rows = {m["row"] for m in overlap["matches"]} if not overlap["truncated"] else None
     if matched_rows is None:

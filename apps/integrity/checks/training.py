@@ -15,7 +15,7 @@ from apps.experiments.services import manifest_digest
 from apps.integrity import teacher
 from apps.integrity.checks.subject import MAX_LISTED, CheckCannotRun, CheckResult, Subject, _clean, _lineage_checkpoints
 from apps.integrity.choices import Observation
-from apps.integrity.overlap import data_overlap, over_tolerance
+from apps.integrity.overlap import MAX_OVERLAP_MATCHES, RAN, data_overlap, sealed_ids_over_tolerance
 from apps.jobs.choices import JobKind, JobStatus
 
 
@@ -158,9 +158,16 @@ def _checkpoint_problems(
 
 def check_data_provenance(subject: Subject) -> CheckResult:
     """Training data (this experiment's and its lineage's) is registered, its bytes match the datapool,
-    and its overlap with the benchmark's sealed items (feedback and final) is within the run's tolerance."""
+    and its overlap with the benchmark's sealed items (feedback and final) is within the run's tolerance.
+
+    The tolerance counts distinct sealed sample ids matched across every dataset in the evaluated
+    weights (this experiment's and every training's back to θ0), not rows per dataset: 48 sealed
+    items spread 3 per dataset over 16 datasets are 48. A required contamination layer that did not
+    run (run policy ``contamination_layers``) leaves the result UNKNOWN unless a violation is found
+    anyway; an optional one that did not run is only written into the evidence."""
     experiment = subject.experiment
-    tolerance = (subject.run.policy or {}).get("contamination_tolerance", 0) or 0
+    policy = subject.run.policy or {}
+    tolerance = policy.get("contamination_tolerance", 0) or 0
     codes: list[str] = []
     entries: list[dict[str, Any]] = []
     offending: list[str] = []
@@ -174,6 +181,10 @@ def check_data_provenance(subject: Subject) -> CheckResult:
     train_refused = experiment.output_checkpoint_id is None and any(
         j.kind == JobKind.TRAIN and j.status == JobStatus.FAILED for j in subject.jobs
     )
+    matched_by: dict[str, set[str]] = {}  # sealed sample id -> datasets it was found in
+    layers: dict[str, dict[str, Any]] = {}
+    required_missing: set[str] = set()
+    sealed_items = 0
     for item in subject.datasets:
         entry: DataEntry = item["entry"]
         stored = data_stored_sha256(entry)
@@ -200,33 +211,59 @@ def check_data_provenance(subject: Subject) -> CheckResult:
             # The bytes there now are not the entry's: scanning them would judge other data.
             record["overlap"] = None
         else:
-            overlap = data_overlap(entry=entry, benchmark=subject.benchmark)
+            overlap = data_overlap(entry=entry, benchmark=subject.benchmark, policy=policy)
+            sealed_items = overlap["sealed_items"]
             record["overlap"] = {k: overlap[k] for k in ("rows_scanned", "rows_matched", "items_matched", "by_kind")}
             record["matches"] = overlap["matches"][:MAX_LISTED]  # sample ids + sealed prompt spans: reviewers only
-            if over_tolerance(overlap["rows_matched"], entry.rows, tolerance):
-                codes.append("contamination_above_tolerance")
-                offending.append(entry.handle)
-            elif overlap["rows_matched"]:
-                codes.append("contamination_within_tolerance")
+            record["layers"] = {name: layer["status"] for name, layer in overlap["layers"].items()}
+            for name, layer in overlap["layers"].items():
+                # The evidence keeps, per layer, the first status that is not "ran" (or "ran").
+                if layers.get(name, {}).get("status", RAN) == RAN:
+                    layers[name] = {k: layer[k] for k in ("status", "required", "detail") if k in layer}
+            required_missing.update(overlap["required_missing"])
+            for sample_id in overlap["sample_ids"]:
+                matched_by.setdefault(sample_id, set()).add(entry.handle)
+            if sealed_ids_over_tolerance(overlap["items_matched"], sealed_items, tolerance):
+                offending.append(entry.handle)  # over the tolerance on its own: shared data in violation
         entries.append(record)
+    contributing = sorted({handle for handles in matched_by.values() for handle in handles})
+    if sealed_ids_over_tolerance(len(matched_by), sealed_items, tolerance):
+        codes.append("contamination_above_tolerance")
+    elif matched_by:
+        codes.append("contamination_within_tolerance")
     if subject.override_used and any(c in codes for c in ("contamination_above_tolerance",)):
         codes.append("override_used")
     evidence = {
         "datasets": entries,
         "tolerance": tolerance,
         "benchmark": f"{subject.benchmark}",
+        "sealed_ids_matched": len(matched_by),
+        "sample_ids": sorted(matched_by)[:MAX_OVERLAP_MATCHES],
+        "contributing_entries": contributing,
         "offending_entries": sorted(set(offending)),
+        "layers": dict(sorted(layers.items())),
+        "required_missing": sorted(required_missing),
         "override": (experiment.action or {}).get("review_override"),
     }
+    violations = {"contamination_above_tolerance", "data_hash_mismatch", "unrecorded_data"}
+    if required_missing and not violations & set(codes):
+        why = "; ".join(f"{n}: {layers[n]['status']}" for n in sorted(required_missing) if n in layers)
+        return CheckResult(
+            Observation.UNKNOWN,
+            ["contamination_layer_missing", *codes],
+            f"required contamination layer(s) did not run ({why}); "
+            f"{len(matched_by)} sealed item(s) matched by the layers that ran",
+            evidence,
+        )
     if not entries and not codes:
         return _clean("no training data in this experiment or its lineage", **evidence)
     if codes:
-        matched = sum((e.get("overlap") or {}).get("rows_matched", 0) for e in entries)
         return CheckResult(
             Observation.EXECUTED,
             codes,
-            f"{', '.join(sorted(set(codes)))}: {matched} row(s) overlap sealed items "
-            f"(tolerance {tolerance}); offending: {', '.join(sorted(set(offending))) or 'none'}",
+            f"{', '.join(sorted(set(codes)))}: {len(matched_by)} distinct sealed item(s) in the training data "
+            f"of this experiment and its lineage (tolerance {tolerance}); "
+            f"in: {', '.join(contributing) or 'none'}; offending: {', '.join(sorted(set(offending))) or 'none'}",
             evidence,
         )
     if blocked:

