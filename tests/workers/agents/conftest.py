@@ -12,6 +12,7 @@ The real stack (web + gpu/agents/default Celery workers, built minibench) lives 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,19 @@ FINAL = [
 ]
 
 
+# Honest data never carries a sealed item's content (its operands, in order, with their sum) in any
+# sentence form: the contamination scanner's salient layer rightly matches those as copies.
+_SEALED_OPERANDS = {tuple(int(n) for n in re.findall(r"\d+", q)[:2]) for _, q, _ in FEEDBACK + FINAL}
+
+
 def _rows(n: int, offset: int = 0, sentence: bool = False) -> list[dict[str, str]]:
     rows = []
-    for i in range(n):
+    i = 0
+    while len(rows) < n:
         a, b = 11 + (i + offset) % 80, 12 + (3 * i + offset) % 70
+        i += 1
+        if (a, b) in _SEALED_OPERANDS:
+            continue
         answer = f"The answer is {a + b}." if sentence else str(a + b)
         question = f"A shop sells {a} pens and then {b} more pens. How many pens?"
         rows.append({"prompt": TEMPLATE.format(question=question), "completion": f" {answer}"})
