@@ -264,6 +264,7 @@ def _sealed_split_audit(ctx: ToolContext, args: dict[str, Any]) -> None:
         "node_not_active",
         "run_not_running",
         "seal_broken",
+        "contamination_unchecked",
     ),
     audit_refused=_sealed_split_audit,
 )
