@@ -30,7 +30,6 @@ sixteen datasets, or over successive trainings, are 48 items, not sixteen times 
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -117,29 +116,20 @@ def _templates(benchmark: Benchmark) -> list[str]:
     return [template] if template else []
 
 
-def _scanner_accepts_layers() -> bool:
-    try:
-        return "layers" in inspect.signature(ContaminationScanner).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def sealed_scanner(*, benchmark: Benchmark, layers: tuple[str, ...] = SCANNER_LAYERS) -> ContaminationScanner:
     """A scanner over the benchmark's sealed items (feedback and final), verified when loaded.
 
-    ``layers``: the scanner layers to run (all by default), passed on where the scanner takes
-    them, so that a policy without a strong layer still gets a weaker layer's matches (the scanner
-    reports the strongest kind per row and item). Raises ``SealBroken`` when the sealed data fails
+    ``layers``: the scanner layers to run (all by default), so that a policy without a strong
+    layer still gets a weaker layer's matches (the scanner reports the strongest kind per row
+    and item). Raises ``SealBroken`` when the sealed data fails
     its hashes: the review then fails closed (nothing runs) rather than passing data it could not check.
     """
-    accepts = _scanner_accepts_layers()
-    chosen = tuple(n for n in SCANNER_LAYERS if n in layers) if accepts else SCANNER_LAYERS
+    chosen = tuple(n for n in SCANNER_LAYERS if n in layers)
     key = (benchmark.pk, _sealed_key(benchmark), chosen)
     scanner = _SCANNERS.get(key)
     if scanner is None:
         # SealBroken (409 seal_broken) propagates: nothing is checked against unverified items.
-        options: dict[str, Any] = {"layers": chosen} if accepts else {}
-        scanner = benchmark_scanner(benchmark=benchmark, **options)
+        scanner = benchmark_scanner(benchmark=benchmark, layers=chosen)
         if len(_SCANNERS) >= _MAX_SCANNERS:
             _SCANNERS.pop(next(iter(_SCANNERS)))
         _SCANNERS[key] = scanner
