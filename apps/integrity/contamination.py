@@ -53,16 +53,16 @@ def normalize_tokens(text: str) -> list[str]:
     return canonical_tokens(text)
 
 
-def _strings(value: Any) -> Iterator[str]:
+def row_strings(value: Any) -> Iterator[str]:
     """Every string inside a row (values of dicts, items of lists), in order; keys are skipped."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _strings(item)
+            yield from row_strings(item)
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from _strings(item)
+            yield from row_strings(item)
 
 
 def _template_affixes(template: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -626,7 +626,7 @@ class ContaminationScanner:
 
     def scan_row(self, row: Any, row_index: int = 0) -> list[Match]:
         """Matches of one row (a dict, list or string), at most one per sealed item: the strongest."""
-        texts = list(_strings(row))
+        texts = list(row_strings(row))
         per_string = [normalize_tokens(text) for text in texts]
         tokens: list[str] = [t for string_tokens in per_string for t in string_tokens]
         best: dict[int, Match] = {}

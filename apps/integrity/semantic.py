@@ -41,14 +41,14 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from apps.integrity.contamination import normalize_tokens
+from apps.integrity.contamination import normalize_tokens, row_strings
 from apps.research.agent_config import LLMConfig
 from rsiweb import env
 
@@ -166,17 +166,6 @@ def embedding_model_dir() -> Path:
 
 
 # --------------------------------------------------------------------------------- content rules
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _strings(item)
 
 
 def _contains(needle: Sequence[str], haystack: Sequence[str]) -> bool:
@@ -314,7 +303,7 @@ class SemanticIndex:
     def row_tokens(self, row: Any) -> list[str]:
         """Canonical tokens of every string in the row, each with the benchmark's template stripped."""
         out: list[str] = []
-        for text in _strings(row):
+        for text in row_strings(row):
             tokens = normalize_tokens(text)
             for before, after in self._affixes:
                 nb, end = len(before), len(tokens) - len(after)
