@@ -34,6 +34,7 @@ from apps.jobs.services import job_claim, job_succeed_with_checkpoint, job_succe
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode, Run
 from apps.research.services import node_create
+from tests.apps.integrity.contamination_variants import install_minibench_task
 from tests.factories import make_run
 
 TEMPLATE = "Question: {question}\nAnswer:"
@@ -288,3 +289,20 @@ def world(db, roots, theta0_template) -> World:
 
 def finding(experiment: Experiment, subcategory: str) -> Any:
     return IntegrityFinding.objects.get(experiment=experiment, subcategory=subcategory)
+
+
+@pytest.fixture(scope="session")
+def minibench(tmp_path_factory):
+    """The shared ci minibench (tests/support/minibench.py)."""
+    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
+
+    return ci_minibench(tmp_path_factory)
+
+
+@pytest.fixture
+def mb_world(db, roots, theta0_template, minibench):
+    """The integrity world with the built minibench's arithmetic task (200 sealed items) as its benchmark."""
+    install_minibench_task(roots, minibench)
+    world = build_world(roots, theta0_template)
+    world.minibench = minibench
+    return world

@@ -123,3 +123,16 @@ def verbatim(item: dict[str, Any], rng: random.Random) -> dict[str, str]:
 
 def chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def planted_datasets(world: Any, items: list[Any], per_dataset: int, *, make: Any = verbatim, seed: int = 0,
+                     name: str = "split") -> list[str]:  # fmt: skip
+    """Datasets of 20 honest rows plus ``per_dataset`` disguised sealed items each; their handles."""
+    rng = random.Random(seed)
+    honest = honest_rows(world.minibench)
+    handles = []
+    for n, group in enumerate(chunks(items, per_dataset)):
+        rows = rng.sample(honest, 20) + [make(item, rng) for item in group]
+        rng.shuffle(rows)
+        handles.append(world.add_data(f"{name}-{seed}-{n}", rows))
+    return handles

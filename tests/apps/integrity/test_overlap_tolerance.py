@@ -24,42 +24,15 @@ from apps.integrity.submission_review import (
     submission_review,
 )
 from apps.research.models import Run, default_policy
-from tests.apps.integrity.conftest import build_world
 from tests.apps.integrity.contamination_variants import (
     arithmetic_retemplated,
     chunks,
     honest_rows,
-    install_minibench_task,
+    planted_datasets,
     sealed_items,
     verbatim,
 )
 from tests.fakes.openai_chat import FakeChatServer, Reply
-
-
-@pytest.fixture(scope="session")
-def minibench(tmp_path_factory):
-    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
-
-    return ci_minibench(tmp_path_factory)
-
-
-@pytest.fixture
-def mb_world(db, roots, theta0_template, minibench):
-    install_minibench_task(roots, minibench)
-    world = build_world(roots, theta0_template)
-    world.minibench = minibench
-    return world
-
-
-def _datasets(world, items, per_dataset, *, make=verbatim, seed=0, name="split"):
-    rng = random.Random(seed)
-    honest = honest_rows(world.minibench)
-    handles = []
-    for n, group in enumerate(chunks(items, per_dataset)):
-        rows = rng.sample(honest, 20) + [make(item, rng) for item in group]
-        rng.shuffle(rows)
-        handles.append(world.add_data(f"{name}-{seed}-{n}", rows))
-    return handles
 
 
 def review(world, handles, *, checkpoint=None):
@@ -99,7 +72,7 @@ def test_sealed_items_split_across_the_datasets_of_one_submission_are_refused(
     world = mb_world
     world.set_policy(contamination_tolerance=tolerance)
     items = random.Random(datasets).sample(sealed_items(world.minibench), per_dataset * datasets)
-    handles = _datasets(world, items, per_dataset, make=make, seed=datasets)
+    handles = planted_datasets(world, items, per_dataset, make=make, seed=datasets)
 
     result = review(world, handles)
 
@@ -116,7 +89,7 @@ def test_a_submission_within_the_tolerance_passes(mb_world):
     world = mb_world
     world.set_policy(contamination_tolerance=6)
     items = sealed_items(world.minibench)[:6]
-    result = review(world, _datasets(world, items, 2))
+    result = review(world, planted_datasets(world, items, 2))
     assert result.passed, [r.message for r in result.refusals]
 
 
@@ -131,7 +104,7 @@ def test_sealed_items_split_across_successive_trainings_are_refused_at_the_one_t
     checkpoint = world.theta0
     seen = 0
     for n, group in enumerate(groups[:trainings]):
-        (handle,) = _datasets(world, group, per_training, seed=n, name="step")
+        (handle,) = planted_datasets(world, group, per_training, seed=n, name="step")
         seen += len(group)
         result = review(world, [handle], checkpoint=checkpoint)
         assert result.passed == (seen <= tolerance), (seen, [r.message for r in result.refusals])
@@ -226,7 +199,7 @@ def test_a_required_judge_runs_through_the_configured_endpoint_and_its_failure_h
 def test_a_policy_without_the_strongest_layer_still_gets_the_others_matches(mb_world):
     world = mb_world
     items = sealed_items(world.minibench)[:4]
-    (handle,) = _datasets(world, items, 4, seed=5, name="verbatim")
+    (handle,) = planted_datasets(world, items, 4, seed=5, name="verbatim")
     entry = DataEntry.objects.get(handle=handle)
     full = data_overlap(entry=entry, benchmark=world.benchmark)
     assert set(full["sample_ids"]) == {i["id"] for i in items}

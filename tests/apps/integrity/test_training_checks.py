@@ -35,7 +35,6 @@ from tests.apps.integrity.conftest import (
     FINAL,
     TEMPLATE,
     World,
-    build_world,
     checkpoint_path,
     finding,
     store_checkpoint,
@@ -45,7 +44,7 @@ from tests.apps.integrity.contamination_variants import (
     arithmetic_retemplated,
     chunks,
     honest_rows,
-    install_minibench_task,
+    planted_datasets,
     sealed_items,
     verbatim,
 )
@@ -494,34 +493,6 @@ def test_bytes_swapped_before_training_are_refused_by_the_job_and_counted_blocke
 # over distinct sealed ids across datasets and lineage; the layers the run policy requires.
 
 
-@pytest.fixture(scope="session")
-def minibench(tmp_path_factory):
-    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
-
-    return ci_minibench(tmp_path_factory)
-
-
-@pytest.fixture
-def mb_world(db, roots, theta0_template, minibench):
-    """The integrity world with the built minibench's arithmetic task (200 sealed items) as its benchmark."""
-    install_minibench_task(roots, minibench)
-    world = build_world(roots, theta0_template)
-    world.minibench = minibench
-    return world
-
-
-def _planted(world, items, per_dataset, make=verbatim, seed=0, name="split"):
-    """Datasets of honest rows with ``per_dataset`` disguised sealed items each; their handles."""
-    rng = random.Random(seed)
-    honest = honest_rows(world.minibench)
-    handles = []
-    for n, group in enumerate(chunks(items, per_dataset)):
-        rows = rng.sample(honest, 20) + [make(item, rng) for item in group]
-        rng.shuffle(rows)
-        handles.append(world.add_data(f"{name}-{seed}-{n}", rows))
-    return handles
-
-
 @pytest.mark.parametrize(
     ("per_dataset", "datasets", "tolerance", "make"),
     [
@@ -535,7 +506,7 @@ def test_sealed_items_split_across_datasets_count_together(mb_world, per_dataset
     world = mb_world
     world.set_policy(contamination_tolerance=tolerance)
     items = random.Random(datasets).sample(sealed_items(world.minibench), per_dataset * datasets)
-    handles = _planted(world, items, per_dataset, make=make, seed=datasets)
+    handles = planted_datasets(world, items, per_dataset, make=make, seed=datasets)
     experiment = world.train(handles, evaluate=False)
 
     integrity_run_checks(experiment=experiment)
@@ -554,7 +525,7 @@ def test_the_same_sealed_items_in_several_datasets_count_once(mb_world):
     world = mb_world
     world.set_policy(contamination_tolerance=3)
     items = sealed_items(world.minibench)[:3]
-    handles = [h for seed in range(4) for h in _planted(world, items, 3, seed=seed, name="same")]
+    handles = [h for seed in range(4) for h in planted_datasets(world, items, 3, seed=seed, name="same")]
     experiment = world.train(handles, evaluate=False)
 
     integrity_run_checks(experiment=experiment)
@@ -573,7 +544,7 @@ def test_sealed_items_split_across_successive_trainings_count_together(mb_world,
     checkpoint = world.theta0
     seen = 0
     for n, group in enumerate(chunks(items, per_training)):
-        (handle,) = _planted(world, group, per_training, seed=100 + n, name="step")
+        (handle,) = planted_datasets(world, group, per_training, seed=100 + n, name="step")
         experiment = world.train([handle], input_checkpoint=checkpoint, evaluate=False)
         checkpoint = experiment.output_checkpoint
         seen += len(group)
