@@ -134,7 +134,8 @@ def main() -> None:
 
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
     from apps.benchmarks.services import minibench_install
-    from apps.research.management.commands.start_run import launch_run, wait_for_result
+    from apps.research.management.commands.start_run import wait_for_result
+    from apps.research.services import run_launch
 
     minibench_install(root=Path(cache))
     stack = _start_stack(base)
@@ -142,7 +143,7 @@ def main() -> None:
     try:
         for name in args.configs:
             started = time.monotonic()
-            run = launch_run(benchmark="minibench/arithmetic", policy="heuristic", name=f"bench: {name}",
+            run = run_launch(benchmark="minibench/arithmetic", policy="heuristic", name=f"bench: {name}",
                              wall_seconds=3600, accelerator_seconds=3600, max_workers=args.max_workers,
                              reviewer=True, screen_steps=args.screen_steps, train_steps=args.train_steps,
                              actor="bench", **CONFIGS[name])  # fmt: skip

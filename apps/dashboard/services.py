@@ -1,4 +1,4 @@
-"""The people's writes from the dashboard: guidance, run control, integrity adjudication.
+"""The people's writes from the dashboard: new runs, labels, guidance, run control, adjudication.
 
 Each one goes through the owning app's service, which holds the rule, records what was done and
 tells the run page's browsers after commit (STYLE.md 25: only the domain's services publish).
@@ -55,6 +55,20 @@ def run_control(*, run: Run, action: str, user: Any, reason: str = "") -> Run:
         raise ApplicationError("invalid_action", f"A run can be paused, resumed or stopped, not {action!r}.")
     # Re-read with what the page's answer shows (run_live): the services return the locked row.
     return Run.objects.select_related("benchmark", "result_checkpoint").get(pk=run.pk)
+
+
+def run_start_for_person(*, user: Any, **arguments: Any) -> Run:
+    """An operator's new run from the form: the service ``manage.py start_run`` calls.
+
+    apps.research.services.run_launch owns the rules (the LLM profile's configuration is
+    checked, the final evaluation reserved, the run started); this names the person.
+    """
+    return research_services.run_launch(actor=_actor(user), created_by=user, **arguments)
+
+
+def run_label_for_person(*, run: Run, user: Any, **labels: Any) -> Run:
+    """Rename, tag or star a run for a person (apps.research.services.run_label owns the rules)."""
+    return research_services.run_label(run=run, actor=_actor(user), **labels)
 
 
 def finding_adjudicate_for_person(

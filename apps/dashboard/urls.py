@@ -10,6 +10,10 @@ app_name = "dashboard"
 
 urlpatterns = [
     path("", views.run_list_view, name="run-list"),
+    path("runs/new/", views.run_start_view, name="run-start"),
+    path("runs/compare/", views.run_compare_view, name="run-compare"),
+    path("runs/ablation/", views.run_ablation_page_view, name="run-ablation"),
+    path("runs/<uuid:run_uuid>/labels/", views.run_label_view, name="run-label"),
     path("runs/<uuid:run_uuid>/", views.run_detail_view, name="run-detail"),
     path("runs/<uuid:run_uuid>/snapshot.json", views.run_snapshot_view, name="run-snapshot"),
     path("runs/<uuid:run_uuid>/charts.json", views.run_charts_view, name="run-charts"),

@@ -19,7 +19,9 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.core.errors import ApplicationError, NotFound
 from apps.dashboard import selectors
 from apps.dashboard.charts import run_charts
-from apps.dashboard.forms import AdjudicationForm, GuidanceForm, RunControlForm
+from apps.dashboard.comparison import COMPARE_MAX_RUNS, run_ablation_view, run_comparison, runs_by_uuid
+from apps.dashboard.filters import RunFilter
+from apps.dashboard.forms import AdjudicationForm, GuidanceForm, RunControlForm, RunLabelForm, RunStartForm
 from apps.dashboard.permissions import (
     ADMIN,
     OPERATOR,
@@ -30,11 +32,18 @@ from apps.dashboard.permissions import (
     role_required,
     user_role,
 )
-from apps.dashboard.services import finding_adjudicate_for_person, guidance_post, run_control
+from apps.dashboard.services import (
+    finding_adjudicate_for_person,
+    guidance_post,
+    run_control,
+    run_label_for_person,
+    run_start_for_person,
+)
 from apps.datapool.selectors import data_entry_get, data_entry_list
 from apps.jobs.selectors import job_attempts
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
+from apps.research.selectors import run_ablation
 from apps.reviews.selectors import report_payload
 from apps.reviews.services import LIST_FIELDS
 
@@ -78,13 +87,86 @@ def _page(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpR
 
 # --- runs --------------------------------------------------------------------------------------
 
+RUN_LIST_LIMIT = 200
+
 
 @require_GET
 @role_required(VIEWER)
 def run_list_view(request: HttpRequest) -> HttpResponse:
-    runs = list(selectors.run_list()[:200])
-    rows = [{"run": run, "bars": selectors.run_budget_bars(run)} for run in runs]
-    return _page(request, "dashboard/run_list.html", {"rows": rows})
+    filters = RunFilter(request.GET or None, queryset=selectors.run_list())
+    runs = list(filters.qs[:RUN_LIST_LIMIT])
+    rows = [{"run": run, "bars": selectors.run_budget_bars(run), "ablation": run_ablation(run)} for run in runs]
+    return _page(
+        request,
+        "dashboard/run_list.html",
+        {"rows": rows, "filters": filters, "filtered": bool(request.GET), "compare_max": COMPARE_MAX_RUNS},
+    )
+
+
+@require_GET
+@role_required(VIEWER)
+def run_compare_view(request: HttpRequest) -> HttpResponse:
+    """Runs side by side: ``?runs=<uuid>&runs=<uuid>...`` (the runs list's checkboxes)."""
+    runs = runs_by_uuid(request.GET.getlist("runs")[:COMPARE_MAX_RUNS])
+    if len(runs) < 2:
+        messages.error(request, "Select two or more runs to compare.")
+        return redirect("dashboard:run-list")
+    comparison = run_comparison(runs)
+    return _page(
+        request,
+        "dashboard/run_compare.html",
+        {**comparison, "runs": runs, "show_all": request.GET.get("config") == "all"},
+    )
+
+
+@require_GET
+@role_required(VIEWER)
+def run_ablation_page_view(request: HttpRequest) -> HttpResponse:
+    """The paper's ablation: full vs --serial-workers vs --no-reviewer at equal budget, over seeds.
+
+    Takes the runs list's filters (benchmark, status, tag, ...), so one click keeps the selection.
+    """
+    filters = RunFilter(request.GET or None, queryset=selectors.run_list())
+    groups = run_ablation_view(filters.qs[:RUN_LIST_LIMIT])
+    return _page(request, "dashboard/run_ablation.html", {"groups": groups, "query": request.GET.urlencode()})
+
+
+@require_POST
+@role_required(OPERATOR)
+def run_label_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    """Rename, tag or star a run (operators); answers the run's new labels."""
+    run = _run_or_404(request, run_uuid)
+    back = request.POST.get("next") or reverse("dashboard:run-list")
+    if not back.startswith("/") or back.startswith("//"):
+        back = reverse("dashboard:run-list")
+    form = RunLabelForm(request.POST)
+    if not form.is_valid():
+        return _invalid(request, form, back)
+    try:
+        labelled = run_label_for_person(run=run, user=request.user, **form.labels())
+    except ApplicationError as error:
+        return _refused(request, error, back)
+    if _wants_json(request):
+        return JsonResponse({"name": labelled.name, "tags": labelled.tags, "starred": labelled.starred})
+    messages.success(request, f"Run {labelled.name!r} updated.")
+    return redirect(back)
+
+
+@role_required(OPERATOR)
+def run_start_view(request: HttpRequest) -> HttpResponse:
+    """Start a run from the browser (operators): the form, then the service start_run calls."""
+    form = RunStartForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            run = run_start_for_person(user=request.user, **form.launch_arguments())
+        except ApplicationError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(request, f"Run {run.name!r} started.")
+            return redirect("dashboard:run-detail", run_uuid=run.uuid)
+    # An invalid form answers 200 with its messages, as Django's forms do: a 4xx page would be
+    # a console error in the browser for what is only a typo.
+    return _page(request, "dashboard/run_start.html", {"form": form})
 
 
 @require_GET

@@ -1,4 +1,4 @@
-"""Reads the ExpOS tools and read endpoints share: budgets, lineage, paired comparisons.
+"""Reads the ExpOS tools and read endpoints share: budgets, lineage, evaluations to compare.
 
 Each takes the caller, so what it returns is already scoped by apps.expos.visibility.
 """
@@ -6,16 +6,14 @@ Each takes the caller, so what it returns is already scoped by apps.expos.visibi
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from django.db.models import Count
 
 from apps.benchmarks.models import Split
 from apps.core.errors import ApplicationError, NotFound
 from apps.experiments.choices import EvaluationStatus
-from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Experiment
+from apps.experiments.models import Checkpoint, Evaluation, Experiment
 from apps.experiments.selectors import (
     checkpoint_lineage,
     experiment_ancestors,
@@ -147,58 +145,6 @@ def feedback_evaluation(experiment: Experiment) -> Evaluation:
             status=409,
         )
     return evaluation
-
-
-@dataclass(frozen=True)
-class PairedComparison:
-    n_common: int
-    mean_a: float
-    mean_b: float
-    difference: float  # mean_b - mean_a over the common samples
-    ci_low: float
-    ci_high: float
-    p_value: float
-
-
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n_boot: int, confidence: float, seed: int) -> PairedComparison:
-    """Percentile bootstrap CI of mean(b) - mean(a) over aligned samples (resampling sample ids).
-
-    Resampling pairs, not each side alone, keeps the correlation between two models on the same
-    item, which is what makes a paired comparison tighter than two independent scores.
-    """
-    n = len(a)
-    if n == 0:
-        raise ApplicationError("no_common_samples", "The two evaluations share no sample ids.", status=409)
-    diffs = b.astype(np.float64) - a.astype(np.float64)
-    rng = np.random.default_rng(seed)
-    means = np.empty(n_boot)
-    chunk = max(1, 2_000_000 // n)  # bounded memory: at most ~2M indices at a time
-    for start in range(0, n_boot, chunk):
-        size = min(chunk, n_boot - start)
-        idx = rng.integers(0, n, size=(size, n))
-        means[start : start + size] = diffs[idx].mean(axis=1)
-    alpha = 1.0 - confidence
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    p_value = min(1.0, 2 * min(float((means <= 0).mean()), float((means >= 0).mean())))
-    return PairedComparison(
-        n_common=n,
-        mean_a=float(a.mean()),
-        mean_b=float(b.mean()),
-        difference=float(diffs.mean()),
-        ci_low=float(low),
-        ci_high=float(high),
-        p_value=p_value,
-    )
-
-
-def aligned_correctness(first: Evaluation, second: Evaluation) -> tuple[list[str], np.ndarray, np.ndarray, int, int]:
-    """Per-sample correctness of two evaluations aligned by stable sample id (server-side only)."""
-    left = dict(EvaluationSample.objects.filter(evaluation=first).values_list("sample_id", "correct"))
-    right = dict(EvaluationSample.objects.filter(evaluation=second).values_list("sample_id", "correct"))
-    common = sorted(left.keys() & right.keys())
-    a = np.array([left[s] for s in common], dtype=bool)
-    b = np.array([right[s] for s in common], dtype=bool)
-    return common, a, b, len(left.keys() - right.keys()), len(right.keys() - left.keys())
 
 
 def worker_experiment_counts(run: Run) -> dict[int, int]:

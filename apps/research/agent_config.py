@@ -9,12 +9,15 @@ database or Django settings, so the LLM client and its tests can import it witho
 - the loop timing (``loop_config``): how often steps and supervisor ticks run, leases, limits;
 - one role's model endpoint (``llm_config``): ``RSI_LLM_<X>_<ROLE>`` wins over ``RSI_LLM_<X>``
   (DESIGN.md "Configuration"), so the Main Agent can run on a stronger model than the Workers;
+  named endpoint profiles (``llm_profiles``) read ``RSI_LLM_PROFILE_<NAME>_<X>`` the same way, so
+  a person picks an endpoint by name when starting a run and never sees its key;
 - the versioned role prompts (``prompts/<role>.md``) and their hashes (``prompt_hashes``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,18 +85,52 @@ class LLMConfig:
         return (prompt_tokens * self.price_prompt + completion_tokens * self.price_completion) / 1_000_000
 
 
-def llm_config(role: str) -> LLMConfig:
-    """The configuration for ``role``: ``RSI_LLM_<X>_<ROLE>`` wins over ``RSI_LLM_<X>``."""
+# The profile of the unprefixed RSI_LLM_* variables; a run that names no profile uses it.
+DEFAULT_PROFILE = "default"
+_PROFILE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def _prefix(profile: str) -> str:
+    return "RSI_LLM" if profile == DEFAULT_PROFILE else f"RSI_LLM_PROFILE_{profile.upper()}"
+
+
+def llm_profiles() -> list[str]:
+    """The names of the configured LLM endpoint profiles, for a person choosing one.
+
+    ``default`` (``RSI_LLM_BASE_URL`` and ``RSI_LLM_MODEL`` set) first, then the names listed in
+    ``RSI_LLM_PROFILES`` (comma-separated; profile ``fast`` reads ``RSI_LLM_PROFILE_FAST_BASE_URL``,
+    ``..._MODEL``, ``..._API_KEY``, ...). A listed name whose endpoint is incomplete is left out.
+    """
+    names = [DEFAULT_PROFILE, *(n.strip().lower() for n in env.text("RSI_LLM_PROFILES").split(",") if n.strip())]
+    found = []
+    for name in dict.fromkeys(names):
+        if not _PROFILE_NAME.match(name):
+            continue
+        prefix = _prefix(name)
+        if env.text(f"{prefix}_BASE_URL") and env.text(f"{prefix}_MODEL"):
+            found.append(name)
+    return found
+
+
+def llm_config(role: str, profile: str = DEFAULT_PROFILE) -> LLMConfig:
+    """The configuration for ``role`` in ``profile``: ``<prefix>_<X>_<ROLE>`` wins over ``<prefix>_<X>``.
+
+    The prefix is ``RSI_LLM`` for the default profile and ``RSI_LLM_PROFILE_<NAME>`` otherwise.
+    """
     suffix = role.upper()
+    profile = profile or DEFAULT_PROFILE
+    if not _PROFILE_NAME.match(profile):
+        raise LLMNotConfigured(f"{profile!r} is not a profile name (lower-case letters, digits, _).")
+    prefix = _prefix(profile)
 
     def value(name: str, default: str = "") -> str:
-        return env.text(f"RSI_LLM_{name}_{suffix}", env.text(f"RSI_LLM_{name}", default))
+        return env.text(f"{prefix}_{name}_{suffix}", env.text(f"{prefix}_{name}", default))
 
     base_url, model = value("BASE_URL"), value("MODEL")
     if not base_url or not model:
         raise LLMNotConfigured(
-            f"No LLM for the {role} role: set RSI_LLM_BASE_URL and RSI_LLM_MODEL "
-            f"(or RSI_LLM_BASE_URL_{suffix} / RSI_LLM_MODEL_{suffix}), or run with the heuristic policy."
+            f"No LLM for the {role} role in profile {profile!r}: set {prefix}_BASE_URL and {prefix}_MODEL "
+            f"(or {prefix}_BASE_URL_{suffix} / {prefix}_MODEL_{suffix}), or run with the heuristic policy."
         )
     return LLMConfig(
         base_url=base_url,

@@ -79,6 +79,9 @@ class Run(UUIDModel):
         "experiments.Checkpoint", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     flagged = models.BooleanField(default=False)
+    # People's labels on the runs list (run_label): free tags to filter by, and a star.
+    tags = models.JSONField(default=list, blank=True)
+    starred = models.BooleanField(default=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.core.records import cut, iso, text_or_none
+from apps.research.agent_config import DEFAULT_PROFILE
 from apps.research.models import Decision, Guidance, Prediction, ResearchEdge, ResearchNode, Run
 
 # Long texts are cut (a decision's rationale) or left to the side panel, which fetches a node's
@@ -22,7 +23,21 @@ RATIONALE_CHARS = 240
 # function.
 NODE_VALUES = ("uuid", "handle", "kind", "status", "created_by_decision__uuid", "created_at", "finalized_at")
 EDGE_VALUES = ("upstream__uuid", "downstream__uuid", "kind")
+# The ablation switches (policy key, arm label, value of the full system), as start_run names them.
+ABLATION_SWITCHES = (("reviewers", "no-reviewer", True), ("serial_workers", "serial-workers", False))
 DECISION_VALUES = ("uuid", "kind", "trigger", "rationale", "subject__uuid", "created_at")
+
+
+def run_llm_profile(run: Run) -> str:
+    """The LLM endpoint profile an LLM run's agents call (run policy ``llm_profile``)."""
+    return str((run.policy or {}).get("llm_profile") or DEFAULT_PROFILE)
+
+
+def run_ablation(run: Run) -> str:
+    """The paper's ablation arm a run belongs to, from its policy switches."""
+    policy = run.policy or {}
+    off = [label for key, label, default in ABLATION_SWITCHES if bool(policy.get(key, default)) != default]
+    return " + ".join(off) if off else "full"
 
 
 def run_live(run: Run) -> dict[str, Any]:

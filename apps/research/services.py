@@ -18,6 +18,8 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from apps.benchmarks.models import Benchmark
+from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
 from apps.core.queues import Queue
@@ -32,7 +34,7 @@ from apps.jobs.models import Job
 from apps.jobs.services import engine_config, job_enqueue, job_request_cancel, jobs_reap_stale
 from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import run_group
-from apps.research.agent_config import prompt_hashes
+from apps.research.agent_config import DEFAULT_PROFILE, ROLES, LLMNotConfigured, llm_config, prompt_hashes
 from apps.research.agent_loops import (
     agent_loop_ensure,
     agent_loop_wake,
@@ -137,6 +139,43 @@ def run_create(
         )
         _run_updated(run)
     return run
+
+
+RUN_TAGS_MAX = 20
+RUN_TAG_CHARS = 40
+
+
+def run_label(
+    *, run: Run, actor: str, name: str | None = None, tags: list[str] | None = None, starred: bool | None = None
+) -> Run:
+    """Rename, tag or star a run (the people's labels on the runs list); None leaves a label as it is.
+
+    Tags are trimmed, lower-cased and de-duplicated in order. Recorded as ``run.labelled``.
+    """
+    changes: dict[str, Any] = {}
+    if name is not None:
+        name = name.strip()
+        if not name:
+            raise ApplicationError("invalid_name", "A run's name cannot be empty.")
+        changes["name"] = name
+    if tags is not None:
+        cleaned = list(dict.fromkeys(t.strip().lower() for t in tags if t.strip()))
+        if len(cleaned) > RUN_TAGS_MAX or any(len(t) > RUN_TAG_CHARS for t in cleaned):
+            raise ApplicationError(
+                "invalid_tags", f"At most {RUN_TAGS_MAX} tags of at most {RUN_TAG_CHARS} characters each."
+            )
+        changes["tags"] = cleaned
+    if starred is not None:
+        changes["starred"] = bool(starred)
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        for field, value in changes.items():
+            setattr(locked, field, value)
+        locked.full_clean()
+        locked.save(update_fields=[*changes, "updated_at"])
+        event_append(run=locked, type="run.labelled", actor=actor, role="human", arguments=changes)
+        _run_updated(locked)
+    return locked
 
 
 def _actor(user: Any) -> str:
@@ -640,6 +679,7 @@ __all__ = [
     "prediction_reconcile",
     "reviewer_add",
     "run_create",
+    "run_label",
     "run_results_sync",
     "run_set_status",
     "run_stop_request",
@@ -676,6 +716,97 @@ def run_start(*, run: Run, actor: str = SYSTEM) -> Run:
         main_trigger(run=locked, trigger=Trigger.RUN_START, actor=actor)
         run_supervise_start(run=locked)
     return locked
+
+
+# Accelerator-seconds one final-split evaluation is budgeted at when reserving for the end.
+FINAL_EVAL_SECONDS = 30
+# The LLM token budget of an LLM run that names none.
+DEFAULT_LLM_TOKENS = 2_000_000
+
+
+def run_launch(
+    *,
+    benchmark: Benchmark | str,
+    policy: str = AgentMode.HEURISTIC,
+    llm_profile: str = DEFAULT_PROFILE,
+    base_checkpoint: Checkpoint | None = None,
+    name: str = "",
+    wall_seconds: int = 3600,
+    accelerator_seconds: int = 3600,
+    llm_tokens: int = 0,
+    parallel: int = 2,
+    gate: bool = False,
+    reviewer: bool = True,
+    serial_workers: bool = False,
+    max_workers: int = 4,
+    screen_steps: int = 60,
+    train_steps: int = 200,
+    learning_rate: float = 2e-3,
+    batch_size: int = 64,
+    seed: int = 0,
+    actor: str = SYSTEM,
+    created_by: Any = None,
+) -> Run:
+    """Create and start a run as a person asks for it (``manage.py start_run``, the dashboard's form).
+
+    The final evaluation's cost is reserved from the accelerator budget. An LLM run names an
+    endpoint profile (agent_config ``llm_profiles``); its configuration is checked now, with the
+    variable to set, rather than inside a worker. The ablation switches are the paper's:
+    ``reviewer=False`` (the Main Agent decides from Worker summaries alone) and
+    ``serial_workers`` (one Worker at a time).
+    """
+    if policy not in (AgentMode.HEURISTIC, AgentMode.LLM):
+        raise ApplicationError("invalid_policy", "policy is heuristic or llm.")
+    if policy == AgentMode.LLM:
+        try:
+            for role in ROLES:
+                llm_config(role, llm_profile)
+        except LLMNotConfigured as exc:
+            raise ApplicationError("llm_not_configured", str(exc)) from None
+        llm_tokens = llm_tokens or DEFAULT_LLM_TOKENS
+    bench = benchmark if isinstance(benchmark, Benchmark) else benchmark_resolve(benchmark)
+    base = base_checkpoint or _base_checkpoint()
+    if not base.is_base:
+        raise ApplicationError("not_a_base_checkpoint", f"{base.handle} is not a registered θ0 checkpoint.")
+    parallel = 1 if serial_workers else max(1, parallel)
+    # θ0, the reference and up to max_workers accepted candidates are evaluated at the end.
+    reserve = min(FINAL_EVAL_SECONDS * (2 + max_workers), accelerator_seconds // 4)
+    label = policy if policy == AgentMode.HEURISTIC else f"llm:{llm_profile}"
+    run = run_create(
+        name=name or f"{bench.name} {label}",
+        benchmark=bench,
+        base_checkpoint=base,
+        target_capability=bench.description or bench.task,
+        budget_wall_seconds=wall_seconds,
+        budget_accelerator_seconds=accelerator_seconds,
+        budget_llm_tokens=llm_tokens,
+        max_parallel_workers=parallel,
+        reserved_final_seconds=reserve,
+        agent_mode=policy,
+        created_by=created_by,
+        policy={
+            "training_gate": gate,
+            "reviewers": reviewer,
+            "serial_workers": serial_workers,
+            "seed": seed,
+            **({"llm_profile": llm_profile} if policy == AgentMode.LLM else {}),
+            "heuristic": {
+                "max_workers": max_workers,
+                "screen_steps": screen_steps,
+                "train_steps": train_steps,
+                "learning_rate": learning_rate,
+                "batch_size": batch_size,
+            },
+        },  # fmt: skip
+    )
+    return run_start(run=run, actor=actor)
+
+
+def _base_checkpoint() -> Checkpoint:
+    base = Checkpoint.objects.filter(handle=THETA0_HANDLE).first() or Checkpoint.objects.filter(is_base=True).first()
+    if base is None:
+        raise ApplicationError("no_base_checkpoint", "No θ0 is installed: run `manage.py build_minibench` first.")
+    return base
 
 
 def run_pause(*, run: Run, actor: str, reason: str = "") -> Run:
@@ -996,6 +1127,7 @@ __all__ += [
     "run_final_eval_start",
     "run_final_result",
     "run_finish",
+    "run_launch",
     "run_pause",
     "run_resume",
     "run_start",

@@ -69,6 +69,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    # Redoc's and Swagger UI's bundles, served by us: the API docs load nothing from a CDN.
+    "drf_spectacular_sidecar",
     "channels",
     "apps.core",
     "apps.research",
@@ -249,6 +251,20 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "apps.expos.openapi.postprocess",  # one path per registered tool
     ],
+    # Offline-first: the viewers come from drf-spectacular-sidecar's static files (pinned in
+    # pyproject.toml), and templates/drf_spectacular/redoc.html drops the Google Fonts links.
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_UI_SETTINGS": {
+        "theme": {
+            "typography": {
+                "fontFamily": "system-ui, -apple-system, Segoe UI, sans-serif",
+                "headings": {"fontFamily": "system-ui, -apple-system, Segoe UI, sans-serif"},
+                "code": {"fontFamily": "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"},
+            }
+        }
+    },
 }
 # Per agent token, e.g. "600/min"; empty turns the limit off.
 RSI_TOKEN_RATE = env.text("RSI_TOKEN_RATE", "600/min")

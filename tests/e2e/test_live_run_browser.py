@@ -16,8 +16,8 @@ import pytest
 
 from apps.live.events import LiveEvent
 from apps.research.choices import RunStatus
-from apps.research.management.commands.start_run import launch_run
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
+from apps.research.services import run_launch
 from apps.reviews.models import ReviewReport
 from tests.apps.dashboard import live_helpers as lh
 from tests.apps.dashboard.world import PASSWORD, make_people
@@ -71,7 +71,7 @@ def test_operator_watches_a_real_run_from_start_to_finish(transactional_db, rese
     act(make_people)
     log_in(page, research_stack.url, "operator-person", PASSWORD)
 
-    run = act(launch_run, benchmark="minibench/arithmetic", policy="heuristic", name="e2e: live heuristic run",
+    run = act(run_launch, benchmark="minibench/arithmetic", policy="heuristic", name="e2e: live heuristic run",
               actor="test", **RUN_OPTIONS)  # fmt: skip
     page.goto(f"{research_stack.url}/runs/{run.uuid}/")
     page.wait_for_selector("body[data-live='live']", timeout=30_000)

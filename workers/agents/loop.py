@@ -65,6 +65,7 @@ from apps.research.agent_loops import (
 )
 from apps.research.choices import RUN_TERMINAL_STATES, AgentLoopStatus, AgentMode, NodeKind, NodeStatus, RunStatus
 from apps.research.models import AgentLoop, ResearchNode, Run
+from apps.research.selectors import run_llm_profile
 from workers.agents.client import ApiUnavailable, ExposClient, TokenRejected, ToolResult
 from workers.agents.llm import ChatLLM, LLMUnavailable
 from workers.agents.policies import Outcome, policy_for
@@ -303,9 +304,9 @@ def step_view(loop: AgentLoop, run: Run, claim: str, config: LoopConfig, client:
         _node=node,
         _journal=list(loop.journal or []),
         _claim=claim,
-        _llm=_llm_factory(role) if is_llm else None,
+        _llm=_llm_factory(role, run_llm_profile(run)) if is_llm else None,
         prompt_template=prompt_text(role) if is_llm else "",
-        context_tokens=llm_config(role).context_tokens if is_llm else 0,
+        context_tokens=llm_config(role, run_llm_profile(run)).context_tokens if is_llm else 0,
     )
 
 
@@ -327,9 +328,9 @@ def _act(loop: AgentLoop, run: Run, claim: str, config: LoopConfig) -> tuple[Out
     return outcome, [str(item.get("id")) for item in view.inbox]
 
 
-def _llm_factory(role: str) -> Any:
+def _llm_factory(role: str, profile: str) -> Any:
     def build() -> ChatLLM:
-        return ChatLLM(llm_config(role))
+        return ChatLLM(llm_config(role, profile))
 
     return build
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.core.errors import ApplicationError, PermissionDenied
+from apps.experiments.comparisons import aligned_correctness, paired_bootstrap
 from apps.experiments.models import Experiment
 from apps.experiments.selectors import metric_history, metric_keys
 from apps.experiments.services import metric_points_log
@@ -29,13 +30,7 @@ from apps.expos.schemas import (
     string,
     text,
 )
-from apps.expos.selectors import (
-    aligned_correctness,
-    experiment_for,
-    feedback_evaluation,
-    lineage_payload,
-    paired_bootstrap,
-)
+from apps.expos.selectors import experiment_for, feedback_evaluation, lineage_payload
 from apps.expos.visibility import SealedAccessDenied, in_review_scope, is_agent, score_for
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job

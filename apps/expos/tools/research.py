@@ -9,6 +9,7 @@ from typing import Any
 from django.db.models import Prefetch
 
 from apps.core.errors import NotFound
+from apps.experiments.comparisons import aligned_correctness
 from apps.experiments.models import Evaluation, EvaluationSample
 from apps.expos.payloads import iso, run_node
 from apps.expos.registry import Category, Role, ToolContext, tool
@@ -27,7 +28,7 @@ from apps.expos.schemas import (
     string,
     text,
 )
-from apps.expos.selectors import aligned_correctness, parse_uuid
+from apps.expos.selectors import parse_uuid
 from apps.expos.visibility import evaluation_read_check, samples_read_check
 from apps.research import services as research
 from apps.research.choices import CandidateStatus, DecisionKind, NodeKind, PredictionVerdict, Trigger

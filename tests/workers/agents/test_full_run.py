@@ -21,9 +21,8 @@ from apps.experiments.events import chain_verify
 from apps.experiments.models import Checkpoint, Evaluation, Experiment
 from apps.integrity.selectors import hacking_rate
 from apps.research.choices import RunStatus
-from apps.research.management.commands.start_run import launch_run
 from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, ResearchEdge, ResearchNode, Run
-from apps.research.services import guidance_post, run_create, run_final_result
+from apps.research.services import guidance_post, run_create, run_final_result, run_launch
 from apps.reviews.models import ReviewReport
 from tests.workers.agents.stack import install, run_status, wait_for
 from workers.agents.client import ExposClient
@@ -76,7 +75,7 @@ def full_run(stack) -> FullRun:
     with stack.django_db_blocker.unblock():
         install(stack.minibench)  # again, if a transactional test flushed the database meanwhile
         started = time.monotonic()
-        run = launch_run(benchmark="minibench/arithmetic", policy="heuristic", name="agents: full heuristic run",
+        run = run_launch(benchmark="minibench/arithmetic", policy="heuristic", name="agents: full heuristic run",
                          wall_seconds=RUN_TIMEOUT, accelerator_seconds=3600, parallel=2, max_workers=3,
                          screen_steps=50, train_steps=350, actor="test")  # fmt: skip
         # Mid-run guidance, once both first Workers are at work.

@@ -188,3 +188,14 @@ def test_a_review_report_separates_findings_uncertainties_and_violations():
     assert "no replicate of exp_0002 with another seed" in report["missing_comparisons"]
     assert report["recommendations"][0].startswith("continue from exp_0002")
     assert report["experiments"] == ["exp_0002", "exp_0004", "exp_0005"]
+
+
+def test_the_run_seed_is_the_first_training_seed():
+    class View:
+        briefing = {"policy": {"seed": 7, "heuristic": {"train_steps": 90}}}
+
+    state = {"recipe": {}}
+    recipe = WorkerHeuristic()._recipe(View(), state)
+    assert (recipe["seed"], recipe["max_steps"]) == (7, 90)
+    View.briefing = {"policy": {}}  # a run started before the seed was recorded
+    assert WorkerHeuristic()._recipe(View(), state)["seed"] == 0

@@ -16,8 +16,8 @@ from django.db.models import Count
 
 from apps.experiments.models import Experiment
 from apps.research.choices import RunStatus
-from apps.research.management.commands.start_run import launch_run
 from apps.research.models import AgentLoop, Decision, LLMUsage, ResearchNode, Run
+from apps.research.services import run_launch
 from tests.fakes.openai_chat import Reply, Script, last_tool_answers
 from tests.workers.agents.stack import run_status, wait_for
 
@@ -128,7 +128,7 @@ def test_llm_agents_drive_a_short_real_run(installed, fake_llm, monkeypatch):
     fake_llm.responder = script()
     fake_llm.requests.clear()
     fake_llm.fail_next(429, retry_after=0)  # the very first request is rate-limited
-    run = launch_run(benchmark="minibench/arithmetic", policy="llm", name="agents: llm smoke run",
+    run = run_launch(benchmark="minibench/arithmetic", policy="llm", name="agents: llm smoke run",
                      wall_seconds=1800, accelerator_seconds=1200, llm_tokens=500_000, parallel=1,
                      actor="test")  # fmt: skip
     wait_for(lambda: run_status(run) in (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.STOPPED),

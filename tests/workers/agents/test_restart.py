@@ -11,8 +11,8 @@ from apps.experiments.events import chain_verify
 from apps.experiments.models import Event, Experiment
 from apps.jobs.models import Job
 from apps.research.choices import RunStatus
-from apps.research.management.commands.start_run import launch_run
 from apps.research.models import AgentLoop, ResearchNode, Run
+from apps.research.services import run_launch
 from tests.workers.agents.stack import run_status, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 def test_a_stack_killed_mid_run_resumes_from_the_database(installed):
     stack = installed
-    run = launch_run(benchmark="minibench/arithmetic", policy="heuristic", name="agents: restart run",
+    run = run_launch(benchmark="minibench/arithmetic", policy="heuristic", name="agents: restart run",
                      wall_seconds=3600, accelerator_seconds=3600, parallel=2, max_workers=2, reviewer=False,
                      screen_steps=30, train_steps=60, actor="test")  # fmt: skip
     # Kill while a training job runs and agent steps are in flight.

@@ -132,6 +132,8 @@ def _policy_defaults(view: StepView) -> dict[str, Any]:
         "screen_datasets": int(heuristic.get("screen_datasets", 3)),
         "max_workers": int(heuristic.get("max_workers", 4)),
         "reviewers": bool((view.briefing.get("policy") or {}).get("reviewers", True)),
+        # The run's seed: the first training seed of every recipe (replicates count up from it).
+        "seed": int((view.briefing.get("policy") or {}).get("seed", 0)),
     }
 
 
@@ -245,7 +247,7 @@ class WorkerHeuristic:
     def _recipe(self, view: StepView, state: dict[str, Any], **changes: Any) -> dict[str, Any]:
         defaults = _policy_defaults(view)
         recipe = {"recipe": "sft", "learning_rate": defaults["learning_rate"], "max_steps": defaults["train_steps"],
-                  "batch_size": defaults["batch_size"], "seed": 0}  # fmt: skip
+                  "batch_size": defaults["batch_size"], "seed": defaults["seed"]}  # fmt: skip
         recipe.update(changes)
         recipe.update(state["recipe"])  # an instruction in the task wins
         return recipe

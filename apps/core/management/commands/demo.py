@@ -30,8 +30,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.errors import ApplicationError
 from apps.core.management.commands.serve import uvicorn_command
-from apps.research.management.commands.start_run import launch_run, wait_for_result
-from apps.research.services import run_final_result
+from apps.research.management.commands.start_run import wait_for_result
+from apps.research.services import run_final_result, run_launch
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -200,7 +200,7 @@ class Command(BaseCommand):
 
     def _start_run(self, options: dict[str, Any]) -> Any:
         try:
-            return launch_run(
+            return run_launch(
                 benchmark=options["benchmark"], policy="heuristic", name="demo: heuristic research run",
                 wall_seconds=options["wall_seconds"], accelerator_seconds=options["accelerator_seconds"],
                 parallel=options["parallel"], max_workers=options["max_workers"],

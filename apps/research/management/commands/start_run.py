@@ -1,8 +1,9 @@
 """Start a research run on a benchmark: ``manage.py start_run --benchmark minibench/arithmetic``.
 
 The agents run as Celery tasks on the ``agents`` queue (start the workers: ``./dev workers`` or
-``manage.py demo``); this command creates the run, starts it, and optionally waits for its result.
-The ablation switches reproduce the paper's ablation shape: ``--no-reviewer`` (the Main Agent
+``manage.py demo``); this command creates the run, starts it, and optionally waits for its result, through the same
+service as the dashboard's "Start a run" form (``apps.research.services.run_launch``). The
+ablation switches reproduce the paper's ablation shape: ``--no-reviewer`` (the Main Agent
 decides from Worker summaries alone) and ``--serial-workers`` (one Worker at a time).
 """
 
@@ -14,81 +15,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
 from apps.core.errors import ApplicationError
-from apps.experiments.models import Checkpoint
-from apps.research.agent_config import ROLES, llm_config
+from apps.research.agent_config import DEFAULT_PROFILE
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
-from apps.research.services import run_create, run_final_result, run_start
-
-# Accelerator-seconds one final-split evaluation is budgeted at when reserving for the end.
-FINAL_EVAL_SECONDS = 30
-
-
-def launch_run(
-    *,
-    benchmark: str,
-    policy: str = "heuristic",
-    name: str = "",
-    wall_seconds: int = 3600,
-    accelerator_seconds: int = 3600,
-    llm_tokens: int = 0,
-    parallel: int = 2,
-    gate: bool = False,
-    reviewer: bool = True,
-    serial_workers: bool = False,
-    max_workers: int = 4,
-    screen_steps: int = 60,
-    train_steps: int = 200,
-    learning_rate: float = 2e-3,
-    batch_size: int = 64,
-    actor: str = "system",
-) -> Any:
-    """Create and start a run; the final evaluation's cost is reserved from the accelerator budget."""
-    if policy not in ("heuristic", "llm"):
-        raise ApplicationError("invalid_policy", "policy is heuristic or llm.")
-    if policy == "llm":
-        for role in ROLES:
-            llm_config(role)  # fails now, with the variable to set, rather than inside a worker
-        llm_tokens = llm_tokens or 2_000_000
-    bench = benchmark_resolve(benchmark)
-    base = _base_checkpoint()
-    parallel = 1 if serial_workers else max(1, parallel)
-    # θ0, the reference and up to max_workers accepted candidates are evaluated at the end.
-    reserve = min(FINAL_EVAL_SECONDS * (2 + max_workers), accelerator_seconds // 4)
-    run = run_create(
-        name=name or f"{bench.name} {policy}",
-        benchmark=bench,
-        base_checkpoint=base,
-        target_capability=bench.description or bench.task,
-        budget_wall_seconds=wall_seconds,
-        budget_accelerator_seconds=accelerator_seconds,
-        budget_llm_tokens=llm_tokens,
-        max_parallel_workers=parallel,
-        reserved_final_seconds=reserve,
-        agent_mode=policy,
-        policy={
-            "training_gate": gate,
-            "reviewers": reviewer,
-            "serial_workers": serial_workers,
-            "heuristic": {
-                "max_workers": max_workers,
-                "screen_steps": screen_steps,
-                "train_steps": train_steps,
-                "learning_rate": learning_rate,
-                "batch_size": batch_size,
-            },
-        },  # fmt: skip
-    )
-    return run_start(run=run, actor=actor)
-
-
-def _base_checkpoint() -> Any:
-    base = Checkpoint.objects.filter(handle=THETA0_HANDLE).first() or Checkpoint.objects.filter(is_base=True).first()
-    if base is None:
-        raise ApplicationError("no_base_checkpoint", "No θ0 is installed: run `manage.py build_minibench` first.")
-    return base
+from apps.research.services import run_final_result, run_launch
 
 
 def wait_for_result(run: Any, *, poll: float = 2.0, timeout: float | None = None, write: Any = None) -> Any:
@@ -113,6 +44,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--benchmark", default="minibench/arithmetic", help="name, name@version or uuid")
         parser.add_argument("--policy", choices=("heuristic", "llm"), default="heuristic")
+        parser.add_argument(
+            "--llm-profile", default=DEFAULT_PROFILE, help="llm policy: endpoint profile (README, RSI_LLM_PROFILES)"
+        )
+        parser.add_argument("--seed", type=int, default=0, help="first training seed of the heuristic's recipes")
         parser.add_argument("--name", default="")
         parser.add_argument("--wall-seconds", type=int, default=3600, help="wall-clock budget")
         parser.add_argument("--accelerator-seconds", type=int, default=3600, help="accelerator-seconds budget")
@@ -128,8 +63,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            run = launch_run(
-                benchmark=options["benchmark"], policy=options["policy"], name=options["name"],
+            run = run_launch(
+                benchmark=options["benchmark"], policy=options["policy"], llm_profile=options["llm_profile"],
+                name=options["name"], seed=options["seed"],
                 wall_seconds=options["wall_seconds"], accelerator_seconds=options["accelerator_seconds"],
                 llm_tokens=options["llm_tokens"], parallel=options["parallel"], gate=options["gate"],
                 reviewer=not options["no_reviewer"], serial_workers=options["serial_workers"],
