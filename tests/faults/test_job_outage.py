@@ -117,5 +117,6 @@ def test_a_job_that_cannot_report_past_its_stale_threshold_stops_and_is_retried(
     assert "no report reached the database" in gpu.log("gpu")  # the body was told to stop
     assert not Checkpoint.objects.filter(producing_job=first).exists()
     second = wait_for(lambda: Job.objects.filter(previous_attempt=first).first(), timeout=60, what="attempt 2")
-    assert second.attempt == 2 and second.spec == first.spec
+    assert second.attempt == 2
+    assert second.spec == first.spec
     assert second.status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED)

@@ -40,12 +40,11 @@ def call(web, token: str) -> httpx.Response:
 
 
 def event_types(run) -> list[str]:
-    return list(Event.objects.filter(run=run, type__startswith="rate_limit.").order_by("pk").values_list("type", flat=True))
+    events = Event.objects.filter(run=run, type__startswith="rate_limit.").order_by("pk")
+    return list(events.values_list("type", flat=True))
 
 
-def test_after_a_database_restart_the_pool_lends_live_connections_and_an_outage_answers_503(
-    project, pg_cluster, agent
-):
+def test_after_a_database_restart_the_pool_lends_live_connections_and_an_outage_answers_503(project, pg_cluster, agent):
     run, token = agent
     web = project("web")
     assert call(web, token).status_code == 200  # the pool now holds connections to this server
