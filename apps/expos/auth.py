@@ -261,7 +261,7 @@ def _degrade_open(token: AgentToken | None, exc: Exception) -> bool:
         if not _record_limiter_event(token.run, "rate_limit.degraded", arguments):
             with _OUTAGE.lock:
                 _OUTAGE.runs.pop(token.run_id, None)  # told next time, when the database answers
-    if now - since > limit:
+    if now - since >= limit:  # 0: never open
         raise ServiceUnavailable(
             "rate_limiter_unavailable",
             f"The rate limiter's store (Redis) has been unreachable for {now - since:.0f}s, longer than the "
