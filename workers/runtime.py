@@ -43,6 +43,7 @@ from apps.jobs.services import (
     jobs_republish_unclaimed,
     scratch_root,
 )
+from apps.research.agent_loops import agent_messages_republish
 
 logger = logging.getLogger(__name__)
 
@@ -342,7 +343,8 @@ def scratch_sweep() -> int:
 # exactly the processes that exist whenever a lost job could be re-run, and reapers racing each
 # other are safe (SKIP LOCKED rows, one-to-one previous_attempt). Each sweep ends running jobs
 # whose heartbeat went stale, and re-sends the message of queued jobs no worker has claimed
-# (a message lost in the broker would otherwise leave the row queued for good).
+# (a message lost in the broker would otherwise leave the row queued for good), and of agent
+# steps and run-supervisor ticks the broker lost (apps.research.agent_loops).
 
 _reaper_stop = threading.Event()
 
@@ -355,6 +357,9 @@ def _reaper_loop(interval: float, stale_after: float, requeue_after: float) -> N
             if requeue_after > 0:
                 for job in jobs_republish_unclaimed(queued_after_seconds=requeue_after):
                     logger.warning("reaper: job %s still queued; message sent again (%s)", job.uuid, job.publishes)
+            resent = agent_messages_republish()
+            if resent:
+                logger.warning("reaper: %d lost agent message(s) sent again", resent)
             scratch_sweep()
         except DatabaseError:
             logger.warning("reaper sweep failed; retrying next interval", exc_info=True)

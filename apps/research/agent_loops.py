@@ -14,7 +14,8 @@ and the supervisor tick's body run in ``workers.agents.loop``, which calls these
   ``agent_loop_close``;
 - **the run supervisor's clock**: ``run_supervise_start``, ``run_supervise_check``,
   ``run_supervise_tick_claim``, ``run_supervise_next``, and its bookkeeping;
-- ``agent_stack_resume``: an agents worker that starts picks every active run up again.
+- ``agent_stack_resume``: an agents worker that starts picks every active run up again;
+- ``agent_messages_republish``: the reaper re-sends supervisor ticks and steps the broker lost.
 
 Messages carry ids only and are sent by task name (apps.core.queues), so apps/ never imports the
 workers that run them. Every send that follows a row change goes out on commit: a worker that
@@ -29,6 +30,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import F, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.core.queues import Queue, TaskName
@@ -37,6 +39,7 @@ from apps.experiments.models import Experiment
 from apps.research.agent_config import LoopConfig, loop_config
 from apps.research.choices import (
     AGENT_LOOP_ACTIVE_STATES,
+    RUN_ACTIVE_STATES,
     AgentLoopStatus,
     AgentMode,
     NodeKind,
@@ -207,6 +210,12 @@ def agent_loops_recover(*, run: Run, config: LoopConfig | None = None, dead_clai
         if released:
             _send_step(loop.pk, loop.step)
             count += 1
+    return count + _resend_unclaimed_steps(run=run, now=now, config=config)
+
+
+def _resend_unclaimed_steps(*, run: Run, now: datetime, config: LoopConfig) -> int:
+    """Re-send the message of steps due for longer than ``lost_after_seconds`` that nobody claimed."""
+    count = 0
     lost_before = now - timedelta(seconds=config.lost_after_seconds)
     for loop in AgentLoop.objects.filter(run=run, status=AgentLoopStatus.SCHEDULED, scheduled_at__lt=lost_before):
         # Bumped so the next re-send waits another interval: a busy queue is not flooded with copies.
@@ -397,6 +406,42 @@ def run_supervisor_state_get(*, run: Run, key: str) -> set[str]:
     """The handles the supervisor has remembered under ``key``."""
     loop = _main_loop(run).only("supervisor_state").first()
     return set((loop.supervisor_state or {}).get(key, [])) if loop is not None else set()
+
+
+def agent_messages_republish(*, config: LoopConfig | None = None) -> int:
+    """Re-send the agent messages the broker lost: supervisor ticks and unclaimed steps.
+
+    The agents' share of the reaper that every worker runs (``workers.runtime``), next to the
+    re-send of unclaimed job messages. A broker restarted without persistence drops the queued
+    messages and the countdown messages a worker held; a send that failed while the broker was
+    down drops the next one. The supervisor restarts lost steps, but a lost tick ends the
+    supervisor itself, and with it every run's progress. So: an active run whose supervisor has
+    not ticked for ``max(lost_after_seconds, 6 ticks)`` gets its current tick again, and its
+    steps due and unclaimed for ``lost_after_seconds`` get theirs. Copies are harmless: a tick
+    is taken by its number and a step by the loop's cursor, so each still runs once. Returns the
+    number of messages sent.
+    """
+    config = config or loop_config()
+    now = timezone.now()
+    tick_lost_before = now - timedelta(seconds=max(config.lost_after_seconds, 6 * config.supervise_seconds))
+    count = 0
+    for run in Run.objects.filter(status__in=RUN_ACTIVE_STATES):
+        loop = (
+            _main_loop(run)
+            .annotate(ticked_at=Coalesce("supervised_at", "created_at"))
+            .filter(ticked_at__lt=tick_lost_before)
+            .only("pk", "supervisor_tick", "supervised_at")
+            .first()
+        )
+        # Conditional on the tick not having moved, and bumped so that the next copy waits
+        # another interval: reapers of several workers racing here send one copy between them.
+        if loop is not None and AgentLoop.objects.filter(
+            pk=loop.pk, supervisor_tick=loop.supervisor_tick, supervised_at=loop.supervised_at
+        ).update(supervised_at=now):  # fmt: skip
+            _send_tick(run.pk, loop.supervisor_tick)
+            count += 1
+        count += _resend_unclaimed_steps(run=run, now=now, config=config)
+    return count
 
 
 def agent_stack_resume(*, dead_claim_prefixes: set[str] | None = None) -> int:

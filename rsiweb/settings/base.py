@@ -192,6 +192,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker keeps reconnecting for as long as the broker is away: Celery's default gives up after
+# 100 tries and the worker exits (tests/faults/test_broker.py).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# A send while the broker restarts is retried for about 15 s (Celery's default: 3 tries within
+# 0.6 s), so a short outage loses no message; what a longer one loses, the reaper re-sends
+# (job messages, agent steps and supervisor ticks: workers.runtime).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 10, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2.0}
 if REDIS_URL:
     # With acks_late a message is redelivered after the visibility timeout: it must exceed the
     # longest job, or a second GPU starts the same job (our claim would then refuse it anyway).

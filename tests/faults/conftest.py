@@ -84,7 +84,9 @@ def django_db_setup(database_url: str, pg_cluster: PostgresCluster, redis_server
                                          PASSWORD="")  # fmt: skip
     settings.CELERY_BROKER_URL = redis_server.url
     celery_app.conf.broker_url = redis_server.url
-    celery_app.pool.force_close_all()
+    # Forget producer connections made to the shared Redis: the next send connects anew.
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
 
 
 @pytest.fixture(autouse=True)
