@@ -14,8 +14,10 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Task, signals
 from celery.exceptions import SoftTimeLimitExceeded
@@ -24,6 +26,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from apps.benchmarks.services import checkpoint_local_dir
 from apps.core.errors import Conflict
 from apps.core.hashing import sha256_file, sha256_tree
+from apps.core.transient import DB_TRANSIENT_ERRORS
 from apps.datapool.storage import artifact_store
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobStatus
 from apps.jobs.models import Job
@@ -33,6 +36,7 @@ from apps.jobs.services import (
     job_cancel,
     job_claim,
     job_fail,
+    job_give_up,
     job_heartbeat,
     job_report,
     jobs_reap_stale,
@@ -42,6 +46,11 @@ from apps.jobs.services import (
 from apps.research.agent_loops import agent_messages_republish
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Reports queued while the database is away: a 60 s outage at a few lines a second fits many
+# times over; beyond it new ones are dropped (the job stops at the stale threshold anyway).
+MAX_PENDING_REPORTS = 10_000
 
 
 def worker_name() -> str:
@@ -57,14 +66,19 @@ class JobTask(Task):  # type: ignore[misc]
     """
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
-        job = job_get(job_id=(kwargs or {}).get("job_id", -1))
-        if job is None or job.status != JobStatus.RUNNING or job.worker != worker_name():
-            return
-        summary = "time limit exceeded" if isinstance(exc, SoftTimeLimitExceeded) else f"{type(exc).__name__}: {exc}"
         try:
+            job = job_get(job_id=(kwargs or {}).get("job_id", -1))
+            if job is None or job.status != JobStatus.RUNNING or job.worker != worker_name():
+                return
+            timed_out = isinstance(exc, SoftTimeLimitExceeded)
+            summary = "time limit exceeded" if timed_out else f"{type(exc).__name__}: {exc}"
             job_fail(job=job, error=f"{einfo.traceback}\n{summary}")
         except Conflict:
-            logger.info("job %s ended before its failure could be recorded", job.uuid)
+            logger.info("job %s ended before its failure could be recorded", kwargs)
+        except DB_TRANSIENT_ERRORS:
+            # The database is away: the job's heartbeat goes stale, and a reaper records it lost
+            # (and retries it) once the database answers.
+            logger.warning("job %s: failure not recorded, database unavailable; left to the reaper", kwargs)
 
 
 def job_start(*, job_id: int) -> Job | None:
@@ -86,17 +100,32 @@ class RunningJob:
     A background thread beats every ``heartbeat_seconds`` (carrying the latest progress) and
     reads the cancel flag, so ``should_stop()`` is a memory read the trainer can call every step.
     It says stop on a cancel request, when the job is no longer ours (the reaper declared it
-    lost), and at the job's time limit (a cooperative limit that also works in the solo pool).
+    lost), at the job's time limit (a cooperative limit that also works in the solo pool), and
+    when the database has been out of reach for longer than the stale threshold.
+
+    Progress, metrics and log lines ride out a short database outage (a restart): reports queue
+    here in order and go out as soon as a write succeeds again, from the body or the heartbeat.
+    A job that cannot report for longer than ``stale_after_seconds`` stops: by then the reaper
+    would declare it lost anyway, so it frees the accelerator and, once the database answers,
+    records itself lost, which queues attempt N+1 (``job_give_up``).
     """
 
     def __init__(self, job: Job) -> None:
+        config = engine_config()
         self.job = job
-        self.interval = engine_config().heartbeat_seconds
+        self.interval = config.heartbeat_seconds
+        self.stale_after = config.stale_after_seconds
         self.deadline = time.monotonic() + job.time_limit_seconds
         self._progress: float | None = None
         self._done = threading.Event()
         self._cancel = threading.Event()
         self._lost = threading.Event()
+        self._unreachable = threading.Event()
+        # Reports not yet written, oldest first. One writer at a time (job_report's read-append-
+        # write of the metrics JSON needs it), whichever thread flushes.
+        self._pending: deque[dict[str, Any]] = deque()
+        self._report_lock = threading.Lock()
+        self._contact = time.monotonic()  # when the database last took a beat or a report
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{job.pk}", daemon=True)
 
     def __enter__(self) -> RunningJob:
@@ -106,6 +135,7 @@ class RunningJob:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join(timeout=30)
+        self.flush()
 
     def _beat(self) -> None:
         try:
@@ -116,18 +146,35 @@ class RunningJob:
                     # One missed beat is not a death: the reaper waits several intervals.
                     logger.warning("job %s: heartbeat failed", self.job.uuid, exc_info=True)
                     close_old_connections()
+                    self._note_silence()
                     continue
+                self._touch()
                 if beat.cancel_requested:
                     self._cancel.set()
                 if not beat.alive:
                     self._lost.set()
+                self.flush(wait=False)  # a backlog from an outage drains even while the body is silent
         finally:
             connection.close()  # this thread's own connection
+
+    def _touch(self) -> None:
+        self._contact = time.monotonic()
+
+    def _note_silence(self) -> None:
+        silent = time.monotonic() - self._contact
+        if silent > self.stale_after and not self._unreachable.is_set():
+            logger.error("job %s: no report reached the database for %.0fs; stopping", self.job.uuid, silent)
+            self._unreachable.set()
 
     # --- hooks for the runner ---------------------------------------------------------------
 
     def should_stop(self) -> bool:
-        return self._cancel.is_set() or self._lost.is_set() or time.monotonic() > self.deadline
+        return (
+            self._cancel.is_set()
+            or self._lost.is_set()
+            or self._unreachable.is_set()
+            or time.monotonic() > self.deadline
+        )
 
     def on_progress(self, fraction: float) -> None:
         self._progress = fraction  # written to the row by the next heartbeat
@@ -135,17 +182,62 @@ class RunningJob:
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
         point = {"step": step, **{k: round(v, 6) for k, v in metrics.items()}}
         text = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-        job_report(job=self.job, metrics_point=point, log_line=f"step {step}: {text}")
+        self._report(metrics_point=point, log_line=f"step {step}: {text}")
 
     def log(self, text: str) -> None:
-        job_report(job=self.job, log_line=text)
+        self._report(log_line=text)
+
+    def _report(self, **report: Any) -> None:
+        if len(self._pending) >= MAX_PENDING_REPORTS:
+            return  # the newest goes: the queue keeps the order of what it has
+        self._pending.append(report)
+        # Not waiting: if the heartbeat thread is flushing, it writes this report too.
+        self.flush(wait=False)
+
+    def flush(self, *, wait: bool = True) -> bool:
+        """Write the queued reports in order; False (they stay queued) while the database is away."""
+        if not self._report_lock.acquire(blocking=wait):
+            return False
+        try:
+            while self._pending:
+                try:
+                    job_report(job=self.job, **self._pending[0])
+                except DB_TRANSIENT_ERRORS:
+                    logger.warning("job %s: %d report(s) wait for the database", self.job.uuid, len(self._pending))
+                    close_old_connections()
+                    self._note_silence()
+                    return False
+                self._pending.popleft()
+                self._touch()
+        finally:
+            self._report_lock.release()
+        return True
+
+    def record(self, write: Callable[[], T]) -> T:
+        """Run the job's final write (its result), waiting out a database outage shorter than the
+        stale threshold; past it the error propagates and the reaper retries the job."""
+        while True:
+            try:
+                value = write()
+            except DB_TRANSIENT_ERRORS:
+                close_old_connections()
+                if time.monotonic() - self._contact > self.stale_after:
+                    raise
+                logger.warning("job %s: the database is away; its result waits", self.job.uuid)
+                time.sleep(self.interval)
+                continue
+            self._touch()
+            return value
 
     # --- ending after should_stop() ------------------------------------------------------------
 
     def finish_stopped(self) -> None:
-        """Record why the body stopped early: cancelled, over time, or (lost) nothing to record."""
+        """Record why the body stopped early: cancelled, over time, unreachable, or (lost) nothing."""
         if self._lost.is_set():
             logger.info("job %s was taken from this worker (reaped); stopping without a result", self.job.uuid)
+            return
+        if self._unreachable.is_set():
+            self._give_up()
             return
         try:
             if self._cancel.is_set():
@@ -154,6 +246,27 @@ class RunningJob:
                 job_fail(job=self.job, error=f"time limit of {self.job.time_limit_seconds}s exceeded")
         except Conflict:
             logger.info("job %s ended elsewhere while stopping", self.job.uuid)
+
+    def _give_up(self) -> None:
+        """Record this attempt lost (attempt N+1 follows) once the database answers again.
+
+        Waits at most another stale period: if the database is still away, the reaper of
+        whichever worker sees it first records the loss instead (the heartbeat is stale by then).
+        """
+        reason = f"stopped: could not report to the database for over {self.stale_after:.0f}s"
+        give_up_by = time.monotonic() + self.stale_after
+        while True:
+            try:
+                job_give_up(job=self.job, reason=reason)
+            except Conflict:
+                logger.info("job %s ended elsewhere (reaped) while this worker waited to give it up", self.job.uuid)
+            except DB_TRANSIENT_ERRORS:
+                close_old_connections()
+                if time.monotonic() < give_up_by:
+                    time.sleep(self.interval)
+                    continue
+                logger.warning("job %s: the database is still away; the reaper will retry the job", self.job.uuid)
+            return
 
 
 # --- artifacts ----------------------------------------------------------------------------------

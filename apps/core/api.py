@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from apps.core.errors import ApplicationError
+from apps.core.transient import as_service_unavailable
 
 
 def error_body(code: str, message: str, detail: Any = None) -> dict[str, Any]:
@@ -21,6 +22,12 @@ def error_body(code: str, message: str, detail: Any = None) -> dict[str, Any]:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    fault = as_service_unavailable(exc)
+    if fault is not None:
+        # The database or Redis briefly away: the same call may succeed in a few seconds.
+        unavailable = Response(error_body(fault.code, fault.message, fault.detail), status=503)
+        unavailable["Retry-After"] = str(fault.retry_after)
+        return unavailable
     if isinstance(exc, ApplicationError):
         return Response(error_body(exc.code, exc.message, exc.detail or None), status=exc.status_code)
     if isinstance(exc, DjangoValidationError):

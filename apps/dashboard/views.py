@@ -43,7 +43,7 @@ from apps.datapool.selectors import data_entry_get, data_entry_list
 from apps.jobs.selectors import job_attempts
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
-from apps.research.selectors import run_ablation
+from apps.research.selectors import run_ablation, run_job_health
 from apps.reviews.selectors import report_payload
 from apps.reviews.services import LIST_FIELDS
 
@@ -181,6 +181,7 @@ def run_detail_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
             "page_config": {"run": str(run.uuid), "urls": _run_urls(run)},
             "bars": selectors.run_budget_bars(run),
             "references": selectors.run_reference_scores(run),
+            "job_health": run_job_health(run=run),
             "guidance_form": GuidanceForm(),
             "terminal": run.status in RUN_TERMINAL_STATES,
         },

@@ -13,7 +13,10 @@ open the UI or the admin; and people (sessions) cannot call agent tools (apps.ex
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,11 +29,14 @@ from rest_framework.request import Request
 
 from apps.core.errors import ApplicationError
 from apps.core.people import is_human_viewer
+from apps.core.transient import DB_TRANSIENT_ERRORS, REDIS_TRANSIENT_ERRORS, ServiceUnavailable
 from apps.experiments.events import event_append
 from apps.expos.models import AgentToken
 from apps.expos.registry import Role
 from apps.research.choices import RUN_TERMINAL_STATES, NodeKind
 from apps.research.models import ResearchNode, Run
+
+logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX_LENGTH = 8
 # last_used_at is informational; writing it on every call would put an UPDATE on every request.
@@ -185,12 +191,32 @@ class IsAgentOrViewer(permissions.BasePermission):
         return is_human_viewer(request.user)
 
 
+class _LimiterOutage:
+    """Per process: since when the rate limiter's store (Redis) has been unreachable, and the runs
+    whose event log says so. A lock, because requests run on several threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.since: float | None = None  # time.monotonic() of the first failure
+        self.started_at: datetime | None = None
+        self.runs: dict[int, Run] = {}  # runs told of this outage (their restored event is owed)
+
+
+_OUTAGE = _LimiterOutage()
+
+
 class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
     """Per-token rate limit, keyed by the token's digest; the rate is ``RSI_TOKEN_RATE`` ("600/min").
 
     People are not throttled here: the limit exists to keep a runaway agent loop from flooding the
     database. The counts live in the Django cache (Redis when REDIS_URL is set, so all web
     processes share them).
+
+    When Redis is unreachable the limit *degrades open*: requests pass uncounted for at most
+    ``RSI_RATE_LIMIT_FAIL_OPEN_SECONDS`` (60), recorded as a ``rate_limit.degraded`` event on each
+    affected run (and ``rate_limit.restored`` when Redis answers again). A brief Redis restart
+    then costs no agent call; a long outage answers 503 ``rate_limiter_unavailable`` instead of
+    leaving agents unlimited for good.
     """
 
     scope = "agent_token"
@@ -202,10 +228,65 @@ class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
         # Read the rate per request (not once at import) so a changed setting applies at once.
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request, view)
+        try:
+            allowed = super().allow_request(request, view)
+        except REDIS_TRANSIENT_ERRORS as exc:
+            return _degrade_open(agent_token_of(request), exc)
+        if _OUTAGE.since is not None:  # a read without the lock: the common case costs nothing
+            _outage_over()
+        return allowed
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         token = agent_token_of(request)
         if token is None:
             return None
         return self.cache_format % {"scope": self.scope, "ident": token.digest}
+
+
+def _degrade_open(token: AgentToken | None, exc: Exception) -> bool:
+    """Let the request through while the outage is young; 503 once it is older than the limit."""
+    limit = float(getattr(settings, "RSI_RATE_LIMIT_FAIL_OPEN_SECONDS", 60))
+    now = time.monotonic()
+    with _OUTAGE.lock:
+        if _OUTAGE.since is None:
+            _OUTAGE.since, _OUTAGE.started_at = now, timezone.now()
+            logger.warning("rate limiter: Redis unreachable (%s); open for at most %.0fs", exc, limit)
+        since, started_at = _OUTAGE.since, _OUTAGE.started_at
+        untold = token is not None and token.run_id not in _OUTAGE.runs
+        if untold and token is not None:
+            _OUTAGE.runs[token.run_id] = token.run
+    if untold and token is not None:
+        arguments = {"error": f"{type(exc).__name__}: {exc}"[:500], "since": started_at,
+                     "fail_open_seconds": limit}  # fmt: skip
+        if not _record_limiter_event(token.run, "rate_limit.degraded", arguments):
+            with _OUTAGE.lock:
+                _OUTAGE.runs.pop(token.run_id, None)  # told next time, when the database answers
+    if now - since >= limit:  # 0: never open
+        raise ServiceUnavailable(
+            "rate_limiter_unavailable",
+            f"The rate limiter's store (Redis) has been unreachable for {now - since:.0f}s, longer than the "
+            f"{limit:.0f}s it may run open; retry shortly.",
+        )
+    return True
+
+
+def _outage_over() -> None:
+    with _OUTAGE.lock:
+        if _OUTAGE.since is None:
+            return
+        seconds = time.monotonic() - _OUTAGE.since
+        runs = list(_OUTAGE.runs.values())
+        _OUTAGE.since, _OUTAGE.started_at, _OUTAGE.runs = None, None, {}
+    logger.warning("rate limiter: Redis answers again after %.0fs", seconds)
+    for run in runs:
+        _record_limiter_event(run, "rate_limit.restored", {"outage_seconds": round(seconds, 1)})
+
+
+def _record_limiter_event(run: Run, type: str, arguments: dict[str, Any]) -> bool:
+    """Record a limiter event on the run's log; False when the database is away too."""
+    try:
+        event_append(run=run, type=type, actor="rate_limiter", role="system", arguments=arguments)
+    except DB_TRANSIENT_ERRORS:
+        logger.warning("rate limiter: %s for run %s not recorded (database unavailable)", type, run.uuid)
+        return False
+    return True

@@ -42,6 +42,7 @@ from apps.core.jsonsafe import MAX_DEPTH as JSON_MAX_DEPTH
 from apps.core.jsonsafe import Constant, first_bad_value, json_path, json_pointer
 from apps.core.jsonsafe import loads as jsonsafe_loads
 from apps.core.people import is_human_viewer
+from apps.core.transient import TRANSIENT_ERRORS, service_unavailable_for
 from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, agent_token_of
 from apps.expos.models import IdempotencyRecord
 from apps.expos.payloads import etag_value
@@ -322,6 +323,11 @@ class ToolCallView(APIView):
         except ApplicationError as exc:
             _record_refusal(ctx, tool, args, exc)
             raise
+        except TRANSIENT_ERRORS as exc:
+            # The database or Redis away for a moment: 503 with Retry-After, and the agent calls
+            # again (with its Idempotency-Key). No refusal is recorded: the database may be what is away.
+            logger.warning("tool %s: transient fault: %s", tool.name, exc)
+            raise service_unavailable_for(exc) from exc
         except DataError as exc:
             # A value the schema allowed but the column cannot hold: the caller's to fix.
             refusal = InvalidInput(f"{tool.name}: a value does not fit its field: {exc}".splitlines()[0])

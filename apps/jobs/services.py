@@ -382,6 +382,10 @@ def _finish(
                 status_now=locked.status,
             )
         from_status = locked.status
+        if locked.run_id is not None and to_status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            # The run's row now, in the lock order (job, experiment, run, chain): the run-level
+            # health check below reads the run's recent jobs under it.
+            Run.objects.select_for_update().filter(pk=locked.run_id).values_list("pk", flat=True).first()
         now = timezone.now()
         # A lost job stopped at its last heartbeat, not now; its tail is not charged.
         end = locked.heartbeat_at if to_status == JobStatus.LOST and locked.heartbeat_at else now
@@ -411,6 +415,12 @@ def _finish(
         _record_transition(locked, from_status=from_status, reason=reason, actor=actor)
         if chain:
             _after_transition(locked)
+        if to_status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            # Run-level health (most recent jobs failing?) is the research app's; it imports this
+            # module, so the import is here.
+            from apps.research.services import run_health_on_job_ended  # noqa: PLC0415 - import cycle (above)
+
+            run_health_on_job_ended(job=locked)
     return locked
 
 
@@ -519,30 +529,42 @@ def jobs_reap_stale(*, stale_after_seconds: float, max_attempts: int | None = No
                 )
                 continue
             silent = (now - job.heartbeat_at).total_seconds() if job.heartbeat_at else stale_after_seconds
-            lost = _finish(
-                job=job,
-                to_status=JobStatus.LOST,
-                actor="reaper",
-                chain=False,
-                reason=f"no heartbeat from {job.worker or 'its worker'} for {silent:.0f}s",
-            )
-            if lost.attempt < max_attempts:
-                _create(
-                    kind=lost.kind,
-                    spec=lost.spec,
-                    run=lost.run,
-                    experiment=lost.experiment,
-                    queue=lost.queue,
-                    seed=lost.seed,
-                    time_limit_seconds=lost.time_limit_seconds,
-                    previous_attempt=lost,
-                    reason=f"attempt {lost.attempt + 1} after attempt {lost.attempt} was lost",
-                )
-            # Only now, with attempt N+1 in place or not, can the pipeline tell "retrying" from
-            # "given up" for the experiment.
-            _after_transition(lost)
-            reaped.append(lost)
+            reason = f"no heartbeat from {job.worker or 'its worker'} for {silent:.0f}s"
+            reaped.append(_lose(job, reason=reason, actor="reaper", max_attempts=max_attempts))
     return reaped
+
+
+def _lose(job: Job, *, reason: str, actor: str, max_attempts: int) -> Job:
+    """Running -> lost, and attempt N+1 queued below ``max_attempts``. The caller holds the job's lock."""
+    lost = _finish(job=job, to_status=JobStatus.LOST, actor=actor, chain=False, reason=reason)
+    if lost.attempt < max_attempts:
+        _create(
+            kind=lost.kind,
+            spec=lost.spec,
+            run=lost.run,
+            experiment=lost.experiment,
+            queue=lost.queue,
+            seed=lost.seed,
+            time_limit_seconds=lost.time_limit_seconds,
+            previous_attempt=lost,
+            reason=f"attempt {lost.attempt + 1} after attempt {lost.attempt} was lost",
+        )
+    # Only now, with attempt N+1 in place or not, can the pipeline tell "retrying" from "given up"
+    # for the experiment.
+    _after_transition(lost)
+    return lost
+
+
+def job_give_up(*, job: Job, reason: str) -> Job:
+    """The worker running ``job`` stopped it because it could not reach the records for longer than
+    the stale threshold: the attempt is lost and retried, exactly as the reaper would have done.
+
+    Recorded by the worker once the database answers again, with its own reason; Conflict when
+    the job is no longer this attempt's (the reaper, or a cancel, got there first).
+    """
+    with transaction.atomic():
+        locked = _lock_own_running(job, what="its loss")
+        return _lose(locked, reason=reason, actor=job.worker or SYSTEM, max_attempts=engine_config().max_attempts)
 
 
 # A job that only waits its turn (behind hours of training on the one accelerator) is re-sent

@@ -55,6 +55,7 @@ class Trigger(models.TextChoices):
     REVIEW_REPORT = "review_report"
     TRAINING_GATE = "training_gate"
     GUIDANCE = "guidance"
+    JOBS_FAILING = "jobs_failing"  # most of the run's recent jobs failed (run_health_on_job_ended)
 
 
 class PredictionVerdict(models.TextChoices):

@@ -51,6 +51,10 @@ def default_policy() -> dict:
             "optional": ["llm_judge"],
         },
         "contamination_embedding_threshold": 0.75,
+        # Run-level health: when this many of the run's last `job_failure_window` ended jobs
+        # failed, the run says so (page, event) and wakes the Main Agent with the failures.
+        "job_failure_window": 4,
+        "job_failure_threshold": 3,
     }
 
 

@@ -8,9 +8,12 @@ a snapshot ends with what a fresh snapshot would show.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from apps.core.records import cut, iso, text_or_none
+from apps.jobs.choices import JobStatus
+from apps.jobs.models import Job
 from apps.research.agent_config import DEFAULT_PROFILE
 from apps.research.models import Decision, Guidance, Prediction, ResearchEdge, ResearchNode, Run
 
@@ -146,3 +149,65 @@ def prediction_live(prediction: Prediction) -> dict[str, Any]:
 def prediction_live_get(prediction: Prediction) -> dict[str, Any]:
     """``prediction_live`` of the prediction as committed now."""
     return prediction_live(Prediction.objects.select_related("worker").get(pk=prediction.pk))
+
+
+# --- run-level health: are most of the run's recent jobs failing? --------------------------------
+
+# The policy keys (docs/run-policy.md) and their defaults: "3 of the last 4 jobs failed".
+JOB_FAILURE_WINDOW, JOB_FAILURE_THRESHOLD = 4, 3
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    """The run's last ``window`` ended jobs (succeeded or failed), and whether too many failed."""
+
+    window: int
+    threshold: int
+    ended: int
+    failed: int
+    failures: list[dict[str, Any]]  # the failed ones, newest first: job, kind, experiment, error
+
+    @property
+    def failing(self) -> bool:
+        return self.failed >= self.threshold
+
+    def summary(self) -> str:
+        errors = "; ".join(f"{f['kind']} {f['experiment'] or f['job'][:8]}: {f['error']}" for f in self.failures)
+        return f"{self.failed} of the run's last {self.ended} jobs failed ({errors})"[:2000]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"window": self.window, "threshold": self.threshold, "ended": self.ended, "failed": self.failed,
+                "failures": self.failures, "summary": self.summary()}  # fmt: skip
+
+
+def run_job_failure_policy(run: Run) -> tuple[int, int]:
+    """(window, threshold) of the run's policy: ``job_failure_window``, ``job_failure_threshold``."""
+    policy = run.policy or {}
+    window = max(1, int(policy.get("job_failure_window", JOB_FAILURE_WINDOW)))
+    return window, max(1, min(window, int(policy.get("job_failure_threshold", JOB_FAILURE_THRESHOLD))))
+
+
+def run_job_health(*, run: Run, without_job_id: int | None = None) -> JobHealth:
+    """The health of the run's recent jobs; ``without_job_id`` reads it as it was before that job ended.
+
+    Lost attempts (retried as a new row) and cancelled jobs (someone's choice) are not outcomes
+    of the work, so only succeeded and failed jobs count.
+    """
+    window, threshold = run_job_failure_policy(run)
+    ended = Job.objects.filter(run=run, status__in=(JobStatus.SUCCEEDED, JobStatus.FAILED))
+    if without_job_id is not None:
+        ended = ended.exclude(pk=without_job_id)
+    rows = list(
+        ended.order_by("-finished_at", "-pk").values("uuid", "kind", "status", "error", "experiment__handle")[:window]
+    )
+    failures = [
+        {"job": str(row["uuid"]), "kind": row["kind"], "experiment": row["experiment__handle"],
+         "error": _last_line(row["error"])}
+        for row in rows if row["status"] == JobStatus.FAILED
+    ]  # fmt: skip
+    return JobHealth(window=window, threshold=threshold, ended=len(rows), failed=len(failures), failures=failures)
+
+
+def _last_line(error: str) -> str:
+    # A traceback's last line names the exception ("OSError: [Errno 28] No space left on device").
+    return cut((error or "").strip().splitlines()[-1] if (error or "").strip() else "failed", 300)

@@ -74,6 +74,7 @@ from apps.research.selectors import (
     guidance_live_get,
     node_live,
     prediction_live_get,
+    run_job_health,
     run_live_get,
 )
 
@@ -351,6 +352,32 @@ def main_trigger(
         agent_loop_wake(
             node=main, trigger=trigger, detail={"node": node.handle if node is not None else None, **(detail or {})}
         )
+
+
+def run_health_on_job_ended(*, job: Job) -> None:
+    """After a job of a run succeeded or failed: did the run's recent jobs start, or stop, mostly failing?
+
+    When this job's failure makes ``job_failure_threshold`` of the last ``job_failure_window`` jobs
+    failures (3 of 4 by default: a full disk, an OOM, a broken dataset), the run records a
+    ``run.jobs_failing`` event with the failure summary and wakes the Main Agent with it
+    (trigger ``jobs_failing``); the success that brings it back under records ``run.jobs_recovered``.
+    Only the crossing is recorded, not every failure after it. Called inside the job's transition
+    (apps.jobs.services); the run row is locked (after the job and its experiment, the documented
+    order), so two jobs ending together are counted one after the other, never both or neither.
+    """
+    if job.run_id is None:
+        return
+    run = Run.objects.select_for_update().get(pk=job.run_id)
+    health = run_job_health(run=run)
+    before = run_job_health(run=run, without_job_id=job.pk)
+    if health.failing == before.failing or run.status in RUN_TERMINAL_STATES:
+        return
+    kind = "run.jobs_failing" if health.failing else "run.jobs_recovered"
+    event_append(run=run, type=kind, actor=SYSTEM, role=SYSTEM, arguments={"job": str(job.uuid), **health.as_json()},
+                 result_ref=f"run:{run.uuid}")  # fmt: skip
+    if health.failing:
+        main_trigger(run=run, trigger=Trigger.JOBS_FAILING, detail={"summary": health.summary()})
+    _run_updated(run)
 
 
 # Runs in these states still take new branches; stopping/final-eval/terminal runs do not.

@@ -95,6 +95,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so its process_exception runs first: a database or Redis outage answers 503, not 500.
+    "apps.core.transient.TransientFaultMiddleware",
 ]
 
 ROOT_URLCONF = "rsiweb.urls"
@@ -144,8 +146,15 @@ else:
     if (pool_size := env.integer("RSI_DB_POOL", 0)) > 0:
         DATABASES["default"]["OPTIONS"] = {
             **DATABASES["default"].get("OPTIONS", {}),
-            "pool": {"min_size": 1, "max_size": pool_size, "timeout": 30},
+            # The pool has a connection per HTTP thread and two more, so a request waits for one
+            # only while the database is away: then a 503 in seconds beats a request hung for 30.
+            "pool": {"min_size": 1, "max_size": pool_size, "timeout": env.number("RSI_DB_POOL_TIMEOUT", 5.0)},
         }
+        # The pool tests each connection (psycopg_pool's ConnectionPool.check_connection, an empty
+        # query) before lending it; Django passes that check only with CONN_HEALTH_CHECKS. Without
+        # it, after a PostgreSQL restart the pool lent out connections to the old server (500s for
+        # 25 s after the database was back, issue 14).
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
@@ -269,8 +278,21 @@ SPECTACULAR_SETTINGS = {
 # Per agent token, e.g. "600/min"; empty turns the limit off.
 RSI_TOKEN_RATE = env.text("RSI_TOKEN_RATE", "600/min")
 # Throttle counts (and any other cache use) are shared by all web processes through Redis.
+# Short socket timeouts: an unreachable Redis must fail a request's throttle check in seconds
+# (and the limiter then degrades open), not hang it.
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "apps.core.cache.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "apps.core.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+    }
+# While Redis is unreachable the per-token limit lets calls through uncounted for at most this
+# long (an event on the run records it), then answers 503 until Redis is back.
+RSI_RATE_LIMIT_FAIL_OPEN_SECONDS = env.number("RSI_RATE_LIMIT_FAIL_OPEN_SECONDS", 60.0)
+# What a 503 for a transient fault (database, Redis, broker briefly away) asks callers to wait.
+RSI_RETRY_AFTER_SECONDS = env.integer("RSI_RETRY_AFTER_SECONDS", 5)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("RSI_MAX_REQUEST_BYTES", 2 * 1024 * 1024)
 
 # --- agents ------------------------------------------------------------------------------------

@@ -165,8 +165,7 @@ def project(
             RSI_SEALED_ROOT=artifact_roots["SEALED_ROOT"],
             RSI_WORKSPACE_ROOT=artifact_roots["WORKSPACE_ROOT"],
             RSI_DATA_DIR=str(tmp_path / "data"),
-            **TIMING,
-            **extra_env,
+            **{**TIMING, **extra_env},  # a test's own values win over the suite's timing
         )
         stack = Stack(env=env, log_dir=tmp_path / f"logs-{len(started)}", port=free_port(), gpu_slots=1,
                       agent_threads=2)  # fmt: skip

@@ -5,12 +5,17 @@ from the same declarations as the endpoints, so the client's idea of the tools i
 Agent logic gets answers as plain JSON (:class:`ToolResult`) and errors as data, never as
 exceptions: a refused call is evidence the agent must act on, not a crash. Only an unreachable
 server raises (:class:`ApiUnavailable`), after retries, so the step can be retried later.
+
+Transient answers (a connection error, 429, 502-504: the database or Redis behind the server is
+briefly away, or the server restarts) are retried with exponential back-off and jitter, for a
+number of attempts or, in an agent step, until a deadline inside the step's lease (``deadline``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +27,12 @@ logger = logging.getLogger(__name__)
 # Status codes worth a retry: the server or a proxy is briefly unable to answer.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 TOOLS_PATH = "/api/v1/tools"
+# The longest single pause between two attempts, and the longest Retry-After honoured.
+MAX_BACKOFF_SECONDS = 15.0
+MAX_RETRY_AFTER_SECONDS = 30.0
+# Jitter spreads the retries of agents that failed together (one outage), so they do not return
+# together; not a secret, but the system source keeps the linter's rule about `random` simple.
+_JITTER = secrets.SystemRandom()
 
 
 _DEFINITIONS: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -33,6 +44,14 @@ class ApiUnavailable(RuntimeError):
 
 class TokenRejected(RuntimeError):
     """401: the agent token is unknown, revoked or expired (its run may have ended)."""
+
+
+class ServerFault(RuntimeError):
+    """A 5xx the server answered after retries (a server bug, not a refusal); see policies.heuristic."""
+
+    def __init__(self, result: ToolResult) -> None:
+        super().__init__(f"{result.name}: HTTP {result.status} {result.error_code}: {result.error_message}"[:600])
+        self.result = result
 
 
 @dataclass(frozen=True)
@@ -71,9 +90,10 @@ class ToolResult:
 class ExposClient:
     """Calls ExpOS tools as one research node (its bearer token).
 
-    Retries transport errors, 429 and 502-504 with exponential backoff (honouring Retry-After);
-    the same Idempotency-Key goes with every retry, so a create that reached the server once is
-    answered from its stored result, never performed twice.
+    Retries transport errors, 429 and 502-504 with exponential backoff and jitter (honouring
+    Retry-After): ``retries`` more attempts, or, with a ``deadline`` (a ``time.monotonic()``
+    value), as many as fit before it. The same Idempotency-Key goes with every retry, so a create
+    that reached the server once is answered from its stored result, never performed twice.
     """
 
     base_url: str
@@ -82,6 +102,7 @@ class ExposClient:
     timeout: float = 60.0
     retries: int = 4
     backoff: float = 0.5
+    deadline: float | None = None
     _http: httpx.Client | None = field(default=None, repr=False)
     _definitions: list[dict[str, Any]] | None = field(default=None, repr=False)
 
@@ -102,8 +123,9 @@ class ExposClient:
     def _request(
         self, method: str, path: str, *, body: Any = None, headers: dict[str, str] | None = None
     ) -> httpx.Response:
-        last: str = ""
-        for attempt in range(self.retries + 1):
+        attempt = 0
+        while True:
+            retry_after: float | None = None
             try:
                 if body is None:
                     response = self._client().request(method, path, headers=headers)
@@ -119,14 +141,28 @@ class ExposClient:
                     raise TokenRejected(response.text[:500])
                 if response.status_code not in RETRY_STATUSES:
                     return response
-                last = f"HTTP {response.status_code}"
+                last = f"HTTP {response.status_code} {_error_code(response)}".rstrip()
                 retry_after = _retry_after(response)
-                if retry_after is not None and attempt < self.retries:
-                    time.sleep(min(retry_after, 30.0))
-                    continue
-            if attempt < self.retries:
-                time.sleep(min(self.backoff * 2**attempt, 15.0))
-        raise ApiUnavailable(f"{method} {path}: {last} after {self.retries + 1} attempts")
+            pause = self._pause(attempt, retry_after)
+            if pause is None:
+                break
+            logger.info("%s %s: %s; attempt %d again in %.1fs", method, path, last, attempt + 2, pause)
+            time.sleep(pause)
+            attempt += 1
+        raise ApiUnavailable(f"{method} {path}: {last} after {attempt + 1} attempts")
+
+    def _pause(self, attempt: int, retry_after: float | None) -> float | None:
+        """How long to wait before the next attempt; None when none is left (count or deadline)."""
+        if self.deadline is None and attempt >= self.retries:
+            return None
+        ceiling = min(self.backoff * 2.0**attempt, MAX_BACKOFF_SECONDS)
+        # "Equal jitter": at least half the exponential step, so retries still spread out in time.
+        pause = ceiling / 2 + _JITTER.uniform(0.0, ceiling / 2)
+        if retry_after is not None:
+            pause = max(pause, min(retry_after, MAX_RETRY_AFTER_SECONDS))
+        if self.deadline is not None and time.monotonic() + pause >= self.deadline:
+            return None
+        return pause
 
     # --- the registry ------------------------------------------------------------------------------
 
@@ -177,6 +213,15 @@ class ExposClient:
             data=data,
             replayed=response.headers.get("Idempotent-Replayed") == "true",
         )
+
+
+def _error_code(response: httpx.Response) -> str:
+    """The machine-readable code of an error body (``database_unavailable``, ...), or ""."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        return ""
+    return str(error.get("code", "")) if isinstance(error, dict) else ""
 
 
 def _retry_after(response: httpx.Response) -> float | None:

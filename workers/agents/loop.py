@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -66,7 +67,7 @@ from apps.research.agent_loops import (
 from apps.research.choices import RUN_TERMINAL_STATES, AgentLoopStatus, AgentMode, NodeKind, NodeStatus, RunStatus
 from apps.research.models import AgentLoop, ResearchNode, Run
 from apps.research.selectors import run_llm_profile
-from workers.agents.client import ApiUnavailable, ExposClient, TokenRejected, ToolResult
+from workers.agents.client import ApiUnavailable, ExposClient, ServerFault, TokenRejected, ToolResult
 from workers.agents.llm import ChatLLM, LLMUnavailable
 from workers.agents.policies import Outcome, policy_for
 from workers.agents.policies.transcript import LLMTurn
@@ -127,6 +128,11 @@ class LoopStepView:
         args = args or {}
         index = self._next_index()
         entry = self._replay(index, kind="tool", request={"name": name, "args": args})
+        if entry is not None and self._ended_attempt(index, entry):
+            # A server fault that ended the last attempt (policies.heuristic raises on a 5xx) is
+            # not an answer to replay: the call goes again, with the same Idempotency-Key.
+            del self._journal[index:]
+            entry = None
         if entry is not None:
             result = ToolResult.from_json(entry["result"])
         else:
@@ -166,6 +172,9 @@ class LoopStepView:
             del self._journal[index:]
             return None
         return entry
+
+    def _ended_attempt(self, index: int, entry: dict[str, Any]) -> bool:
+        return index == len(self._journal) - 1 and int(entry["result"].get("status", 0)) >= 500
 
     def _record(self, index: int, entry: dict[str, Any], usage: LLMTurn | None = None) -> None:
         self._journal.append(entry)
@@ -245,6 +254,13 @@ def agent_step_run(*, loop_id: int, step: int | None = None) -> None:
         agent_loop_step_release(loop_id=loop.pk, claim=claim, error=f"{type(exc).__name__}: {exc}", config=config,
                                 transient=True)  # fmt: skip
         return
+    except ServerFault as exc:
+        # A 5xx the policy would not act on: the step is retried from its journal (counted: a
+        # server bug must not be retried for ever).
+        logger.error("loop %s (%s) step %s: %s", loop.pk, node.handle, loop.step, exc)
+        agent_loop_step_release(loop_id=loop.pk, claim=claim, error=f"ServerFault: {exc}", config=config,
+                                transient=False)  # fmt: skip
+        return
     except Exception as exc:
         logger.exception("loop %s (%s) step %s failed", loop.pk, node.handle, loop.step)
         agent_loop_step_release(loop_id=loop.pk, claim=claim, error=f"{type(exc).__name__}: {exc}", config=config,
@@ -310,9 +326,15 @@ def step_view(loop: AgentLoop, run: Run, claim: str, config: LoopConfig, client:
     )
 
 
+# The share of a step's lease its tool calls may spend retrying a briefly unavailable API: the
+# rest is left for the step to finish, or to release itself, before the lease runs out.
+RETRY_SHARE_OF_LEASE = 0.75
+
+
 def _act(loop: AgentLoop, run: Run, claim: str, config: LoopConfig) -> tuple[Outcome, list[str]]:
     node = loop.node
-    client = ExposClient(base_url=api_base_url(), token=node_token(node), role=node_role(node))
+    deadline = time.monotonic() + config.lease_seconds * RETRY_SHARE_OF_LEASE
+    client = ExposClient(base_url=api_base_url(), token=node_token(node), role=node_role(node), deadline=deadline)
     try:
         view = step_view(loop, run, claim, config, client)
         try:

@@ -70,18 +70,18 @@ def train_job_task(self: JobTask, *, job_id: int) -> None:
         except Cancelled:
             running.finish_stopped()
             return
+        outcome = {
+            "steps": result.steps,
+            "final_loss": result.final_loss,
+            "tokens_per_second": result.tokens_per_second,
+            "train_seconds": result.seconds,
+        }
+        running.flush()  # the last loss lines before the success that ends the log
         try:
-            # Stored under its manifest digest and registered; the scratch copy goes either way.
-            job_succeed_with_checkpoint(
-                job=job,
-                checkpoint_dir=out_dir,
-                parent=parent,
-                result={
-                    "steps": result.steps,
-                    "final_loss": result.final_loss,
-                    "tokens_per_second": result.tokens_per_second,
-                    "train_seconds": result.seconds,
-                },
+            # Stored under its manifest digest and registered (a short database outage is waited
+            # out); the scratch copy goes either way.
+            running.record(
+                lambda: job_succeed_with_checkpoint(job=job, checkpoint_dir=out_dir, parent=parent, result=outcome)
             )
         except Conflict:
             # Reaped while training: attempt N+1 owns the job now, so this output never counts.
@@ -136,14 +136,16 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             running.finish_stopped()
             return
         try:
-            job_succeed_with_evaluation(
-                job=job,
-                checkpoint=checkpoint,
-                benchmark=benchmark,
-                split=split,
-                rows=rows,
-                backend=backend,
-                seal=task_settings["seal"],
+            running.record(
+                lambda: job_succeed_with_evaluation(
+                    job=job,
+                    checkpoint=checkpoint,
+                    benchmark=benchmark,
+                    split=split,
+                    rows=rows,
+                    backend=backend,
+                    seal=task_settings["seal"],
+                )
             )
         except Conflict:
             logger.warning("job %s ended elsewhere during evaluation; result not recorded", job.uuid)

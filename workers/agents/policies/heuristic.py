@@ -27,7 +27,7 @@ import re
 import statistics
 from typing import Any
 
-from workers.agents.client import ToolResult
+from workers.agents.client import ServerFault, ToolResult
 from workers.agents.policies.base import Outcome, StepView
 
 EXP_RE = re.compile(r"\bexp_\d{4,}\b")
@@ -118,6 +118,30 @@ def parse_best_line(summary: str) -> dict[str, Any] | None:
     return None
 
 
+class _ServerFaultsRaise:
+    """The step's view, except that a server fault (5xx) raises :class:`ServerFault`.
+
+    The rules below read a failed answer as a refusal: skip the dataset, drop the spawn, the node
+    is gone. A 5xx is no refusal, and acting on it lost real work (a Worker took one failed
+    state_get_current_worker as "gone" and abandoned its branch; a Main Agent lost the trigger
+    it was reading). Raised instead, it ends the attempt uncommitted, so the step is retried from
+    its journal and its triggers stay in the inbox. Transient faults (503, connection errors)
+    never get here: the client retries them, then raises ApiUnavailable for a later retry.
+    """
+
+    def __init__(self, view: StepView) -> None:
+        self._view = view
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+    def call(self, name: str, args: dict[str, Any] | None = None, *, if_match: str | None = None) -> ToolResult:
+        result = self._view.call(name, args, if_match=if_match)
+        if result.status >= 500:
+            raise ServerFault(result)
+        return result
+
+
 def _error(result: ToolResult) -> str:
     return f"{result.name}: {result.status} {result.error_code}: {result.error_message}"[:600]
 
@@ -144,6 +168,7 @@ class WorkerHeuristic:
     """Search the catalog, inspect and register data, submit varied recipes, wait, compare, finalize."""
 
     def step(self, view: StepView) -> Outcome:
+        view = _ServerFaultsRaise(view)
         state = dict(view.state or {})
         phase = state.setdefault("phase", "orient")
         return getattr(self, f"_{phase.replace('-', '_')}")(view, state)
@@ -451,9 +476,9 @@ class WorkerHeuristic:
         return Outcome(state, "done")
 
     def _gone(self, state: dict[str, Any], result: ToolResult) -> Outcome:
-        # Finalized from the coordinating side (a stop), or the run ended: nothing more to do.
+        # Refused (4xx: a server fault raised before this): the node is not ours to act as any more.
         state["phase"] = "done"
-        return Outcome(state, "done", note=f"error: {_error(result)}" if result.status >= 500 else "")
+        return Outcome(state, "done", note=f"error: {_error(result)}")
 
 
 def rank_dataset(*, name: str, info: dict[str, Any], sample: list[dict[str, Any]], rows: int | None,
@@ -500,6 +525,7 @@ class ReviewerHeuristic:
     """Inspect the experiments in scope, compare them across Workers, report, finalize."""
 
     def step(self, view: StepView) -> Outcome:
+        view = _ServerFaultsRaise(view)
         state = dict(view.state or {})
         phase = state.setdefault("phase", "inspect")
         return getattr(self, f"_{phase}")(view, state)
@@ -689,6 +715,7 @@ class MainHeuristic:
     """Event-driven planning: read guidance, gather the evidence of the triggers, decide, grow the DAG."""
 
     def step(self, view: StepView) -> Outcome:
+        view = _ServerFaultsRaise(view)
         state = dict(view.state or {})
         for key, default in (
             ("workers", {}),
