@@ -36,13 +36,17 @@ class LoopConfig:
 
     poll_seconds: float  # a short pause before looking again (a step that made no progress)
     wait_seconds: float  # a Worker waiting for its jobs re-checks after this long at the latest
-    lease_seconds: float  # a step running longer than this is presumed dead and re-run
+    lease_seconds: float  # a step running longer than this is presumed hung and re-run
     lost_after_seconds: float  # a scheduled step nobody claimed for this long is re-sent
     supervise_seconds: float  # the run supervisor's tick
     max_steps: int  # a loop that reaches it ends: no agent runs forever
     max_failures: int  # consecutive failed attempts of one step before the loop fails
     final_grace_seconds: float  # how long a stopping run waits for summaries and post-checks
     quiet_seconds: float  # a running run with nothing active for this long is stopped
+    # ... but while an outside harness holds an active node, only once its tokens were silent this long
+    silent_seconds: float
+    heartbeat_seconds: float  # a running step's process beats this often
+    stale_seconds: float  # a running step whose beat is older than this is presumed dead and re-run
 
 
 def loop_config() -> LoopConfig:
@@ -56,6 +60,9 @@ def loop_config() -> LoopConfig:
         max_failures=int(env.number("RSI_AGENT_MAX_FAILURES", 5)),
         final_grace_seconds=env.number("RSI_FINAL_GRACE_SECONDS", 180.0),
         quiet_seconds=env.number("RSI_RUN_QUIET_SECONDS", 120.0),
+        silent_seconds=env.number("RSI_RUN_SILENT_SECONDS", 1800.0),
+        heartbeat_seconds=env.number("RSI_AGENT_HEARTBEAT_SECONDS", 5.0),
+        stale_seconds=env.number("RSI_AGENT_STALE_SECONDS", 40.0),
     )
 
 

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from apps.core.queues import Queue, TaskName
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES
+from apps.experiments.events import event_append
 from apps.experiments.models import Experiment
 from apps.research.agent_config import LoopConfig, loop_config
 from apps.research.choices import (
@@ -183,33 +184,53 @@ def agent_loops_wake_on_results(*, run: Run) -> int:
     return count
 
 
-def agent_loops_recover(*, run: Run, config: LoopConfig | None = None, dead_claims: set[str] | None = None) -> int:
-    """Restart steps that were lost: claimed by a dead process, past the lease, or never delivered.
+def _interrupted(loop: AgentLoop, *, now: datetime, config: LoopConfig, dead_claims: set[str]) -> str:
+    """Why the running step of ``loop`` is presumed lost, or "" while it is alive."""
+    if any(loop.claimed_by.startswith(prefix) for prefix in dead_claims):
+        return "worker gone"
+    beat = loop.heartbeat_at or loop.claimed_at
+    if beat is not None and (now - beat).total_seconds() > config.stale_seconds:
+        return f"no heartbeat from {loop.claimed_by or 'its worker'} for {(now - beat).total_seconds():.0f}s"
+    if loop.claimed_at is not None and (now - loop.claimed_at).total_seconds() > config.lease_seconds:
+        return "lease expired"
+    return ""
 
+
+def agent_loops_recover(*, run: Run, config: LoopConfig | None = None, dead_claims: set[str] | None = None) -> int:
+    """Restart steps that were lost: claimed by a dead process, silent, past the lease, or never delivered.
+
+    A running step's process beats (``agent_loop_heartbeat``); one silent for ``stale_seconds``
+    died — a pool child killed alone, as by the OOM killer, while its worker lives on — and its
+    step is re-run from the journal. The lease only ends a step that beats but never finishes.
     ``dead_claims`` are claim prefixes (host:pid) known dead — a worker that just started knows its
-    own host's previous processes are gone, and need not wait out the lease.
+    own host's previous processes are gone, and need not wait at all.
     """
     config = config or loop_config()
     now = timezone.now()
     count = 0
-    for loop in AgentLoop.objects.filter(run=run, status=AgentLoopStatus.RUNNING):
-        dead = any(loop.claimed_by.startswith(prefix) for prefix in dead_claims or ())
-        stale = loop.claimed_at is not None and (now - loop.claimed_at).total_seconds() > config.lease_seconds
-        if not (dead or stale):
+    for loop in AgentLoop.objects.filter(run=run, status=AgentLoopStatus.RUNNING).select_related("node"):
+        why = _interrupted(loop, now=now, config=config, dead_claims=dead_claims or set())
+        if not why:
             continue
-        # Conditional on the same claim: the step may have finished while we looked.
-        why = "worker gone" if dead else "lease expired"
-        same_claim = AgentLoop.objects.filter(pk=loop.pk, status=AgentLoopStatus.RUNNING, claimed_by=loop.claimed_by)
-        released = same_claim.update(
-            status=AgentLoopStatus.SCHEDULED,
-            claimed_by="",
-            scheduled_at=now,
-            updated_at=now,
-            last_error=f"step {loop.step} was interrupted ({why}); re-running",
-        )
-        if released:
-            _send_step(loop.pk, loop.step)
-            count += 1
+        with transaction.atomic():
+            # Conditional on the same claim: the step may have finished while we looked.
+            same_claim = AgentLoop.objects.filter(pk=loop.pk, status=AgentLoopStatus.RUNNING,
+                                                  claimed_by=loop.claimed_by)  # fmt: skip
+            released = same_claim.update(
+                status=AgentLoopStatus.SCHEDULED,
+                claimed_by="",
+                scheduled_at=now,
+                updated_at=now,
+                last_error=f"step {loop.step} was interrupted ({why}); re-running",
+            )
+            if not released:
+                continue
+            # In the run's record: an operator sees which steps were re-run and why.
+            event_append(run=run, type="agent.step_interrupted", actor="supervisor", role="system",
+                         arguments={"node": loop.node.handle, "step": loop.step, "claim": loop.claimed_by,
+                                    "why": why})  # fmt: skip
+            _send_step_on_commit(loop.pk, loop.step)
+        count += 1
     return count + _resend_unclaimed_steps(run=run, now=now, config=config)
 
 
@@ -247,8 +268,18 @@ def agent_loop_claim(*, loop_id: int, step: int | None, claim: str) -> bool:
         filters["step"] = step
     # The conditional UPDATE is the claim: of two messages for one step, exactly one gets it.
     claimed = AgentLoop.objects.filter(**filters).update(status=AgentLoopStatus.RUNNING, claimed_by=claim,
-                                                         claimed_at=now, updated_at=now)  # fmt: skip
+                                                         claimed_at=now, heartbeat_at=now, updated_at=now)  # fmt: skip
     return claimed == 1
+
+
+def agent_loop_heartbeat(*, loop_id: int, claim: str) -> bool:
+    """The running step of ``claim`` is alive; False when the step is no longer its own."""
+    # Conditional on the claim: a step taken over after a stale beat must not look alive again.
+    # Not updated_at: other services read it as the loop's last change.
+    beat = AgentLoop.objects.filter(pk=loop_id, status=AgentLoopStatus.RUNNING, claimed_by=claim).update(
+        heartbeat_at=timezone.now()
+    )
+    return beat == 1
 
 
 def agent_loop_journal_save(*, loop_id: int, claim: str, journal: list[dict[str, Any]]) -> None:

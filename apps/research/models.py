@@ -281,6 +281,10 @@ class AgentLoop(UUIDModel):
     scheduled_at = models.DateTimeField(null=True, blank=True)  # when the next step may run
     claimed_by = models.CharField(max_length=200, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # The running step's process beats here (LoopConfig.heartbeat_seconds); a beat older than
+    # stale_seconds means the process died (the OOM killer takes a pool child alone) and the step
+    # is re-run from its journal.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     failures = models.PositiveSmallIntegerField(default=0)  # consecutive failed attempts of this step
     # The run supervisor's tick number and time (Main loop only): a tick message is honoured once,

@@ -9,12 +9,16 @@ a snapshot ends with what a fresh snapshot would show.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from django.db.models import Max, Q
 
 from apps.core.records import cut, iso, text_or_none
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
 from apps.research.agent_config import DEFAULT_PROFILE
+from apps.research.choices import AgentMode, NodeKind, NodeStatus
 from apps.research.models import Decision, Guidance, Prediction, ResearchEdge, ResearchNode, Run
 
 # Long texts are cut (a decision's rationale) or left to the side panel, which fetches a node's
@@ -211,3 +215,25 @@ def run_job_health(*, run: Run, without_job_id: int | None = None) -> JobHealth:
 def _last_line(error: str) -> str:
     # A traceback's last line names the exception ("OSError: [Errno 28] No space left on device").
     return cut((error or "").strip().splitlines()[-1] if (error or "").strip() else "failed", 300)
+
+
+def run_held_nodes_last_seen(run: Run) -> dict[str, datetime]:
+    """The active nodes of ``run`` that an outside harness holds, each with its last sign of life.
+
+    Held: an active Worker or Reviewer that none of our agent loops drives (every one of an
+    external-mode run), and in external mode the Main node once a token was issued for it (a
+    harness plans there and creates the Workers). A sign of life is the node's creation, a token
+    issued for it, or the last call with one of its tokens (``AgentToken.last_used_at``, to the minute).
+    """
+    # The Main of an external run has a loop row too, which only numbers the supervisor's ticks.
+    nodes = ResearchNode.objects.filter(Q(agent_loop__isnull=True) | Q(kind=NodeKind.MAIN), run=run,
+                                        status=NodeStatus.ACTIVE)  # fmt: skip
+    rows = nodes.annotate(issued=Max("tokens__created_at"), used=Max("tokens__last_used_at")).values_list(
+        "handle", "kind", "created_at", "issued", "used"
+    )
+    held = {}
+    for handle, kind, created, issued, used in rows:
+        if kind == NodeKind.MAIN and (run.agent_mode != AgentMode.EXTERNAL or issued is None):
+            continue
+        held[handle] = max(t for t in (created, issued, used) if t is not None)
+    return held

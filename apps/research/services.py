@@ -74,6 +74,7 @@ from apps.research.selectors import (
     guidance_live_get,
     node_live,
     prediction_live_get,
+    run_held_nodes_last_seen,
     run_job_health,
     run_live_get,
 )
@@ -999,12 +1000,18 @@ def run_budget_enforce(*, run: Run, actor: str = SYSTEM) -> Run:
     return stopped
 
 
-def run_advance(*, run: Run, grace_seconds: float, quiet_seconds: float, actor: str = SYSTEM) -> Run:
+def run_advance(
+    *, run: Run, grace_seconds: float, quiet_seconds: float, silent_seconds: float = 1800.0, actor: str = SYSTEM
+) -> Run:
     """Move a run along its end: stop a stuck or leaderless run, start the final evaluation, finish.
 
-    Called by the run supervisor on every tick. ``stopping`` waits until no experiment is queued or
-    running, then (up to ``grace_seconds``) for the agents' summaries and the integrity post-checks;
-    ``final_eval`` waits for its evaluation jobs.
+    Called by the run supervisor on every tick. A ``running`` run with nothing left to do (no
+    active loop, experiment or trigger) is stopped after ``quiet_seconds`` — unless an outside
+    harness holds an active node: then only once every such node has been silent (no call with
+    its tokens) for ``silent_seconds``, since a harness may think for minutes between calls.
+    ``stopping`` waits until no experiment is queued or running, then (up to ``grace_seconds``)
+    for the agents' summaries and the integrity post-checks; ``final_eval`` waits for its
+    evaluation jobs.
     """
     run = Run.objects.get(pk=run.pk)
     now = timezone.now()
@@ -1022,11 +1029,19 @@ def run_advance(*, run: Run, grace_seconds: float, quiet_seconds: float, actor: 
             and not active_experiments.exists()
             and not Experiment.objects.filter(run=run, status=ExperimentStatus.HELD).exists()
         )  # fmt: skip
-        if idle:
-            last = max([main_loop.updated_at, *[e.updated_at for e in Experiment.objects.filter(run=run)]])
-            if (now - last).total_seconds() > quiet_seconds:
-                return run_stop_request(run=run, reason="nothing left to do: no active branch, job or trigger",
-                                        actor=actor)  # fmt: skip
+        if not idle:
+            return run
+        held = run_held_nodes_last_seen(run)
+        if held:
+            silent = (now - max(held.values())).total_seconds()
+            if silent > silent_seconds:
+                return run_stop_request(run=run, actor=actor, reason=f"the agents holding {', '.join(sorted(held))} "
+                                        f"have been silent for {silent:.0f}s")  # fmt: skip
+            return run
+        last = max([main_loop.updated_at, *[e.updated_at for e in Experiment.objects.filter(run=run)]])
+        if (now - last).total_seconds() > quiet_seconds:
+            return run_stop_request(run=run, reason="nothing left to do: no active branch, job or trigger",
+                                    actor=actor)  # fmt: skip
         return run
     if run.status == RunStatus.STOPPING:
         if active_experiments.exists() or Job.objects.filter(run=run, status__in=JOB_ACTIVE_STATES).exists():

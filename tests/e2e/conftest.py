@@ -130,15 +130,13 @@ def research_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     support.apply_roots(roots)
     support.flush_broker()
     stack = support.make_stack(roots=roots, log_dir=base / "logs")
-    stack.start()
-    lifeline = Lifeline([process.pid for process in stack.processes.values()])
+    stack.start()  # its processes are tied to this one by the Stack's own Lifeline
     try:
         stack.wait_ready()
         stack.minibench = minibench  # type: ignore[attr-defined]
         yield stack
     finally:
         stack.stop()
-        lifeline.close()
         support.flush_broker()
         for key in roots:
             if key in saved:

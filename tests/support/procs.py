@@ -9,6 +9,10 @@ from pathlib import Path
 
 from django.conf import settings
 
+from apps.core.procs import Lifeline
+
+__all__ = ["ROOT", "Lifeline", "child_env", "run_python", "sqlite_env", "test_database_url"]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,41 +55,3 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
     if result.returncode != 0:
         raise AssertionError(f"child process failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
-
-
-# The watcher: blocks until its pipe reads EOF (every write end closed: the test process ended,
-# however it ended), then kills each process group it was given, pool children and all.
-_WATCHER = """
-import os, signal, sys
-os.read(int(sys.argv[1]), 1)
-for pgid in sys.argv[2:]:
-    try:
-        os.killpg(int(pgid), signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-"""
-
-
-class Lifeline:
-    """Process groups that die with this process: on ``close()``, or when this process exits,
-    by SIGTERM, SIGKILL or a crash (STYLE.md 31b).
-
-    A small watcher process holds the read end of a pipe whose only write end is here. The
-    kernel closes that end when this process ends in any way, the watcher reads EOF and kills
-    the groups. The write end is not inheritable (PEP 446), so no other child keeps it open.
-    Give it the pids of children started with ``start_new_session=True`` (each leads its group).
-    """
-
-    def __init__(self, pgids: list[int]) -> None:
-        read, self._write = os.pipe()
-        self.watcher = subprocess.Popen(
-            [sys.executable, "-c", _WATCHER, str(read), *map(str, pgids)], pass_fds=(read,), start_new_session=True
-        )
-        os.close(read)
-
-    def close(self) -> None:
-        """Kill the groups now (a no-op for those already gone) and end the watcher."""
-        if self._write >= 0:
-            os.close(self._write)
-            self._write = -1
-        self.watcher.wait(timeout=30)

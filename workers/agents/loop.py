@@ -34,7 +34,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -50,6 +50,7 @@ from apps.research.agent_loops import (
     LostClaim,
     agent_loop_claim,
     agent_loop_close,
+    agent_loop_heartbeat,
     agent_loop_journal_save,
     agent_loop_step_commit,
     agent_loop_step_release,
@@ -213,6 +214,44 @@ def node_token(node: ResearchNode, *, fresh: bool = False) -> str:
 # --- one step --------------------------------------------------------------------------------------
 
 
+class StepHeartbeat:
+    """Beats for a running step from a thread of its own, as ``workers.runtime.RunningJob`` does for jobs.
+
+    The supervisor re-runs a step whose beat is older than ``LoopConfig.stale_seconds``: this is
+    how a pool child that died alone (SIGKILL from the OOM killer; its worker lives on and acks
+    nothing) is noticed within a minute instead of at the end of the step's lease. A step shorter
+    than one interval never beats (the claim counts as the first beat) and opens no connection.
+    """
+
+    def __init__(self, *, loop_id: int, claim: str, interval: float) -> None:
+        self.loop_id, self.claim, self.interval = loop_id, claim, interval
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"step-heartbeat-{loop_id}", daemon=True)
+
+    def __enter__(self) -> StepHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=30)
+
+    def _beat(self) -> None:
+        try:
+            while not self._done.wait(self.interval):
+                try:
+                    if not agent_loop_heartbeat(loop_id=self.loop_id, claim=self.claim):
+                        # Taken over; the step learns it at its next journal write (LostClaim).
+                        logger.warning("loop %s: step no longer claimed by %s", self.loop_id, self.claim)
+                        return
+                except DatabaseError:
+                    # One missed beat is not a death: the supervisor waits several intervals.
+                    logger.warning("loop %s: step heartbeat failed", self.loop_id, exc_info=True)
+                    close_old_connections()
+        finally:
+            connection.close()  # this thread's own connection (a no-op when it never beat)
+
+
 def agent_step_run(*, loop_id: int, step: int | None = None) -> None:
     """Run one step of one loop: claim, act through the policy, commit, enqueue the next."""
     config = loop_config()
@@ -245,7 +284,8 @@ def agent_step_run(*, loop_id: int, step: int | None = None) -> None:
         return
     run = research.run_budget_enforce(run=run)
     try:
-        outcome, consumed = _act(loop, run, claim, config)
+        with StepHeartbeat(loop_id=loop.pk, claim=claim, interval=config.heartbeat_seconds):
+            outcome, consumed = _act(loop, run, claim, config)
     except LostClaim:
         logger.warning("loop %s step %s: claim lost to another worker; stopping", loop.pk, loop.step)
         return
@@ -376,8 +416,10 @@ def run_supervise(*, run_id: int, tick: int) -> None:
         agent_loops_recover(run=run, config=config)
         agent_loops_wake_on_results(run=run)
         _integrity_reconcile(run)
-        run = research.run_advance(run=run, grace_seconds=config.final_grace_seconds,
-                                   quiet_seconds=config.quiet_seconds)  # fmt: skip
+        run = research.run_advance(
+            run=run, grace_seconds=config.final_grace_seconds, quiet_seconds=config.quiet_seconds,
+            silent_seconds=config.silent_seconds,
+        )  # fmt: skip
     if run.status in RUN_TERMINAL_STATES:
         agent_loops_close(run=run, reason=f"the run is {run.status}")
         return

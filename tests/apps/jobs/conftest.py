@@ -23,7 +23,7 @@ from apps.datapool.models import DataEntry
 from apps.datapool.services import data_register_from_workspace
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.services import checkpoint_register, manifest_digest
-from tests.support.procs import ROOT, child_env
+from tests.support.procs import ROOT, Lifeline, child_env
 
 # Liveness timing for the workers under test: beat twice a second, count as dead after 6 s
 # (twelve missed beats: a loaded 2-core machine must not look like a dead worker).
@@ -79,7 +79,8 @@ def data_entry(minibench_dir: Path, artifact_root: Path, tmp_path: Path) -> Call
 
 
 class CeleryWorker:
-    """One `celery worker` subprocess in its own process group (so SIGKILL takes the whole worker)."""
+    """One `celery worker` subprocess in its own process group (so SIGKILL takes the whole worker),
+    which dies with the test process however it ends (its Lifeline)."""
 
     def __init__(self, name: str, queues: str, env: dict[str, str], log_path: Path) -> None:
         self.name = name
@@ -91,6 +92,7 @@ class CeleryWorker:
              "--loglevel=INFO"],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+        self._lifeline = Lifeline([self.proc.pid])
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -110,6 +112,7 @@ class CeleryWorker:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
+        self._lifeline.forget(self.proc.pid)  # reaped: the group number may be reused
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -120,6 +123,7 @@ class CeleryWorker:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._lifeline.close()  # its pool child too, should one have outlived the main process
         self._log.close()
 
 

@@ -6,11 +6,14 @@ processes for the ``gpu``, ``agents`` and ``default`` queues, here on the SQLite
 starts a heuristic run, prints the dashboard URL, waits for the run to end and reports its
 result: the accepted checkpoint with the best feedback score, evaluated on the final split next
 to θ0 and the reference.
-``--no-run`` only serves (the old behaviour); ``--keep-serving`` keeps the stack up afterwards.
+``--no-run`` starts the stack without building the minibench or starting a run; ``--keep-serving``
+keeps the stack up after the run. The stack's processes end with this command, however it ends
+(Ctrl-C, SIGTERM, SIGKILL), and a start refuses a port that a stale server still holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -30,6 +33,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.errors import ApplicationError
 from apps.core.management.commands.serve import uvicorn_command
+from apps.core.procs import Lifeline, PortInUse, port_check_free
 from apps.research.management.commands.start_run import wait_for_result
 from apps.research.services import run_final_result, run_launch
 
@@ -41,7 +45,10 @@ class Stack:
     """The web server and the Celery workers as subprocesses sharing one environment.
 
     Each process gets its own session (process group), so ``kill()`` takes a worker and its pool
-    children down at once — the restart test uses that to stop everything mid-run.
+    children down at once — the restart test uses that to stop everything mid-run. Every group is
+    tied to the process that started it by a Lifeline: none outlives it, however it ends (SIGTERM,
+    SIGKILL, a crash). The web server's port is checked first: a start refuses a port that a
+    stale server still holds rather than talk to it.
     """
 
     env: dict[str, str]
@@ -50,8 +57,12 @@ class Stack:
     port: int = 8000
     gpu_slots: int = 1
     agent_threads: int = 4
+    # Threads on one machine; production's agents worker forks (compose.yaml), and so do the
+    # tests of a pool child that dies alone.
+    agent_pool: str = "threads"
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _logs: list[Any] = field(default_factory=list)
+    _lifeline: Lifeline | None = None
 
     @property
     def url(self) -> str:
@@ -72,15 +83,20 @@ class Stack:
                 "agents",
                 "-n",
                 "agents@%h",
-                "--pool=threads",
+                f"--pool={self.agent_pool}",
                 f"--concurrency={self.agent_threads}",
             ],  # fmt: skip
             "default": [*worker, "-Q", "default", "-n", "default@%h", "--pool=prefork", "--concurrency=1"],
         }
 
     def start(self, names: tuple[str, ...] = ("web", "gpu", "agents", "default")) -> Stack:
+        """Start ``names``; raises PortInUse (starting nothing) when the web server's port is taken."""
+        if "web" in names:
+            port_check_free(self.host, self.port)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**self.env, "RSI_API_URL": self.url, "PYTHONUNBUFFERED": "1"}
+        if self._lifeline is None:
+            self._lifeline = Lifeline()
         for name in names:
             log = (self.log_dir / f"{name}.log").open("ab")
             self._logs.append(log)
@@ -88,6 +104,7 @@ class Stack:
                 self.commands()[name], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
+            self._lifeline.add(self.processes[name].pid)
         return self
 
     def log(self, name: str) -> str:
@@ -122,9 +139,10 @@ class Stack:
                 os.killpg(process.pid, signal.SIGKILL)
         for process in self.processes.values():
             process.wait(timeout=30)
-        self.processes.clear()
+        self._forget()
 
     def stop(self) -> None:
+        """SIGTERM every process group (a warm shutdown), SIGKILL what is left after 30 s."""
         for process in self.processes.values():
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -134,10 +152,27 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
-        self.processes.clear()
+        self._forget()
         for log in self._logs:
             log.close()
         self._logs.clear()
+
+    def _forget(self) -> None:
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # a pool child that outlived its leader
+            if self._lifeline is not None:
+                # Reaped: its group number may be reused by an unrelated group from now on.
+                self._lifeline.forget(process.pid)
+        self.processes.clear()
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived: unwind (the stack stops in ``finally``) and exit with 128 + SIGTERM."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated(128 + signum)
 
 
 class Command(BaseCommand):
@@ -149,7 +184,7 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-serve", action="store_true", help="prepare only (migrate, admin login)")
-        parser.add_argument("--no-run", action="store_true", help="serve the dashboard without starting a run")
+        parser.add_argument("--no-run", action="store_true", help="start the stack (web and workers) without a run")
         parser.add_argument("--keep-serving", action="store_true", help="keep the stack up after the run")
         parser.add_argument("--profile", choices=("ci", "full"), default="ci", help="minibench profile to build")
         parser.add_argument("--benchmark", default="minibench/arithmetic")
@@ -163,6 +198,8 @@ class Command(BaseCommand):
         parser.add_argument("--gpu-slots", type=int, default=max(1, min(2, os.cpu_count() or 1)))
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not options["no_serve"]:
+            self._check_port(options["host"], options["port"])  # before anything, so a refusal is quick
         call_command("migrate", interactive=False, verbosity=0)
         password = self._admin_password()
         url = f"http://{options['host']}:{options['port']}/"
@@ -170,20 +207,30 @@ class Command(BaseCommand):
         self.stdout.write(f"dashboard: {url}   admin: {url}admin/   login: admin / {password}")
         if options["no_serve"]:
             return
-        if options["no_run"]:
-            call_command("serve", host=options["host"], port=options["port"])
-            return
-        self.stdout.write("minibench: building (first time only) and installing ...")
-        call_command("build_minibench", profile=options["profile"], stdout=self.stdout)
+        if not options["no_run"]:
+            self.stdout.write("minibench: building (first time only) and installing ...")
+            call_command("build_minibench", profile=options["profile"], stdout=self.stdout)
         stack = Stack(env=dict(os.environ, DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE",
                                                                                   "rsiweb.settings.base")),
                       log_dir=Path(settings.DATA_DIR) / "logs", host=options["host"], port=options["port"],
                       gpu_slots=options["gpu_slots"])  # fmt: skip
         started = time.monotonic()
+        # SIGTERM (a service manager, `kill`) stops the stack as Ctrl-C does; SIGKILL cannot be
+        # caught, and the stack's Lifeline ends the processes then.
+        signal.signal(signal.SIGTERM, _terminated)
         try:
-            stack.start()
+            try:
+                stack.start()
+            except PortInUse as exc:  # taken since the check above
+                raise CommandError(str(exc)) from None
             stack.wait_ready()
             self.stdout.write(f"stack up: web {stack.url}, workers gpu/agents/default (logs in {stack.log_dir})")
+            self.stdout.flush()
+            if options["no_run"]:
+                self.stdout.write(f"serving {url} until interrupted (Ctrl-C); no run started")
+                self.stdout.flush()
+                while True:
+                    time.sleep(3600)
             run = self._start_run(options)
             self.stdout.write(f"run {run.name!r} started: {url}runs/{run.uuid}/  (heuristic policy, not an LLM)")
             run = wait_for_result(run, write=self.stdout.write, poll=3.0)
@@ -197,6 +244,12 @@ class Command(BaseCommand):
             self.stdout.write("interrupted")
         finally:
             stack.stop()
+
+    def _check_port(self, host: str, port: int) -> None:
+        try:
+            port_check_free(host, port)
+        except PortInUse as exc:
+            raise CommandError(str(exc)) from None
 
     def _start_run(self, options: dict[str, Any]) -> Any:
         try:

@@ -16,8 +16,9 @@ import os
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from apps.core.procs import PortInUse, port_check_free
 from rsiweb import env
 
 
@@ -50,6 +51,11 @@ class Command(BaseCommand):
         if options["processes"] < 1:
             self.stderr.write("--processes must be at least 1")
             sys.exit(2)
+        try:
+            # uvicorn would fail to bind too, but only after a client may have reached the stale server.
+            port_check_free(options["host"], options["port"])
+        except PortInUse as exc:
+            raise CommandError(str(exc)) from None
         command = uvicorn_command(host=options["host"], port=options["port"], processes=options["processes"])
         self.stdout.write(f"serving http://{options['host']}:{options['port']}/ ({options['processes']} process(es))")
         self.stdout.flush()

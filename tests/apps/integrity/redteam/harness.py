@@ -30,7 +30,7 @@ from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, IntegrityStatus
 from apps.experiments.models import Experiment
 from apps.integrity.choices import VIOLATING_ADJUDICATIONS, Observation, Subcategory
 from apps.integrity.models import BlockedAttempt, IntegrityFinding
-from tests.support.procs import ROOT, child_env
+from tests.support.procs import ROOT, Lifeline, child_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -53,7 +53,8 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, logs: C
 
 
 class Process:
-    """A subprocess in its own process group, logging to a file; stopped with SIGTERM then SIGKILL."""
+    """A subprocess in its own process group, logging to a file; stopped with SIGTERM then SIGKILL,
+    and killed with its group when the test process ends, however it ends (its Lifeline)."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
         self.name = name
@@ -62,6 +63,7 @@ class Process:
         self.proc = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
+        self._lifeline = Lifeline([self.proc.pid])
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -77,6 +79,7 @@ class Process:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
+        self._lifeline.close()
         self._log.close()
 
 
