@@ -29,10 +29,14 @@
     const out = [];
     for (const trace of traces) {
       const eligible = all ? (trace.mode || "").includes("lines") : trace.meta === "smoothable";
-      if (!eligible || !Array.isArray(trace.y) || trace.y.length < 3) { out.push(trace); continue; }
-      out.push({ ...trace, opacity: 0.3, showlegend: false, hoverinfo: "skip", hovertemplate: undefined });
-      out.push({ ...trace, y: smooth(trace.y, weight), mode: "lines", name: `${trace.name} (smoothed)`,
-                 marker: undefined, legendgroup: trace.legendgroup || trace.name });
+      if (!eligible || !Array.isArray(trace.y) || trace.y.length < 2) { out.push(trace); continue; }
+      const raw = { ...trace, opacity: 0.3, showlegend: false, hoverinfo: "skip" };
+      delete raw.hovertemplate; // plotly reads a present key even when undefined
+      const smoothed = { ...trace, y: smooth(trace.y, weight), mode: "lines", name: `${trace.name} (smoothed)`,
+                         legendgroup: trace.legendgroup || trace.name };
+      delete smoothed.marker;
+      if (trace.marker && trace.marker.color) smoothed.line = { ...(trace.line || {}), color: trace.marker.color };
+      out.push(raw, smoothed);
     }
     return out;
   }

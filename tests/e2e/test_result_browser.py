@@ -73,6 +73,7 @@ def test_every_page_fits_1280_and_1440_and_reads_at_390(transactional_db, live_u
         "data": "/datapool/data_0001/",
     }
     log_in(page, live_url, "admin-person", PASSWORD)  # admins see the most: adjudication forms
+    overflowing = []
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 900})
         for name, path in pages.items():
@@ -83,8 +84,11 @@ def test_every_page_fits_1280_and_1440_and_reads_at_390(transactional_db, live_u
             if name == "job":
                 page.wait_for_selector("#job-metrics-chart .main-svg", timeout=WAIT_MS)
             measured = _overflow(page)
-            assert measured["scroll"] <= measured["inner"], f"{name} at {width}px scrolls sideways: {measured}"
-        screenshot(page, f"layout-run-{width}")
+            if measured["scroll"] > measured["inner"]:
+                overflowing.append(f"{name} at {width}px: {measured}")
+            if name == "run":
+                screenshot(page, f"layout-run-{width}")
+    assert overflowing == []
     assert page.console_errors == []
 
 
