@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 import requests
 
-from apps.experiments.models import Experiment
 from apps.experiments.services import experiment_create, experiment_set_integrity
 from apps.expos.auth import agent_token_issue
 from apps.integrity.choices import ADJUDICATION_MEANING, OBSERVATION_MEANING, Observation
 from apps.integrity.models import IntegrityFinding
+from apps.jobs.models import Job
 from apps.research.choices import NodeKind
 from apps.research.models import Guidance, ResearchNode, Run
 from apps.research.scores import run_scores
@@ -30,7 +30,7 @@ WAIT_MS = 15_000
 WIDTHS = (1280, 1440, 390)
 
 
-def _never_ran(world) -> Experiment:
+def _never_ran(world):
     """A submission cancelled before any job started, whose checks all came back clean: the case
     the integrity report used to show as twelve ✓ and "accepted"."""
     experiment = experiment_create(
@@ -43,9 +43,29 @@ def _never_ran(world) -> Experiment:
     return experiment
 
 
+# Records as a real run writes them: long unbroken values (artifact paths, hashes, a recipe's
+# long prompt template) are what pushed the experiment and job pages past 1440 px.
+LONG_PATH = "file:///var/lib/rsiweb/artifacts/checkpoints/" + "0f" * 32 + "/model-00001-of-00002.safetensors"
+LONG_TEMPLATE = "<|im_start|>system\\nYou are a careful arithmetic assistant." * 4
+
+
+def _with_long_values(world) -> None:
+    job = world.jobs["running"]
+    Job.objects.filter(pk=job.pk).update(spec={**job.spec, "checkpoint_uri": LONG_PATH, "sha256": "ab" * 64})
+    experiment = world.exp["e2"]  # an action is immutable once set: a new experiment carries the long one
+    world.extra["long"] = experiment_create(
+        run=world.run, owner=world.nodes["w3"], kind="train_eval", input_checkpoint=experiment.input_checkpoint,
+        action={**experiment.action, "template": LONG_TEMPLATE, "artifact": LONG_PATH}, status="cancelled",
+    )  # fmt: skip
+    finding = world.findings[("exp_0002", "test_set_access")]
+    evidence = {**finding.evidence, "summary": LONG_TEMPLATE, "artifact": LONG_PATH, "digest": "cd" * 64}
+    IntegrityFinding.objects.filter(pk=finding.pk).update(evidence=evidence)
+
+
 def _finished_world():
     world = build_world()
     never = _never_ran(world)
+    _with_long_values(world)
     finish_world(world)
     return world, never
 
@@ -66,6 +86,7 @@ def test_every_page_fits_1280_and_1440_and_reads_at_390(transactional_db, live_u
         "runs": "/",
         "run": f"/runs/{run}/",
         "experiment": f"/runs/{run}/experiments/exp_0002/",
+        "long experiment": f"/runs/{run}/experiments/{world.extra['long'].handle}/",
         "report": f"/runs/{run}/reports/{world.report.uuid}/",
         "integrity": f"/runs/{run}/integrity/",
         "job": f"/jobs/{world.jobs['running'].uuid}/",
@@ -176,8 +197,8 @@ def test_integrity_report_explains_codes_and_shows_never_run_submissions(transac
     assert OBSERVATION_MEANING["EXECUTED"] in violation
     # The summary counts the rows shown.
     counts = [int(n) for n in page.inner_text("#verdict-counts").split(" / ")]
-    assert sum(counts) == page.locator("#integrity-matrix tbody tr").count() == 5
-    assert counts[3] == 1  # not run
+    assert sum(counts) == page.locator("#integrity-matrix tbody tr").count() == 6
+    assert counts[3] == 2  # not run: the cancelled one with clean checks, and the long one
     screenshot(page, "integrity-not-run")
     assert page.console_errors == []
 
