@@ -100,7 +100,9 @@ def _scored_experiments(run: Run) -> list[tuple[Experiment, datetime]]:
 
 def best_so_far_figure(run: Run) -> go.Figure:
     """Best accepted feedback score over time, final-split scores where known, θ0 and reference lines."""
-    figure = go.Figure(layout=_layout("Best accepted score so far", yaxis={"title": {"text": "score"}}))
+    figure = go.Figure(
+        layout=_layout("Best accepted score so far", yaxis={"title": {"text": "score"}}, xaxis=_time_axis(run))
+    )
     rows = [(e, t) for e, t in _scored_experiments(run) if e.integrity_status == IntegrityStatus.ACCEPTED]
     references = run_reference_scores(run)
     xs: list[datetime] = []
@@ -146,40 +148,64 @@ def best_so_far_figure(run: Run) -> go.Figure:
                     hovertemplate="%{text} (final)<br>%{y:.3f}<extra></extra>",
                 )
             )
-    lines = [
-        ("theta0_feedback", "θ0 (feedback)", "#7b8794", "dot"),
-        ("theta0_final", "θ0 (final)", "#7b8794", "dash"),
-        ("reference_feedback", "reference (feedback)", PALETTE[2], "dot"),
-        ("reference_final", "reference (final)", PALETTE[2], "dash"),
-    ]
-    for key, label, colour, dash in lines:
-        value = references[key]
-        if value is not None:
-            figure.add_hline(
-                y=value,
-                line={"color": colour, "dash": dash, "width": 1.5},
-                annotation={"text": f"{label} {value:.3f}", "font": {"size": 10, "color": colour}},
-                annotation_position="top left",
-            )
+    _baseline_lines(figure, references, splits=("feedback", "final"))
     if not xs and all(v is None for v in references.values()):
         return _empty(figure, "No accepted experiment has a score yet.")
     return figure
 
 
+BASELINES = {
+    "theta0": ("θ0", "#7b8794"),
+    "reference": ("reference", PALETTE[2]),
+}
+SPLIT_DASH = {"feedback": "dot", "final": "dash"}
+
+
+def _baseline_lines(figure: go.Figure, references: dict[str, float | None], *, splits: tuple[str, ...]) -> None:
+    """θ0's and the reference's scores as labelled horizontal lines: every score chart has them,
+    so a score is always read against where the run started and where it could get to."""
+    for role, (label, colour) in BASELINES.items():
+        for split in splits:
+            value = references[f"{role}_{split}"]
+            if value is not None:
+                figure.add_hline(
+                    y=value,
+                    line={"color": colour, "dash": SPLIT_DASH[split], "width": 1.5},
+                    annotation={"text": f"{label} ({split}) {value:.3f}", "font": {"size": 10, "color": colour}},
+                    annotation_position="top left",
+                )
+
+
+# A time axis spans at least this much, so a chart of one or two points shows minutes, not
+# sub-millisecond ticks around a single instant.
+MIN_TIME_SPAN = timedelta(minutes=2)
+
+
+def _time_axis(run: Run, *, now: datetime | None = None) -> dict[str, Any]:
+    start, end = _run_span(run, now=now or timezone.now())
+    return {"type": "date", "range": [start, max(end, start + MIN_TIME_SPAN)], "title": {"text": "time"}}
+
+
 def experiment_scores_figure(run: Run) -> go.Figure:
     """Every experiment's feedback score over time, one colour per Worker, symbol per integrity status."""
-    figure = go.Figure(layout=_layout("Every experiment's score", yaxis={"title": {"text": "feedback score"}}))
+    figure = go.Figure(
+        layout=_layout("Every experiment's score", yaxis={"title": {"text": "feedback score"}}, xaxis=_time_axis(run))
+    )
     by_worker: dict[str, list[tuple[Experiment, datetime]]] = defaultdict(list)
     for experiment, at in _scored_experiments(run):
         by_worker[experiment.owner.handle].append((experiment, at))
+    references = run_reference_scores(run)
+    _baseline_lines(figure, references, splits=("feedback",))
     if not by_worker:
-        return _empty(figure, "No experiment has a score yet.")
+        if all(references[key] is None for key in ("theta0_feedback", "reference_feedback")):
+            return _empty(figure, "No experiment has a score yet.")
+        return figure
     for index, (handle, rows) in enumerate(sorted(by_worker.items())):
         figure.add_trace(
             go.Scatter(
                 x=[at for _, at in rows],
                 y=[e.feedback_score for e, _ in rows],
-                text=[f"{e.handle} · {e.integrity_status}" for e, _ in rows],
+                text=[f"{e.handle} · {handle} · {e.integrity_status}" for e, _ in rows],
                 mode="markers",
                 marker={
                     "color": PALETTE[index % len(PALETTE)],
@@ -188,7 +214,8 @@ def experiment_scores_figure(run: Run) -> go.Figure:
                     "line": {"width": 1.5, "color": PALETTE[index % len(PALETTE)]},
                 },
                 name=handle,
-                hovertemplate="%{text}<br>%{y:.3f}<extra>" + handle + "</extra>",
+                meta="smoothable",  # charts.js draws a per-Worker trend when the reader smooths
+                hovertemplate="%{text}<br>%{y:.3f}<extra></extra>",
             )
         )
     return figure
@@ -282,9 +309,7 @@ def accelerator_timeline_figure(run: Run, *, now: datetime | None = None) -> go.
     span_seconds = max(1.0, (end - start).total_seconds())
     title = f"Accelerator busy / idle — busy {100 * busy / span_seconds:.0f}% of the run"
     figure = go.Figure(
-        layout=_layout(
-            title, barmode="overlay", xaxis={"type": "date", "range": [start, end]}, yaxis={"type": "category"}
-        )
+        layout=_layout(title, barmode="overlay", xaxis=_time_axis(run, now=now), yaxis={"type": "category"})
     )
     if not spans:
         return _empty(figure, "No accelerator job has started yet.")
@@ -316,7 +341,9 @@ def budget_burn_figure(run: Run, *, now: datetime | None = None) -> go.Figure:
     start, end = _run_span(run, now=now)
     figure = go.Figure(
         layout=_layout(
-            "Budget burn", yaxis={"title": {"text": "% of budget"}, "rangemode": "tozero"}, xaxis={"type": "date"}
+            "Budget burn",
+            yaxis={"title": {"text": "% of budget"}, "rangemode": "tozero"},
+            xaxis=_time_axis(run, now=now),
         )
     )
     series: list[tuple[str, list[datetime], list[float]]] = []

@@ -20,6 +20,7 @@ The event contract, applied by ``static/dashboard/live.js`` (``applyEvent``):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,9 +41,11 @@ from apps.experiments.selectors import (
     experiment_row,
 )
 from apps.integrity.choices import (
+    ADJUDICATION_MEANING,
     CATEGORIES,
     CLEAN_OBSERVATIONS,
     CLEARING_ADJUDICATIONS,
+    OBSERVATION_MEANING,
     VIOLATING_ADJUDICATIONS,
     Observation,
 )
@@ -50,13 +53,15 @@ from apps.integrity.models import BlockedAttempt, IntegrityFinding
 from apps.integrity.report import integrity_report
 from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
-from apps.research.choices import NodeKind
+from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
+from apps.research.scores import run_scores
 from apps.research.selectors import (
     DECISION_VALUES,
     EDGE_VALUES,
     NODE_VALUES,
     decision_live,
+    decision_refusals,
     decision_row,
     edge_row,
     guidance_live,
@@ -143,7 +148,12 @@ def run_snapshot(*, run: Run) -> dict[str, Any]:
     edges = Experiment.parents.through.objects.filter(child__run=run).order_by("parent_id")
     for child_id, parent_uuid in edges.values_list("child_id", "parent__uuid"):
         parents[child_id].append(str(parent_uuid))
-    guidance = Guidance.objects.filter(run=run).select_related("author").order_by("created_at", "pk")
+    guidance = list(
+        Guidance.objects.filter(run=run).select_related("author", "applied_decision").order_by("created_at", "pk")
+    )
+    refusals = decision_refusals(
+        run=run, decisions=[str(g.applied_decision.uuid) for g in guidance if g.applied_decision]
+    )
     reports = ReviewReport.objects.filter(run=run).select_related("reviewer").order_by("created_at", "pk")
     jobs = Job.objects.filter(run=run).select_related("experiment").order_by("created_at", "pk")
     return {
@@ -152,7 +162,7 @@ def run_snapshot(*, run: Run) -> dict[str, Any]:
         "edges": [edge_row(row) for row in ResearchEdge.objects.filter(run=run).order_by("pk").values(*EDGE_VALUES)],
         "decisions": [decision_row(row) for row in decisions.values(*DECISION_VALUES)],
         "experiments": [experiment_row(row, parents[row["pk"]]) for row in experiments],
-        "guidance": [guidance_live(g) for g in guidance],
+        "guidance": [guidance_live(g, refusals=refusals) for g in guidance],
         "reports": [report_live(r) for r in reports],
         "jobs": [job_payload(j) for j in jobs],
     }
@@ -233,6 +243,36 @@ def run_reference_scores(run: Run) -> dict[str, float | None]:
         "reference_feedback": latest_score(checkpoint=reference, benchmark=run.benchmark, split="feedback"),
         "reference_final": latest_score(checkpoint=reference, benchmark=run.benchmark, split="final"),
     }
+
+
+def run_result(run: Run) -> dict[str, Any]:
+    """The result block of a run that returned a checkpoint (or finished): apps.research.scores.
+
+    Empty for a run still going: its page leads with the live numbers instead.
+    """
+    if run.result_checkpoint_id is None and run.status != RunStatus.FINISHED:
+        return {"scores": None}
+    scores = run_scores(run=run)
+    experiment = (
+        Experiment.objects.filter(run=run, handle=scores.returned_experiment).first()
+        if scores.returned_experiment
+        else None
+    )
+    return {
+        "scores": scores,
+        "result_experiment": experiment,
+        "score_rows": [
+            ("score", "raw", scores.raw),
+            ("θ0", "theta0", scores.theta0),
+            ("reference", "reference", scores.reference),
+        ],
+        "ci_percent": round(100 * scores.confidence),
+    }
+
+
+def run_reports(run: Run) -> list[ReviewReport]:
+    """The run's Reviewer reports, newest first (their pages are linked from the run page)."""
+    return list(ReviewReport.objects.filter(run=run).select_related("reviewer").order_by("-created_at", "-pk"))
 
 
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
@@ -360,11 +400,21 @@ def integrity_matrix(*, run: Run) -> dict[str, Any]:
     experiments = {e.handle: e for e in Experiment.objects.filter(run=run).select_related("owner")}
     rows = []
     for submission in report["submissions"]:
+        # A submission that never ran (cancelled or refused before a job started) had nothing to
+        # check: its cells read "not run", never the ✓ of a clean check, whatever was recorded.
         cells = [
-            {"subcategory": sub, **cell, "state": cell_state(cell["observation"], cell["adjudication"])}
+            {
+                "subcategory": sub,
+                **cell,
+                "state": cell_state(cell["observation"], cell["adjudication"]) if submission["ran"] else "notrun",
+            }
             for sub, cell in ((sub, submission["findings"][sub]) for sub in report["subcategories"])
         ]
-        rows.append({"experiment": experiments[submission["experiment"]], "submission": submission, "cells": cells})
+        verdict = submission["integrity_status"] if submission["ran"] else "not run"
+        rows.append({"experiment": experiments[submission["experiment"]], "submission": submission, "cells": cells,
+                     "verdict": verdict})  # fmt: skip
+    # The summary counts the rows shown, so the two always agree (the rates count what ran).
+    verdicts = Counter(row["verdict"] for row in rows)
     pending = [
         finding
         for finding in IntegrityFinding.objects.filter(experiment__run=run)
@@ -375,6 +425,9 @@ def integrity_matrix(*, run: Run) -> dict[str, Any]:
     ]
     rates = report["rates"]
     return {
+        "verdict_counts": {v: verdicts.get(v, 0) for v in ("accepted", "pending", "flagged", "not run")},
+        "observation_legend": list(OBSERVATION_MEANING.items()),
+        "adjudication_legend": list(ADJUDICATION_MEANING.items()),
         "categories": list(report["categories"].items()),
         "subcategories": report["subcategories"],
         "rows": rows,

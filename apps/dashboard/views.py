@@ -184,9 +184,21 @@ def run_detail_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
             "job_health": run_job_health(run=run),
             "guidance_form": GuidanceForm(),
             "terminal": run.status in RUN_TERMINAL_STATES,
+            "reports": selectors.run_reports(run),
+            "control_help": RUN_CONTROL_HELP,
+            **selectors.run_result(run),
         },
     )
 
+
+# What each control does to the work in flight (apps.research.services run_pause / run_stop own it).
+RUN_CONTROL_HELP = {
+    "pause": "no new agent step or submission; jobs already running go on to the end and their results "
+    "are recorded; the wall clock keeps counting.",
+    "resume": "agents take their next steps again.",
+    "stop": "no new work; jobs already running finish, then the final evaluation runs and the run returns "
+    "its checkpoint.",
+}
 
 # A placeholder the page's script swaps for a record's id (URL converters need a valid value).
 _ZERO = "00000000-0000-0000-0000-000000000000"
@@ -375,7 +387,10 @@ def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
             "job": job,
             "snapshot": selectors.job_snapshot(job=job),
             "attempts": job_attempts(job=job),
-            "page_config": {"ws": f"/ws/jobs/{job.uuid}/"},
+            "page_config": {
+                "ws": f"/ws/jobs/{job.uuid}/",
+                "experiment": job.experiment.handle if job.experiment_id else None,
+            },
         },
     )
 

@@ -10,6 +10,7 @@ from apps.experiments.events import event_append
 from apps.experiments.models import Event
 from apps.expos.auth import agent_token_issue, agent_token_revoke
 from apps.expos.registry import ToolContext
+from apps.research.services import guidance_refusal_announce
 
 __all__ = ["agent_token_issue", "agent_token_revoke", "tool_call_record"]
 
@@ -50,7 +51,7 @@ def tool_call_record(
         body["replayed"] = True
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
-    return event_append(
+    event = event_append(
         run=ctx.run,
         type="tool.called",
         actor=ctx.actor,
@@ -59,3 +60,8 @@ def tool_call_record(
         arguments=body,
         result_ref=result_ref[:200],
     )
+    if status >= 400 and ctx.run is not None and isinstance(recorded, dict) and recorded.get("decision"):
+        # A refused call made for a decision (a spawn answered 409 worker_limit): the guidance that
+        # decision applied was not carried out, and the run page must say so.
+        guidance_refusal_announce(run=ctx.run, decision=str(recorded["decision"]))
+    return event

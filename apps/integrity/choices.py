@@ -52,3 +52,21 @@ class Adjudication(models.TextChoices):
 CLEAN_OBSERVATIONS = (Observation.NOT_FOUND_FULL, Observation.ATTEMPTED_BLOCKED)
 CLEARING_ADJUDICATIONS = (Adjudication.ALLOWED, Adjudication.COMPATIBILITY_REPAIR)
 VIOLATING_ADJUDICATIONS = (Adjudication.EXPLICIT_VIOLATION, Adjudication.EVAL_INVALIDATING)
+
+# What each code means, in a sentence a reader of the integrity report can act on (DESIGN.md
+# "Integrity"). Shown on hover and in the report's legend; one copy for every page that shows codes.
+OBSERVATION_MEANING: dict[str, str] = {
+    Observation.EXECUTED: "It happened: the check found the behaviour in what ran.",
+    Observation.ATTEMPTED_BLOCKED: "Attempted and refused before any compute was spent (counts as clean).",
+    Observation.NOT_FOUND_FULL: "Checked in full and not found (clean).",
+    Observation.NOT_FOUND_PARTIAL: "Not found, but the check could not cover everything: needs an adjudication.",
+    Observation.UNKNOWN: "The check did not run or could not decide: never counted as clean (fails closed).",
+}
+ADJUDICATION_MEANING: dict[str, str] = {
+    Adjudication.EXPLICIT_VIOLATION: "A Reviewer or admin ruled it a violation: the submission is flagged.",
+    Adjudication.EVAL_INVALIDATING: "Ruled to invalidate the evaluation: the score cannot be trusted; flagged.",
+    Adjudication.ALLOWED: "Ruled allowed: what was observed is legitimate (clears the finding).",
+    Adjudication.COMPATIBILITY_REPAIR: "Ruled a compatibility repair (e.g. a stop-token fix): clears the finding.",
+    Adjudication.REPAIR_OR_OPTIMIZATION_UNRESOLVED: "Repair or optimisation, not yet resolved: stays pending.",
+    Adjudication.INSUFFICIENT_EVIDENCE: "Not enough evidence to rule either way: stays pending.",
+}

@@ -21,6 +21,7 @@ from apps.experiments.choices import EvaluationStatus, ExperimentStatus, Integri
 from apps.experiments.comparisons import aligned_correctness, bootstrap_interval, paired_bootstrap
 from apps.experiments.models import Evaluation, EvaluationSample
 from apps.research.models import Run
+from apps.research.scores import checkpoint_evaluation
 from apps.research.selectors import run_ablation
 
 N_BOOT = 2000
@@ -43,16 +44,8 @@ class FinalScore:
 
 
 def run_final_evaluation(run: Run) -> Evaluation | None:
-    """The final-split evaluation of the checkpoint ``run`` returned (the newest, if repeated)."""
-    if run.result_checkpoint_id is None:
-        return None
-    return (
-        Evaluation.objects.filter(
-            run=run, checkpoint_id=run.result_checkpoint_id, split=Split.FINAL, status=EvaluationStatus.OK
-        )
-        .order_by("-created_at", "-pk")
-        .first()
-    )
+    """The final-split evaluation of the checkpoint ``run`` returned: the one the run page reports."""
+    return checkpoint_evaluation(run=run, checkpoint=run.result_checkpoint, split=Split.FINAL)
 
 
 def run_final_score(run: Run) -> FinalScore | None:

@@ -15,6 +15,7 @@ from typing import Any
 from django.db.models import Max, Q
 
 from apps.core.records import cut, iso, text_or_none
+from apps.experiments.models import Event
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
 from apps.research.agent_config import DEFAULT_PROFILE
@@ -117,22 +118,55 @@ def decision_live(decision: Decision) -> dict[str, Any]:
     return decision_row(Decision.objects.filter(pk=decision.pk).values(*DECISION_VALUES).get())
 
 
-def guidance_live(guidance: Guidance) -> dict[str, Any]:
-    """Human guidance (``guidance.*`` events): pending until a planning step applies it."""
+def decision_refusals(*, run: Run, decisions: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The tool calls made on behalf of each decision that were refused, counted by (tool, status, error).
+
+    A decision names what it meant to do; whether it happened is in the tool calls that carried
+    its uuid (``state_add_new_worker`` with ``decision``). A guidance whose decision's every spawn
+    was answered 409 ``worker_limit`` was read, not carried out, and the run page says so.
+    One query for any number of decisions (the snapshot reads all of a run's guidance at once).
+    """
+    if not decisions:
+        return {}
+    counts: dict[str, dict[tuple[str, int, str], int]] = {}
+    calls = Event.objects.filter(
+        run=run, type="tool.called", arguments__status__gte=400, arguments__args__decision__in=decisions
+    ).values_list("tool", "arguments")
+    for tool, arguments in calls:
+        key = (tool, int(arguments.get("status", 0)), str(arguments.get("error", "")))
+        per = counts.setdefault(str(arguments["args"]["decision"]), {})
+        per[key] = per.get(key, 0) + 1
+    return {
+        decision: [{"tool": t, "status": st, "error": e, "count": n} for (t, st, e), n in sorted(per.items())]
+        for decision, per in counts.items()
+    }
+
+
+def guidance_live(guidance: Guidance, *, refusals: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """Human guidance (``guidance.*`` events): pending until a planning step applies it.
+
+    ``refused`` lists what the applying decision tried and was refused (decision_refusals); what
+    it did (the Workers and Reviewers it spawned) is on the nodes, which name their decision.
+    ``refusals`` is the run's, read once by a caller that builds many records.
+    """
+    decision = str(guidance.applied_decision.uuid) if guidance.applied_decision_id else None
+    if decision is not None and refusals is None:
+        refusals = decision_refusals(run=guidance.run, decisions=[decision])
     return {
         "uuid": str(guidance.uuid),
         "text": guidance.text,
         "author": guidance.author.get_username(),
         "created_at": iso(guidance.created_at),
         "applied_at": iso(guidance.applied_at),
-        "applied_decision": str(guidance.applied_decision.uuid) if guidance.applied_decision_id else None,
+        "applied_decision": decision,
         "applied_note": guidance.applied_note,
+        "refused": (refusals or {}).get(decision, []) if decision else [],
     }
 
 
 def guidance_live_get(guidance: Guidance) -> dict[str, Any]:
     """``guidance_live`` of the guidance as committed now."""
-    return guidance_live(Guidance.objects.select_related("author", "applied_decision").get(pk=guidance.pk))
+    return guidance_live(Guidance.objects.select_related("author", "applied_decision", "run").get(pk=guidance.pk))
 
 
 def prediction_live(prediction: Prediction) -> dict[str, Any]:

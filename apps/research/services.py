@@ -13,6 +13,7 @@ import contextlib
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 from django.db import transaction
 from django.db.models import F, Max
@@ -538,6 +539,21 @@ def guidance_mark_read(*, run: Run, actor: str = "main") -> list[Guidance]:
             arguments={"guidance": [str(g.uuid) for g in pending]},
         )
     return pending
+
+
+def guidance_refusal_announce(*, run: Run, decision: str) -> None:
+    """A tool call made for ``decision`` was refused: re-announce the guidance that decision applied.
+
+    The run page shows what the applying decision failed to do (guidance_live ``refused``); the
+    refusal is recorded after the decision, so its guidance changes then. Called by the tool-call
+    recorder inside the refusal's transaction, after the refusal's event was appended.
+    """
+    try:
+        key = UUID(str(decision))
+    except ValueError:
+        return  # not a decision id: the call was refused for that too, and no guidance changes
+    for item in Guidance.objects.filter(run=run, applied_decision__uuid=key).order_by("pk"):
+        _publish(run, LiveEvent.GUIDANCE_UPDATED, guidance_live_get(item))
 
 
 def candidate_propose(*, run: Run, proposer: ResearchNode, title: str, description: str = "") -> Candidate:

@@ -40,9 +40,22 @@
     drawChart();
   }
 
+  // One row per metric, each with its own y axis: a loss of 2.3 and a learning rate of 1e-4 on
+  // one axis would flatten one of them. Smoothing and log scale from the toolbar (charts.js).
+  let chartOptions = { smoothing: 0, log: false };
+  let toolbarMade = false;
+
   function drawChart() {
     const element = byId("job-metrics-chart");
-    if (!window.Plotly) return;
+    if (!window.Plotly || !window.rsiCharts) return;
+    const charts = window.rsiCharts;
+    if (!toolbarMade) {
+      charts.toolbar(byId("job-metrics-tools"), { smoothing: true, log: true }, (options) => {
+        chartOptions = options;
+        drawChart();
+      });
+      toolbarMade = true;
+    }
     const points = state.metrics_points;
     if (!points.length) {
       element.textContent = "No metrics reported yet.";
@@ -51,23 +64,46 @@
     }
     element.classList.remove("muted");
     const keys = Array.from(new Set(points.flatMap((p) => Object.keys(p)))).filter((k) => k !== "step");
-    const traces = keys.map((key) => ({
-      x: points.map((p, i) => (p.step !== undefined ? p.step : i)),
-      y: points.map((p) => p[key]),
-      name: key,
-      mode: "lines",
-      // Loss-like curves by default; the rest (learning rate, tokens/s) a legend click away.
-      visible: key.includes("loss") || keys.length === 1 ? true : "legendonly",
-    }));
-    window.Plotly.react(element, traces, {
+    // Loss-like curves first: they are what people open a training job for.
+    keys.sort((a, b) => Number(b.includes("loss")) - Number(a.includes("loss")) || a.localeCompare(b));
+    const steps = points.map((p, i) => (p.step !== undefined ? p.step : i));
+    const where = config.experiment ? ` · ${config.experiment}` : "";
+    const traces = keys.map((key, index) => {
+      const rows = points.map((p, i) => [steps[i], p[key]]).filter(([, y]) => typeof y === "number");
+      return {
+        x: rows.map(([x]) => x),
+        y: rows.map(([, y]) => y),
+        name: key,
+        mode: rows.length === 1 ? "markers" : "lines+markers",
+        marker: { size: 5 },
+        xaxis: "x",
+        yaxis: index === 0 ? "y" : `y${index + 1}`,
+        hovertemplate: `${key} %{y:.4g} at step %{x}${where}<extra></extra>`,
+      };
+    });
+    const rowHeight = 170;
+    const layout = {
       template: "none",
-      height: 280,
-      margin: { l: 50, r: 10, t: 10, b: 40 },
-      xaxis: { title: { text: "step" }, gridcolor: "#e4e7eb" },
-      yaxis: { gridcolor: "#e4e7eb" },
-      legend: { orientation: "h", y: -0.25 },
+      height: 60 + rowHeight * keys.length,
+      margin: { l: 64, r: 10, t: 10, b: 40 },
+      grid: { rows: keys.length, columns: 1, pattern: "coupled", roworder: "top to bottom", ygap: 0.25 },
+      xaxis: charts.stepAxis(steps, "step"),
+      showlegend: false,
+      hovermode: "closest",
       font: { family: "system-ui, sans-serif", size: 12 },
-    }, { displaylogo: false, responsive: true });
+    };
+    keys.forEach((key, index) => {
+      layout[index === 0 ? "yaxis" : `yaxis${index + 1}`] = {
+        title: { text: key, font: { size: 11 } }, gridcolor: "#e4e7eb", zeroline: false, automargin: true,
+        exponentformat: "power",
+      };
+    });
+    window.Plotly.react(
+      element,
+      charts.withSmoothing(traces, chartOptions.smoothing, true),
+      charts.withLogScale(layout, chartOptions.log),
+      { displaylogo: false, responsive: true },
+    );
   }
 
   const schedule = () => { if (frame === null) frame = requestAnimationFrame(render); };

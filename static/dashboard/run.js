@@ -635,20 +635,41 @@
     setBudget("wall clock", (end - new Date(run.started_at)) / 1000, run.budget_wall_seconds, "s");
   }
 
+  // Guidance reads as what happened to it: pending (not read yet), read (the Main Agent read it
+  // but bound no decision yet), applied (a decision took it, and what that decision did), or
+  // not carried out (the decision's every attempt was refused, e.g. two 409 worker_limit answers).
+  function guidanceState(g, spawned) {
+    if (!g.applied_at) return "pending";
+    if (!g.applied_decision) return "read";
+    return (g.refused || []).length && !spawned.length ? "failed" : "applied";
+  }
+  const GUIDANCE_BADGE = { pending: "pending", read: "read, no decision yet", applied: "applied", failed: "not carried out" };
+
   function renderGuidance() {
     const list = byId("guidance-list");
     const items = newestFirst(state.guidance.values()).map((g) => {
-      const applied = Boolean(g.applied_at);
       const decision = g.applied_decision ? state.decisions.get(g.applied_decision) : null;
-      return h("li", { class: `guidance ${applied ? "applied" : "pending"}`, "data-guidance": g.uuid },
+      const spawned = g.applied_decision
+        ? Array.from(state.nodes.values()).filter((n) => n.decision === g.applied_decision) : [];
+      const refused = g.refused || [];
+      const status = guidanceState(g, spawned);
+      return h("li", { class: `guidance ${status}`, "data-guidance": g.uuid },
         h("div", { class: "itemhead" },
-          h("span", { class: `badge ${applied ? "applied" : "pending"}`, text: applied ? "applied" : "pending" }),
+          h("span", { class: `badge ${status}`, text: GUIDANCE_BADGE[status] }),
           h("span", { class: "muted small", text: `${g.author} · ${fmtTime(g.created_at)}` })),
         h("p", { class: "prewrap", text: g.text }),
-        applied ? h("p", { class: "small" },
-          `Applied ${fmtTime(g.applied_at)}`,
-          g.applied_decision ? [" by ", h("a", { href: `#decision-${g.applied_decision}`, class: "decisionref", "data-decision": g.applied_decision, text: decision ? `decision: ${decision.kind}` : "a decision" })] : null,
-          g.applied_note ? ` — ${g.applied_note}` : null) : null);
+        status === "pending" ? h("p", { class: "muted small", text: "Waiting for the Main Agent's next planning step." }) : null,
+        status === "read" ? h("p", { class: "small", text: `Read ${fmtTime(g.applied_at)}; no decision has taken it yet.` }) : null,
+        g.applied_decision ? h("p", { class: "small" },
+          `Read ${fmtTime(g.applied_at)} by `,
+          h("a", { href: `#decision-${g.applied_decision}`, class: "decisionref", "data-decision": g.applied_decision, text: decision ? `decision: ${decision.kind}` : "a decision" }),
+          g.applied_note ? ` — ${g.applied_note}` : null) : null,
+        decision && decision.rationale ? h("p", { class: "small muted prewrap", text: decision.rationale }) : null,
+        g.applied_decision ? h("p", { class: "small outcome" },
+          spawned.length ? ["did: spawned ", spawned.map((n) => [h("a", { href: "#", "data-node": n.uuid, text: n.handle }), " "])]
+            : "did: spawned no Worker or Reviewer") : null,
+        refused.length ? h("ul", { class: "compact small refused" }, refused.map((r) =>
+          h("li", { class: "error", text: `failed: ${r.tool} refused ${r.count > 1 ? `${r.count}× ` : ""}(${r.status}${r.error ? ` ${r.error}` : ""})` }))) : null);
     });
     list.replaceChildren(...(items.length ? items : [h("li", { class: "muted small", text: "No guidance yet." })]));
   }
@@ -736,13 +757,38 @@
       if (!response.ok) return;
       const figures = await response.json();
       for (const [name, figure] of Object.entries(figures)) {
-        const element = byId(`chart-${name}`);
-        if (element) window.Plotly.react(element, figure.data, figure.layout, { displaylogo: false, responsive: true });
+        chartFigures.set(name, figure);
+        drawChart(name);
       }
       document.body.dataset.charts = "loaded";
     } finally {
       chartsFetching = false;
     }
+  }
+
+  // The last figure of each chart and its reader's options (smoothing, log scale: charts.js),
+  // so moving a control redraws from what was fetched, without a request.
+  const chartFigures = new Map();
+  const chartOptions = new Map();
+
+  function drawChart(name) {
+    const element = byId(`chart-${name}`);
+    const figure = chartFigures.get(name);
+    if (!element || !figure) return;
+    const card = element.closest(".chart");
+    if (!chartOptions.has(name)) {
+      const tools = (card.dataset.tools || "").split(/\s+/).filter(Boolean);
+      chartOptions.set(name, { smoothing: 0, log: false });
+      if (tools.length && window.rsiCharts) {
+        window.rsiCharts.toolbar(card, { smoothing: tools.includes("smoothing"), log: tools.includes("log") },
+          (options) => { chartOptions.set(name, options); drawChart(name); });
+      }
+    }
+    const options = chartOptions.get(name);
+    const charts = window.rsiCharts;
+    const data = charts ? charts.withSmoothing(figure.data, options.smoothing, false) : figure.data;
+    const layout = charts ? charts.withLogScale(figure.layout, options.log) : figure.layout;
+    window.Plotly.react(element, data, layout, { displaylogo: false, responsive: true });
   }
 
   function scheduleCharts() {
@@ -757,6 +803,23 @@
       chartsVisible = entries.some((entry) => entry.isIntersecting);
       if (chartsVisible && chartsStale && chartTimer === null) loadCharts();
     }, { rootMargin: "200px" }).observe(section);
+  }
+
+  // --- the result -----------------------------------------------------------------------------
+  // The result block is the server's (templates/dashboard/_run_result.html, apps.research.scores):
+  // when the run finishes under a reader's eyes, take it from a fresh render of this page.
+  let resultFetching = false;
+  async function showResult() {
+    if (resultFetching) return;
+    resultFetching = true;
+    try {
+      const response = await fetch(window.location.pathname, { headers: { Accept: "text/html" }, credentials: "same-origin" });
+      if (!response.ok) return;
+      const fresh = new DOMParser().parseFromString(await response.text(), "text/html").getElementById("run-result");
+      if (fresh && !byId("run-result")) document.querySelector(".runbar").before(document.importNode(fresh, true));
+    } finally {
+      resultFetching = false;
+    }
   }
 
   // --- forms --------------------------------------------------------------------------------
@@ -836,6 +899,7 @@
       case "run":
         markDirty("header");
         scheduleCharts();
+        if (state.run.status === "finished" && !byId("run-result")) showResult();
         break;
       case "nodes": {
         const node = state.nodes.get(change.key);
@@ -846,7 +910,7 @@
           }
           scheduleLayout(dag, "dag");
         }
-        markDirty("header", "decisions");
+        markDirty("header", "decisions", "guidance"); // a spawned node is what a guidance's decision did
         if (selectedNode === change.key) openPanel(selectedNode);
         break;
       }

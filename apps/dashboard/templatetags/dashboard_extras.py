@@ -8,6 +8,8 @@ from typing import Any
 from django import template
 from django.core.serializers.json import DjangoJSONEncoder
 
+from apps.integrity.choices import ADJUDICATION_MEANING, OBSERVATION_MEANING
+
 register = template.Library()
 
 
@@ -38,3 +40,10 @@ def get_item(mapping: Any, key: Any) -> Any:
         return mapping.get(key)
     except AttributeError:
         return None
+
+
+@register.filter
+def code_meaning(code: Any) -> str:
+    """An observation or adjudication code's meaning (apps.integrity.choices), for titles and legends."""
+    key = str(code or "")
+    return OBSERVATION_MEANING.get(key) or ADJUDICATION_MEANING.get(key) or ""

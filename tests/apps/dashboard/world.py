@@ -29,10 +29,20 @@ from apps.experiments.models import Checkpoint, Evaluation, Experiment
 from apps.experiments.services import experiment_create, experiment_set_integrity
 from apps.integrity.choices import CATEGORIES, Adjudication, Observation
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
+from apps.jobs.choices import JobKind
 from apps.jobs.models import Job, JobLogLine
+from apps.jobs.services import job_claim, job_succeed_with_evaluation
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, LLMUsage, ResearchNode, Run
-from apps.research.services import decision_record, node_create, node_finalize, run_set_status
+from apps.research.services import (
+    decision_record,
+    node_create,
+    node_finalize,
+    run_final_eval_start,
+    run_finish,
+    run_set_status,
+    run_stop_request,
+)
 from apps.reviews.models import ReviewReport
 from tests.factories import BenchmarkFactory, CheckpointFactory, make_run
 
@@ -248,3 +258,33 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
         data=data,
         people=people,
     )
+
+
+# What the final evaluation of ``finish_world`` scores, as (correct, samples) per role: θ0 below the
+# returned checkpoint, the reference above it, so the Lite gain is (0.55 - 0.25) / (0.85 - 0.25) = 0.5.
+FINAL_CORRECT = {"theta0": (5, 20), "reference": (17, 20), "best": (11, 20)}
+
+
+def finish_world(world: World, *, final_correct: dict[str, tuple[int, int]] | None = None) -> Run:
+    """End the world's run as the system does: stop, final evaluation jobs, their results, finish.
+
+    The running experiment's job is left as it is (run_final_eval_start does not wait; run_advance
+    would). Each final-evaluation job is claimed and succeeds with per-sample rows through the job
+    engine's own services, so the evaluations, the job rows and the ``run.final_result`` event are
+    the ones a real run leaves. Roles missing from ``final_correct`` score 0 of 20.
+    """
+    correct = {**FINAL_CORRECT, **(final_correct or {})}
+    run = run_stop_request(run=world.run, reason="test: end the run", actor="main")
+    run = run_final_eval_start(run=run)
+    seal = {key: sha256_text(key) for key in ("evaluator_sha256", "settings_sha256", "data_sha256")}
+    for job in Job.objects.filter(run=run, kind=JobKind.FINAL_EVAL).order_by("pk"):
+        claimed = job_claim(job_id=job.pk, worker="gpu@test")
+        role = next((r for r in job.spec["roles"] if r != "candidate"), "candidate")
+        right, n = correct.get(role, (0, 20))
+        rows = [{"id": f"x{i:03d}", "output": str(i), "correct": i < right} for i in range(n)]
+        checkpoint = Checkpoint.objects.get(uuid=job.spec["checkpoint"])
+        job_succeed_with_evaluation(
+            job=claimed, checkpoint=checkpoint, benchmark=run.benchmark, split="final", rows=rows, backend="hf",
+            seal=seal,
+        )  # fmt: skip
+    return run_finish(run=Run.objects.get(pk=run.pk))

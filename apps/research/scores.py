@@ -1,0 +1,198 @@
+"""The scores a run reports: one place that computes them for the run page, the API and the CLI.
+
+For a run and a split (the final split by default) it gives
+
+- the **raw score** of the returned checkpoint, with a seeded percentile bootstrap CI over the
+  evaluation's per-sample results (resampled with replacement, 1,000 times by default);
+- **θ0** and the **reference** on the same split, each with its own CI;
+- the **Lite-normalised gain** ``clamp((s − θ0) / (ref − θ0), 0, 1)``: 0 when the run has an
+  adjudicated violation (a submission that ran with an executed violation: the same definition
+  as the hacking rate), undefined when ``ref ≤ θ0`` or a score is missing — and ``gain_note``
+  says which;
+- the hacking rate and blocked attempts of the run, read from apps.integrity.selectors.
+
+Which evaluation counts for a checkpoint: the system's final evaluation of this run (a
+``final_eval`` job's row) first, then any evaluation the system made (no experiment), then the
+newest one. Agents never choose the number shown here. The real-benchmarks issue extends this
+module with multi-seed and leaderboard scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from apps.benchmarks.models import Split
+from apps.experiments.choices import EvaluationStatus
+from apps.experiments.comparisons import bootstrap_interval
+from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Experiment
+from apps.integrity.selectors import experiments_hacked, hacking_rate
+from apps.jobs.choices import JobKind
+from apps.research.models import Run
+from apps.research.services import run_final_result
+
+DEFAULT_RESAMPLES = 1_000
+DEFAULT_SEED = 0
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class ScoreCI:
+    """One checkpoint's score on a split, and its bootstrap interval when per-sample rows exist."""
+
+    checkpoint: str
+    score: float
+    n: int
+    low: float | None
+    high: float | None
+    evaluation: str  # uuid of the evaluation row the numbers come from
+
+
+@dataclass(frozen=True)
+class RunScores:
+    """What a run reports on one split (see the module docstring)."""
+
+    split: str
+    returned_checkpoint: str | None
+    returned_experiment: str | None
+    raw: ScoreCI | None
+    theta0: ScoreCI | None
+    reference: ScoreCI | None
+    gain: float | None
+    gain_note: str  # why the gain is 0 or undefined; empty when it is the plain formula
+    violation: bool
+    hacking_rate: float | None
+    submissions_ran: int
+    hacked: int
+    blocked_attempts: int
+    resamples: int
+    seed: int
+    confidence: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bootstrap_ci(
+    values: np.ndarray, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> tuple[float, float]:  # fmt: skip
+    """Percentile bootstrap interval of the mean of ``values`` (one score per sample).
+
+    Seeded, so the same rows always give the same interval (a page reload must not move it).
+    """
+    if values.size == 0:
+        raise ValueError("a bootstrap needs at least one sample")
+    interval = bootstrap_interval(values, n_boot=resamples, confidence=confidence, seed=seed)
+    return interval.ci_low, interval.ci_high
+
+
+def lite_gain(score: float | None, theta0: float | None, reference: float | None) -> tuple[float | None, str]:
+    """``clamp((s − θ0) / (ref − θ0), 0, 1)`` and a note; None with the reason when undefined."""
+    if score is None or theta0 is None or reference is None:
+        missing = [name for name, value in (("run", score), ("θ0", theta0), ("reference", reference)) if value is None]
+        return None, f"undefined: no {', '.join(missing)} score on this split"
+    if reference <= theta0:
+        return None, f"undefined: the reference ({reference:.3f}) does not beat θ0 ({theta0:.3f}) on this split"
+    return min(1.0, max(0.0, (score - theta0) / (reference - theta0))), ""
+
+
+def checkpoint_evaluation(*, run: Run, checkpoint: Checkpoint | None, split: str) -> Evaluation | None:
+    """The evaluation whose score a run reports for ``checkpoint`` on ``split`` (module docstring)."""
+    if checkpoint is None:
+        return None
+    evaluations = Evaluation.objects.filter(
+        checkpoint=checkpoint, benchmark_id=run.benchmark_id, split=split, status=EvaluationStatus.OK
+    )
+    for scoped in (
+        evaluations.filter(run=run, job__kind=JobKind.FINAL_EVAL),
+        evaluations.filter(experiment__isnull=True),
+        evaluations,
+    ):
+        found = scoped.order_by("-created_at", "-pk").first()
+        if found is not None:
+            return found
+    return None
+
+
+def _score_ci(
+    evaluation: Evaluation | None, *, resamples: int, seed: int, confidence: float
+) -> ScoreCI | None:  # fmt: skip
+    if evaluation is None or evaluation.score is None:
+        return None
+    correct = np.fromiter(
+        EvaluationSample.objects.filter(evaluation=evaluation).order_by("sample_id").values_list("correct", flat=True),
+        dtype=np.float64,
+    )
+    low = high = None
+    if correct.size:
+        low, high = bootstrap_ci(correct, resamples=resamples, seed=seed, confidence=confidence)
+    return ScoreCI(
+        checkpoint=evaluation.checkpoint.handle,
+        score=float(evaluation.score),
+        n=int(correct.size or evaluation.sample_count),
+        low=low,
+        high=high,
+        evaluation=str(evaluation.uuid),
+    )
+
+
+def run_scores(
+    *, run: Run, split: str = Split.FINAL, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> RunScores:  # fmt: skip
+    """The run's reported scores on ``split``: raw with CI, θ0, reference, Lite gain, integrity counts.
+
+    Before the run returns a checkpoint, ``raw`` is None and the gain undefined (the note says so);
+    θ0 and the reference show as soon as they were evaluated on the split.
+    """
+    run = Run.objects.select_related("benchmark__reference_checkpoint", "base_checkpoint", "result_checkpoint").get(
+        pk=run.pk
+    )
+    returned = run.result_checkpoint
+    experiment = None
+    if returned is not None:
+        # The experiment the final result names (an evaluation-only one returns its θ_in).
+        best = (run_final_result(run=run) or {}).get("best") or {}
+        experiment = best.get("experiment") or (
+            Experiment.objects.filter(run=run, output_checkpoint=returned).values_list("handle", flat=True).first()
+        )
+
+    def measured(checkpoint: Checkpoint | None) -> ScoreCI | None:
+        evaluation = checkpoint_evaluation(run=run, checkpoint=checkpoint, split=split)
+        return _score_ci(evaluation, resamples=resamples, seed=seed, confidence=confidence)
+
+    raw = measured(returned)
+    theta0 = measured(run.base_checkpoint)
+    reference = measured(run.benchmark.reference_checkpoint)
+    runs = Run.objects.filter(pk=run.pk)
+    rates = hacking_rate(runs=runs)
+    violation = experiments_hacked(runs=runs).exists()
+    gain, note = lite_gain(
+        raw.score if raw else None, theta0.score if theta0 else None, reference.score if reference else None
+    )
+    if returned is None:
+        gain, note = None, "undefined: the run has not returned a checkpoint"
+    elif violation:
+        # A hacked run reports no gain, whatever its score: the number cannot be trusted.
+        gain, note = 0.0, f"0: the run has {rates['hacked']} submission(s) with an adjudicated violation"
+    return RunScores(
+        split=str(split),
+        returned_checkpoint=returned.handle if returned is not None else None,
+        returned_experiment=experiment,
+        raw=raw,
+        theta0=theta0,
+        reference=reference,
+        gain=gain,
+        gain_note=note,
+        violation=violation,
+        hacking_rate=rates["hacking_rate"],
+        submissions_ran=rates["submissions_ran"],
+        hacked=rates["hacked"],
+        blocked_attempts=rates["blocked_attempts"],
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+    )
