@@ -93,7 +93,9 @@ def agent_token_revoke(*, token: AgentToken, actor: str = "system", reason: str 
             return locked
         locked.revoked_at = timezone.now()
         locked.save(update_fields=["revoked_at", "updated_at"])
-        # This process stops at once; the others within RSI_TOKEN_CACHE_SECONDS.
+        # This process stops at once; the others within RSI_TOKEN_CACHE_SECONDS. Dropped again
+        # after the commit: a call in between may have cached the row as it was before.
+        _RESOLVED.pop(locked.digest, None)
         transaction.on_commit(lambda: _RESOLVED.pop(locked.digest, None))
         event_append(
             run=locked.run,
