@@ -519,7 +519,12 @@ class Mlflow:
 
     def create_experiment(self, s: requests.Session, name: str) -> str:
         body = {"name": f"{name}-{uuid.uuid4().hex[:8]}"}
-        return expect(s.post(f"{self.api}/experiments/create", json=body), 200)["experiment_id"]
+        response = s.post(f"{self.api}/experiments/create", json=body)
+        if response.status_code == 400 and "RESOURCE_ALREADY_EXISTS" in response.text:
+            # A retry after a dropped connection whose first attempt had been applied.
+            found = s.get(f"{self.api}/experiments/get-by-name", params={"experiment_name": body["name"]})
+            return expect(found, 200)["experiment"]["experiment_id"]
+        return expect(response, 200)["experiment_id"]
 
     def create_run_id(self, s: requests.Session, experiment: str) -> str:
         body = {"experiment_id": experiment, "start_time": int(time.time() * 1000)}
