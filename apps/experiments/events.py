@@ -161,10 +161,9 @@ def _seal_after_commit(key: str, chain_id: int) -> None:
     (whose rollback takes this event too).
     """
     if connection.in_atomic_block:
-        for _, callback, _ in connection.run_on_commit:
-            if isinstance(callback, _ChainRecheck) and callback.chain_id == chain_id:
-                callback.needed = True
-                return
+        for _, callback in _pending_rechecks(chain_id):
+            callback.needed = True
+            return
     transaction.on_commit(_ChainRecheck(key, chain_id))
 
 
@@ -179,9 +178,20 @@ def _seal_recheck_drop(chain_id: int) -> None:
     if not connection.in_atomic_block:
         return
     savepoints = set(connection.savepoint_ids)
-    for sids, callback, _ in connection.run_on_commit:
-        if isinstance(callback, _ChainRecheck) and callback.chain_id == chain_id and sids == savepoints:
+    for sids, callback in _pending_rechecks(chain_id):
+        if sids == savepoints:
             callback.needed = False
+
+
+def _pending_rechecks(chain_id: int) -> list[tuple[set[str], _ChainRecheck]]:
+    """The chain's re-checks among the callbacks waiting for this transaction's commit."""
+    # Django's entries are (savepoint ids, callback, robust); its stubs know only two of them.
+    entries: list[tuple[Any, ...]] = list(connection.run_on_commit)
+    return [
+        (entry[0], entry[1])
+        for entry in entries
+        if isinstance(entry[1], _ChainRecheck) and entry[1].chain_id == chain_id
+    ]
 
 
 def _seal_batch(chain: EventChain) -> int:
