@@ -338,8 +338,12 @@ def build_ours(base: str, *, list_size: int, history: int) -> OursWorld:
 
     run = make_run(name="api-vs-mlflow", max_parallel_workers=20)
     run = run_set_status(run=run, status=RunStatus.RUNNING, actor="bench")
-    # Every eval-only submission spends one feedback evaluation of the submitting Worker.
-    Run.objects.filter(pk=run.pk).update(policy={**run.policy, "feedback_evals_per_worker": 10**6})
+    # Every eval-only submission spends one feedback evaluation: of the Worker, of the checkpoint
+    # and of the run (the run policy's quotas, docs/run-policy.md).
+    unlimited = dict.fromkeys(
+        ("feedback_evals_per_worker", "feedback_evals_per_checkpoint", "feedback_evals_per_run"), 10**6
+    )
+    Run.objects.filter(pk=run.pk).update(policy={**run.policy, **unlimited})
 
     def worker(task: str) -> tuple[Any, str]:
         node = node_create(run=run, kind=NodeKind.WORKER, task=task)
