@@ -26,6 +26,15 @@ read a 10,000 history  POST /api/v1/tools/experiment_metrics_read            met
 list 1,000 records     GET /api/v1/experiments/?limit=1000                   runs/search (max_results 1000)
 tiny GET               GET /healthz                                          GET /health
 =====================  ====================================================  ===========================
+
+The floor (issue 14): ``POST /bench/floor`` on the same rsiweb server (bench/_floor_urls.py, served
+with bench/_settings_floor.py) parses a JSON point, INSERTs one row and COMMITs. It is measured in
+the same interleaved slices as the single appends, with the same clients, so the append's cost
+over "HTTP plus one durable commit" is read from one run.
+
+MLflow's multi-worker server restarts a worker under load now and then; a request that meets a
+dropped connection is retried (at most ``RETRIES`` times, ``Session``) and counted, and the
+counts are printed.
 """
 
 from __future__ import annotations
@@ -76,6 +85,7 @@ class Figure:
     wall: float
     load: float
     unit_per_call: int = 1  # records per request (1,000 for a batch)
+    retries: int = 0  # requests repeated after a dropped connection (included in their latency)
 
     @property
     def per_second(self) -> float:
@@ -92,6 +102,34 @@ class Figure:
 
 # Call numbers are unique across the whole run: MLflow's steps and our file names come from them.
 counter = iter(range(10**9))
+RETRIES = 5
+retried = {"count": 0}
+_retried_lock = threading.Lock()
+# A worker that is restarted drops its connections: refused, reset, or cut mid-answer.
+_DROPPED = (requests.ConnectionError, requests.exceptions.ChunkedEncodingError)
+
+
+class Session(requests.Session):
+    """A keep-alive session that repeats a request whose connection dropped, and counts it.
+
+    MLflow's multi-worker server restarts a worker under load now and then. Only dropped
+    connections are retried, never an answer with a bad status. Repeating a request that may
+    already have been applied is harmless here: appends are idempotent per (key, step) on our
+    side, creates carry an Idempotency-Key (the same one on the retry), and an extra MLflow run
+    or metric point does not change what is measured.
+    """
+
+    def request(self, *args: Any, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        for attempt in range(RETRIES + 1):
+            try:
+                return super().request(*args, **kwargs)
+            except _DROPPED:
+                if attempt == RETRIES:
+                    raise
+                with _retried_lock:
+                    retried["count"] += 1
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
 
 
 def measure(
@@ -113,6 +151,7 @@ def measure(
     for session in sessions:  # open the connection and warm the server's code paths
         for _ in range(warmup):
             call(session, next_index())
+    retries_before = retried["count"]
     latencies: list[float] = []
     errors: list[BaseException] = []
     share = [calls // clients + (1 if i < calls % clients else 0) for i in range(clients)]
@@ -143,7 +182,7 @@ def measure(
         session.close()
     if errors:
         raise errors[0]
-    return Figure(latencies=latencies, wall=wall, load=loadavg())
+    return Figure(latencies=latencies, wall=wall, load=loadavg(), retries=retried["count"] - retries_before)
 
 
 def expect(response: requests.Response, *codes: int) -> dict[str, Any]:
@@ -212,11 +251,11 @@ def ensure_mlflow_venv() -> Path:
 
 
 def start_rsiweb(port: int, processes: int) -> subprocess.Popen:
-    """``manage.py serve`` (uvicorn), as compose.yaml and ``manage.py demo`` run it."""
+    """``manage.py serve`` (uvicorn), as compose.yaml and ``manage.py demo`` run it, plus the floor endpoint."""
     log = Path("/tmp/bench-api-rsiweb.log")
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "rsiweb.settings.base",
+        "DJANGO_SETTINGS_MODULE": "bench._settings_floor",
         "DATABASE_URL": f"{PG}/{API_DB}",
         "SECRET_KEY": SECRET,
         "RSI_DATA_DIR": str(DATA_DIR),
@@ -280,6 +319,12 @@ def django_setup() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from django.db import connection
+
+    from bench._floor_urls import CREATE_FLOOR_TABLE
+
+    with connection.cursor() as cursor:
+        cursor.execute(CREATE_FLOOR_TABLE)
 
 
 def build_ours(base: str, *, list_size: int, history: int) -> OursWorld:
@@ -293,8 +338,12 @@ def build_ours(base: str, *, list_size: int, history: int) -> OursWorld:
 
     run = make_run(name="api-vs-mlflow", max_parallel_workers=20)
     run = run_set_status(run=run, status=RunStatus.RUNNING, actor="bench")
-    # Every eval-only submission spends one feedback evaluation of the submitting Worker.
-    Run.objects.filter(pk=run.pk).update(policy={**run.policy, "feedback_evals_per_worker": 10**6})
+    # Every eval-only submission spends one feedback evaluation: of the Worker, of the checkpoint
+    # and of the run (the run policy's quotas, docs/run-policy.md).
+    unlimited = dict.fromkeys(
+        ("feedback_evals_per_worker", "feedback_evals_per_checkpoint", "feedback_evals_per_run"), 10**6
+    )
+    Run.objects.filter(pk=run.pk).update(policy={**run.policy, **unlimited})
 
     def worker(task: str) -> tuple[Any, str]:
         node = node_create(run=run, kind=NodeKind.WORKER, task=task)
@@ -337,7 +386,7 @@ class Ours:
         self._lock = threading.Lock()
 
     def session(self, token: str | None = None) -> requests.Session:
-        s = requests.Session()
+        s = Session()
         if token:
             s.headers["Authorization"] = f"Bearer {token}"
         return s
@@ -400,6 +449,21 @@ class Ours:
             raise RuntimeError(f"listed {rows} experiments, expected {self.list_size}")
 
 
+class Floor:
+    """``POST /bench/floor`` on the rsiweb server: a JSON point, one INSERT, one COMMIT."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def session(self) -> requests.Session:
+        return Session()
+
+    def append(self, s: requests.Session, i: int) -> None:
+        point = {"key": "loss", "step": i, "value": random.random()}
+        if expect(s.post(f"{self.base}/bench/floor", json=point), 200)["logged"] != 1:
+            raise RuntimeError(f"floor {i}: not logged")
+
+
 # --- MLflow ---------------------------------------------------------------------------------------
 
 
@@ -412,7 +476,7 @@ class Mlflow:
         self.history = history
         self.list_size = list_size
         self.batch_size = batch_size
-        s = requests.Session()
+        s = Session()
         self.experiment = self.create_experiment(s, "bench")
         self.metric_run = self.create_run_id(s, self.experiment)
         self.client_runs = [self.create_run_id(s, self.experiment) for _ in range(clients)]
@@ -435,7 +499,7 @@ class Mlflow:
         s.close()
 
         def fill(indices: range) -> None:
-            session = requests.Session()
+            session = Session()
             for i in indices:
                 run_id = self.create_run_id(session, self.list_experiment)
                 expect(
@@ -459,18 +523,23 @@ class Mlflow:
 
     def create_experiment(self, s: requests.Session, name: str) -> str:
         body = {"name": f"{name}-{uuid.uuid4().hex[:8]}"}
-        return expect(s.post(f"{self.api}/experiments/create", json=body), 200)["experiment_id"]
+        response = s.post(f"{self.api}/experiments/create", json=body)
+        if response.status_code == 400 and "RESOURCE_ALREADY_EXISTS" in response.text:
+            # A retry after a dropped connection whose first attempt had been applied.
+            found = s.get(f"{self.api}/experiments/get-by-name", params={"experiment_name": body["name"]})
+            return expect(found, 200)["experiment"]["experiment_id"]
+        return expect(response, 200)["experiment_id"]
 
     def create_run_id(self, s: requests.Session, experiment: str) -> str:
         body = {"experiment_id": experiment, "start_time": int(time.time() * 1000)}
         return expect(s.post(f"{self.api}/runs/create", json=body), 200)["run"]["info"]["run_id"]
 
     def session(self) -> requests.Session:
-        return requests.Session()
+        return Session()
 
     def appender(self) -> requests.Session:
         """Each concurrent client logs into its own run, as eight training processes would."""
-        s = requests.Session()
+        s = Session()
         with self._lock:
             s.bench_run = self.client_runs[next(self._client) % len(self.client_runs)]  # type: ignore[attr-defined]
         return s
@@ -540,6 +609,8 @@ ROWS = [
 
 def operations(side: Any, *, ours: bool) -> dict[str, tuple[Callable[[], requests.Session], Callable[..., None]]]:
     """Per figure: how a client session is made on this side, and the call it repeats."""
+    if isinstance(side, Floor):  # the floor only has single appends
+        return {"append1": (side.session, side.append), "append8": (side.session, side.append)}
     writer = side.submitter if ours else side.session
     reader = side.lister if ours else side.session
     return {
@@ -558,6 +629,7 @@ def merge(parts: list[Figure]) -> Figure:
         latencies=[x for p in parts for x in p.latencies],
         wall=sum(p.wall for p in parts),
         load=statistics.mean(p.load for p in parts),
+        retries=sum(p.retries for p in parts),
     )
 
 
@@ -572,8 +644,8 @@ def compare(sides: dict[str, Any], args: argparse.Namespace) -> dict[str, dict[s
     for key, label, count_attr, clients, _ in ROWS:
         total = getattr(args, count_attr)
         rounds = max(1, min(args.rounds, total // max(clients, 1)))
-        parts: dict[str, list[Figure]] = {name: [] for name in sides}
-        order = list(sides)
+        order = [name for name in sides if key in ops[name]]
+        parts: dict[str, list[Figure]] = {name: [] for name in order}
         for r in range(rounds):
             calls = total // rounds + (1 if r < total % rounds else 0)
             for name in order if r % 2 == 0 else order[::-1]:
@@ -581,12 +653,12 @@ def compare(sides: dict[str, Any], args: argparse.Namespace) -> dict[str, dict[s
                 warmup = 1 if key == "batch" else 3
                 parts[name].append(measure(make_session, call, calls=calls, clients=clients, warmup=warmup))
         print(f"{label} ({clients} client{'s' if clients > 1 else ''}):", flush=True)
-        for name in sides:
+        for name in order:
             figure = results[name][key] = merge(parts[name])
             print(
                 f"  {name:12s} {figure.per_second:9.1f} req/s  min {min(figure.latencies) * 1000:7.2f}"
                 f"  p50 {figure.p50:8.2f}  p95 {figure.p95:8.2f} ms"
-                f"  (n={len(figure.latencies)}, load {figure.load:.1f})",
+                f"  (n={len(figure.latencies)}, load {figure.load:.1f}, retried {figure.retries})",
                 flush=True,
             )
     return results
@@ -624,6 +696,7 @@ def main() -> None:
         world = build_ours(f"http://127.0.0.1:{port}", list_size=args.list_size, history=args.history)
         servers.append(start_rsiweb(port, args.processes))
         sides["rsiweb"] = Ours(world, history=args.history, list_size=args.list_size, batch_size=args.batch_size)
+        sides["floor"] = Floor(world.base)
         for workers in [int(w) for w in args.mlflow_workers.split(",")]:
             database = f"{MLFLOW_DB}_w{workers}"
             print(
@@ -653,7 +726,8 @@ def flush_redis() -> None:
 
 def report(results: dict[str, dict[str, Figure]]) -> None:
     ours = results.get("rsiweb")
-    others = [k for k in results if k != "rsiweb"]
+    floor = results.get("floor", {})
+    others = [k for k in results if k not in ("rsiweb", "floor")]
     if ours is None or not others:
         return
     print("\nrequests/s (higher is better); ratio = rsiweb / the faster MLflow configuration")
@@ -670,6 +744,20 @@ def report(results: dict[str, dict[str, Figure]]) -> None:
     for key, label, _, _, _ in ROWS:
         cells = " ".join(f"{results[k][key].p50:11.2f}" for k in others)
         print(f"{label:32s} {ours[key].p50:9.2f} {cells}")
+    print("\nsingle append against the floor (one INSERT + COMMIT on the same server); target <= 1.6x")
+    for key in ("append1", "append8"):
+        if key not in floor:
+            continue
+        label = next(label for k, label, *_ in ROWS if k == key)
+        p50 = ours[key].p50 / floor[key].p50
+        rate = floor[key].per_second / ours[key].per_second
+        print(
+            f"{label:32s} floor p50 {floor[key].p50:6.2f} ms, {floor[key].per_second:7.1f} req/s;"
+            f" rsiweb/floor p50 {p50:4.2f}x, throughput {rate:4.2f}x {'met' if p50 <= 1.6 else 'NOT met'}"
+        )
+    print("\nrequests retried after a dropped connection:")
+    for name, figures in results.items():
+        print(f"  {name:12s} {sum(f.retries for f in figures.values())}")
 
 
 if __name__ == "__main__":

@@ -124,12 +124,20 @@ class ArtifactStore:
                 self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
                 self.fs.put_file(str(path), target)
             self.fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
-            try:
-                self.fs.mv(tmp, dest, recursive=True)
-            except OSError:
-                # A concurrent writer moved the same content-addressed tree into place first.
-                if not self.fs.exists(dest):
-                    raise
+            if self.is_local:
+                try:
+                    self.fs.mv(tmp, dest, recursive=True)
+                except OSError:
+                    # A concurrent writer moved the same content-addressed tree into place first.
+                    if not self.fs.exists(dest):
+                        raise
+            else:
+                # An object store has no directory to rename (fsspec's mv of a prefix fails on
+                # S3): each object is copied into place on the server. Nobody reads the tree
+                # half-copied, because its URI reaches the database only once this returns.
+                for path in files:
+                    relative = path.relative_to(src).as_posix()
+                    self.fs.copy(f"{tmp}/{relative}", f"{dest}/{relative}")
         finally:
             if self.fs.exists(tmp):
                 self.fs.rm(tmp, recursive=True)

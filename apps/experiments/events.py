@@ -4,7 +4,8 @@ Each event stores ``content_sha256 = sha256(canonical_json(content))`` and, once
 ``hash = sha256(f"{prev_hash}:{seq}:{content_sha256}")``. Events are inserted with the state
 change they record and sealed into the chain by one sealer at a time (:func:`chain_seal`), so
 concurrent writers — processes, not just threads — never fork the chain; the unique
-(chain, seq) constraint backs that up.
+(chain, seq) constraint backs that up. A writer that gets the chain's lock inserts its event
+already sealed; one that does not inserts it unsealed and seals after its commit.
 """
 
 from __future__ import annotations
@@ -85,10 +86,11 @@ def event_append(
 ) -> Event:
     """Append one event to the run's chain, committed with the caller's transaction.
 
-    The row is inserted unsealed; it is sealed into the chain right away when no outer
-    transaction is open, else as soon as that transaction commits (read ``seq``/``hash`` back
-    from the database when needed). Writers never hold the chain lock across their own
-    commit, so appends do not serialise on one fsync each.
+    When no other transaction is sealing the chain, the row is inserted sealed and the chain's
+    lock stays with the caller's transaction until it ends. Otherwise it is inserted unsealed and
+    sealed right after the caller's commit, waiting for that other transaction to end (read
+    ``seq``/``hash`` back from the database when needed). Nobody waits for the lock inside a
+    transaction, so appends of different transactions do not serialise on one fsync each.
     """
     key = chain_key(run)
     event = Event(
@@ -107,54 +109,89 @@ def event_append(
     event.arguments = json.loads(canonical_json(event.arguments))
     event.content_sha256 = content_hash(event_content(event, run_uuid=None if run is None else key))
     if connection.vendor == "postgresql":
-        # One round trip (and, outside a transaction, one commit): chain look-up, insert, and an
-        # attempt to seal at once that does not wait when another writer is sealing this chain.
+        # One round trip (and, outside a transaction, one commit): chain look-up, a seal of what is
+        # pending that does not wait when another writer is sealing this chain, and the insert.
         with connection.cursor() as cursor:
             cursor.execute(
                 _APPEND_SQL,
                 [key, event.run_id, event.created_at, type, actor, role, tool, canonical_json(event.arguments),
                  result_ref, event.content_sha256],
             )  # fmt: skip
-            event.pk, event.chain_id = cursor.fetchone()
+            event.pk, event.chain_id, sealed = cursor.fetchone()
         event._state.adding = False
     else:
         chain, _ = EventChain.objects.get_or_create(key=key)
         event.chain = chain
         with transaction.atomic():
             event.save(force_insert=True)
-            # Try to seal at once, inside the same transaction (see chain_seal for why nothing is lost).
+            # IMMEDIATE transactions serialise SQLite's writers: the seal always gets through.
             _seal_batch(chain)
-    # A sealer that skipped us because we had not committed yet is covered by this re-check.
-    _seal_after_commit(key, event.chain_id)
+        sealed = True
+    if sealed:
+        # Sealed under the chain's lock: an event skipped meanwhile is its own writer's to seal.
+        _seal_recheck_drop(event.chain_id)
+    else:
+        _seal_after_commit(key, event.chain_id)
     return event
 
 
 class _ChainRecheck:
-    """The after-commit re-check of one chain: ``chain_seal`` as an on_commit callback."""
+    """The after-commit re-check of one chain: ``chain_seal`` (waiting for the lock) as an on_commit callback."""
 
     def __init__(self, key: str, chain_id: int) -> None:
         self.key = key
         self.chain_id = chain_id
+        self.needed = True
 
     def __call__(self) -> None:
-        chain_seal(self.key, chain_id=self.chain_id)
+        if self.needed:
+            chain_seal(self.key, chain_id=self.chain_id, wait=True)
 
 
 def _seal_after_commit(key: str, chain_id: int) -> None:
     """Re-check the chain once the current transaction commits: once per chain, not per event.
 
-    One re-check after the commit seals every event of the chain that the transaction committed,
-    so an append finds its chain's re-check already pending and adds none. That pending callback
-    is as sure to run as a new one would be: Django drops the callbacks of a savepoint that rolls
-    back, so a callback still pending either commits with the outermost transaction or belongs
-    to a savepoint that is still open around this append (whose rollback takes this event too).
+    An append that found the chain being sealed by another transaction left its event unsealed;
+    that sealer may not see it (it was not committed), so this writer seals it after its own
+    commit, waiting for the sealer to finish. One re-check seals every event of the chain that
+    the transaction committed, so an append finds its chain's re-check already pending and adds
+    none. That pending callback is as sure to run as a new one would be: Django drops the
+    callbacks of a savepoint that rolls back, so a callback still pending either commits with
+    the outermost transaction or belongs to a savepoint that is still open around this append
+    (whose rollback takes this event too).
     """
-    if connection.in_atomic_block and any(
-        isinstance(callback, _ChainRecheck) and callback.chain_id == chain_id
-        for _, callback, _ in connection.run_on_commit
-    ):
-        return
+    if connection.in_atomic_block:
+        for _, callback in _pending_rechecks(chain_id):
+            callback.needed = True
+            return
     transaction.on_commit(_ChainRecheck(key, chain_id))
+
+
+def _seal_recheck_drop(chain_id: int) -> None:
+    """An append sealed under the chain's lock: a pending re-check of the same savepoint is moot.
+
+    The lock sealed this transaction's earlier events of the chain too, and stays held to its
+    end, so its later appends are sealed as they are inserted. Only a re-check registered in the
+    same savepoint is dropped: if this savepoint rolls back, the lock and its seals go with it,
+    and an outer re-check must still run.
+    """
+    if not connection.in_atomic_block:
+        return
+    savepoints = set(connection.savepoint_ids)
+    for sids, callback in _pending_rechecks(chain_id):
+        if sids == savepoints:
+            callback.needed = False
+
+
+def _pending_rechecks(chain_id: int) -> list[tuple[set[str], _ChainRecheck]]:
+    """The chain's re-checks among the callbacks waiting for this transaction's commit."""
+    # Django's entries are (savepoint ids, callback, robust); its stubs know only two of them.
+    entries: list[tuple[Any, ...]] = list(connection.run_on_commit)
+    return [
+        (entry[0], entry[1])
+        for entry in entries
+        if isinstance(entry[1], _ChainRecheck) and entry[1].chain_id == chain_id
+    ]
 
 
 def _seal_batch(chain: EventChain) -> int:
@@ -178,13 +215,14 @@ def _seal_batch(chain: EventChain) -> int:
     return len(pending)
 
 
-def chain_seal(key: str, *, chain_id: int | None = None) -> int:
+def chain_seal(key: str, *, chain_id: int | None = None, wait: bool = False) -> int:
     """Seal every committed, unsealed event of one chain, in insertion order; returns how many.
 
-    Safe from any process at any time. One sealer at a time extends a chain (a try-lock), and a
-    batch shares one transaction, so concurrent writers never queue one fsync each behind a
-    lock. A writer that finds the lock taken leaves: its event committed *before* it tried, and
-    the holder looks for pending events again *after* its commit, so nothing stays unsealed.
+    Safe from any process at any time. One sealer at a time extends a chain (a lock held to the
+    end of the sealing transaction), and a batch shares one transaction. Without ``wait`` a call
+    that finds the chain being sealed leaves at once (returns 0); with it, it waits for that
+    sealer's transaction to end and then seals, which is what a writer whose event was inserted
+    unsealed does after its commit, so nothing stays unsealed.
     """
     if chain_id is None:
         chain_id = EventChain.objects.filter(key=key).values_list("pk", flat=True).first()
@@ -193,10 +231,11 @@ def chain_seal(key: str, *, chain_id: int | None = None) -> int:
     sealed = 0
     if connection.vendor == "postgresql":
         # Each call is one round trip: it seals what is pending (0 when nothing is, -1 when another
-        # sealer holds the chain and will look again after its own commit).
+        # sealer holds the chain and ``wait`` is off).
+        function = "rsiweb_seal_chain_wait" if wait else "rsiweb_seal_chain"
         while True:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT rsiweb_seal_chain(%s)", [chain_id])
+                cursor.execute(f"SELECT {function}(%s)", [chain_id])
                 count = int(cursor.fetchone()[0])
             if count <= 0:
                 return sealed

@@ -239,15 +239,7 @@ def evaluation_record(
 MAX_METRIC_POINTS = 10_000
 
 
-def metric_points_log(*, experiment: Experiment, points: list[tuple[str, int, float]]) -> tuple[int, int]:
-    """Append (key, step, value) points to ``experiment``; returns (logged, already_there).
-
-    One INSERT for the whole batch. A point identical to one already logged is a no-op, so a
-    retried call is harmless; a different value for a logged (key, step) refuses the whole call
-    (409 ``metric_conflict``) — a logged value is never replaced. Call inside a transaction.
-    """
-    if not points:
-        return 0, 0
+def _metric_points_check(points: list[tuple[str, int, float]]) -> None:
     if len(points) > MAX_METRIC_POINTS:
         raise ApplicationError("too_many_points", f"At most {MAX_METRIC_POINTS} points per call; split the batch.")
     seen: set[tuple[str, int]] = set()
@@ -257,25 +249,77 @@ def metric_points_log(*, experiment: Experiment, points: list[tuple[str, int, fl
                 "duplicate_point", f"/points/{index}: {key} at step {step} appears twice in this call."
             )
         seen.add((key, step))
+
+
+def _metric_points_source(points: list[tuple[str, int, float]]) -> tuple[str, list[Any]]:
+    """The points as a row source with columns column1..3, and its parameters."""
     keys, steps, values = (list(column) for column in zip(*points, strict=True))
     if connection.vendor == "postgresql":
         # Three array parameters, whatever the batch size: nothing to parse per point.
-        source, params = (
-            "unnest(%s::text[], %s::bigint[], %s::float8[]) AS v(column1, column2, column3)",
-            [keys, steps, values],
-        )
-    else:  # SQLite: a VALUES list (its columns are column1.. too)
-        source = f"(VALUES {', '.join(['(%s, %s, %s)'] * len(points))}) AS v"
-        params = [item for point in points for item in point]
+        return "unnest(%s::text[], %s::bigint[], %s::float8[]) AS v(column1, column2, column3)", [keys, steps, values]
+    # SQLite: a VALUES list (its columns are column1.. too)
+    return f"(VALUES {', '.join(['(%s, %s, %s)'] * len(points))}) AS v", [x for point in points for x in point]
+
+
+_METRIC_INSERT = (
+    "INSERT INTO experiments_metricpoint (experiment_id, key, step, value, created_at) "
+    "SELECT {experiment}, column1, CAST(column2 AS BIGINT), CAST(column3 AS DOUBLE PRECISION), %s "
+    "FROM {source} ON CONFLICT (experiment_id, key, step) DO NOTHING RETURNING key, step"
+)
+
+
+def metric_points_log(*, experiment: Experiment, points: list[tuple[str, int, float]]) -> tuple[int, int]:
+    """Append (key, step, value) points to ``experiment``; returns (logged, already_there).
+
+    One INSERT for the whole batch. A point identical to one already logged is a no-op, so a
+    retried call is harmless; a different value for a logged (key, step) refuses the whole call
+    (409 ``metric_conflict``) — a logged value is never replaced. Call inside a transaction.
+    """
+    if not points:
+        return 0, 0
+    _metric_points_check(points)
+    source, params = _metric_points_source(points)
     # The pk is ours, an int.
+    with connection.cursor() as cursor:
+        cursor.execute(_METRIC_INSERT.format(experiment=int(experiment.pk), source=source), [timezone.now(), *params])
+        inserted = {(key, step) for key, step in cursor.fetchall()}
+    return _metric_points_settle(experiment, points, inserted)
+
+
+def metric_points_log_owned(
+    *, run: Run, owner: ResearchNode, handle: str, points: list[tuple[str, int, float]]
+) -> tuple[Experiment, int, int] | None:
+    """``metric_points_log`` on the experiment ``handle`` of ``run`` if ``owner`` owns it, else None.
+
+    On PostgreSQL the ownership check is part of the INSERT (one statement: the experiment is
+    found by run, handle and owner, and the points are inserted for it), because this is what
+    agents call most. None says only "not yours or not there"; the caller tells which.
+    """
+    if connection.vendor != "postgresql" or not points:
+        experiment = Experiment.objects.filter(run=run, handle=handle, owner=owner).only("pk", "uuid", "handle").first()
+        if experiment is None:
+            return None
+        return experiment, *metric_points_log(experiment=experiment, points=points)
+    _metric_points_check(points)
+    source, params = _metric_points_source(points)
+    insert = _METRIC_INSERT.format(experiment="e.id", source=f"e, {source}")
     sql = (
-        "INSERT INTO experiments_metricpoint (experiment_id, key, step, value, created_at) "
-        f"SELECT {int(experiment.pk)}, column1, CAST(column2 AS BIGINT), CAST(column3 AS DOUBLE PRECISION), %s "
-        f"FROM {source} ON CONFLICT (experiment_id, key, step) DO NOTHING RETURNING key, step"
+        "WITH e AS (SELECT id, uuid FROM experiments_experiment WHERE run_id = %s AND handle = %s AND owner_id = %s), "
+        f"ins AS ({insert}) SELECT e.id, e.uuid, ins.key, ins.step FROM e LEFT JOIN ins ON true"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [timezone.now(), *params])
-        inserted = {(key, step) for key, step in cursor.fetchall()}
+        cursor.execute(sql, [run.pk, handle, owner.pk, timezone.now(), *params])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    experiment = Experiment(pk=rows[0][0], uuid=rows[0][1], handle=handle, run_id=run.pk, owner_id=owner.pk)
+    inserted = {(key, step) for _, _, key, step in rows if key is not None}
+    return experiment, *_metric_points_settle(experiment, points, inserted)
+
+
+def _metric_points_settle(
+    experiment: Experiment, points: list[tuple[str, int, float]], inserted: set[tuple[str, int]]
+) -> tuple[int, int]:
     if len(inserted) == len(points):
         return len(points), 0
     # Some were there already: identical values are a retry, anything else a conflict.
@@ -284,7 +328,7 @@ def metric_points_log(*, experiment: Experiment, points: list[tuple[str, int, fl
     existing = {
         (key, step): value
         for key, step, value in MetricPoint.objects.filter(
-            experiment=experiment,
+            experiment_id=experiment.pk,
             key__in={key for key, _ in wanted},
             step__gte=min(seen_steps),
             step__lte=max(seen_steps),

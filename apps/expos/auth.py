@@ -4,7 +4,10 @@ A token is 256 random bits shown once; the database keeps its sha256 digest and 
 for logs. Lookups hash the presented token and find the row by the unique digest, so checking a
 token costs one indexed query and no slow password hash (the token is not guessable anyway).
 A token stops authenticating when revoked, when past ``expires_at``, or when its run has ended
-(finished, failed, stopped): agents of a closed run can no longer act.
+(finished, failed, stopped): agents of a closed run can no longer act. Each web process keeps a
+resolved token for ``RSI_TOKEN_CACHE_SECONDS`` (default 5) so most calls skip the look-up: a
+revocation, or the end of its run, takes effect in the revoking process at once and in the others
+within that many seconds; expiry is checked on every call.
 
 Agent tokens authenticate the REST API only. They never create a Django session, so they cannot
 open the UI or the admin; and people (sessions) cannot call agent tools (apps.expos.views).
@@ -12,6 +15,7 @@ open the UI or the admin; and people (sessions) cannot call agent tools (apps.ex
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import secrets
@@ -22,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
@@ -93,6 +98,10 @@ def agent_token_revoke(*, token: AgentToken, actor: str = "system", reason: str 
             return locked
         locked.revoked_at = timezone.now()
         locked.save(update_fields=["revoked_at", "updated_at"])
+        # This process stops at once; the others within RSI_TOKEN_CACHE_SECONDS. Dropped again
+        # after the commit: a call in between may have cached the row as it was before.
+        _RESOLVED.pop(locked.digest, None)
+        transaction.on_commit(lambda: _RESOLVED.pop(locked.digest, None))
         event_append(
             run=locked.run,
             type="token.revoked",
@@ -125,6 +134,39 @@ def agent_token_resolve(plaintext: str) -> AgentToken:
         # Conditional update: concurrent calls of one token write it once, and never a full save.
         AgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token
+
+
+# digest -> (monotonic time it was resolved, the token with its run and node). Entries are only
+# ever replaced whole, so threads of one process share it without a lock.
+_RESOLVED: dict[str, tuple[float, AgentToken]] = {}
+_RESOLVED_MAX = 10_000
+
+
+def agent_token_authenticate(plaintext: str) -> AgentToken:
+    """``agent_token_resolve`` behind a per-process cache of ``RSI_TOKEN_CACHE_SECONDS``.
+
+    A hit costs no query. Its price is a bounded lag: a token revoked in another process, or whose
+    run ended, still authenticates here until its entry is that old (this process drops it at
+    once on revocation). Expiry needs no look-up and is checked on every hit. Each caller gets
+    its own copy of the token, run and node, so no request sees another's changes to them.
+    """
+    ttl = float(getattr(settings, "RSI_TOKEN_CACHE_SECONDS", 0) or 0)
+    if ttl <= 0:
+        return agent_token_resolve(plaintext)
+    digest = token_digest(plaintext)
+    now = time.monotonic()
+    entry = _RESOLVED.get(digest)
+    if entry is None or now - entry[0] >= ttl:
+        token = agent_token_resolve(plaintext)
+        if len(_RESOLVED) >= _RESOLVED_MAX:
+            _RESOLVED.clear()  # a crude bound: refilling costs one look-up per live token
+        _RESOLVED[digest] = (now, token)
+        return copy.deepcopy(token)
+    token = entry[1]
+    if token.expires_at is not None and token.expires_at <= timezone.now():
+        _RESOLVED.pop(digest, None)
+        raise exceptions.AuthenticationFailed(f"Agent token {token.prefix}… expired at {token.expires_at.isoformat()}.")
+    return copy.deepcopy(token)
 
 
 @dataclass(frozen=True)
@@ -169,7 +211,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             plaintext = header[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("An agent token is ASCII.") from None
-        token = agent_token_resolve(plaintext)
+        token = agent_token_authenticate(plaintext)
         return AgentPrincipal(token), token
 
     def authenticate_header(self, request: Request) -> str:
@@ -205,12 +247,30 @@ class _LimiterOutage:
 _OUTAGE = _LimiterOutage()
 
 
+# GCRA (the generic cell rate algorithm) in one script, so a throttled call is one Redis round
+# trip and concurrent calls of one token cannot both read the same count: the key holds the
+# "theoretical arrival time" (ms, Redis's clock) of the next call; a call is let through while
+# that lies at most ``duration - interval`` ahead of now, which admits a burst of the full rate.
+# Returns 0 when allowed, else the milliseconds to wait.
+_GCRA = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local interval = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+if tat - now > burst then return math.ceil(tat - now - burst) end
+redis.call('SET', KEYS[1], string.format('%.3f', tat + interval), 'PX', math.ceil(tat + interval - now))
+return 0
+"""
+
+
 class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
     """Per-token rate limit, keyed by the token's digest; the rate is ``RSI_TOKEN_RATE`` ("600/min").
 
     People are not throttled here: the limit exists to keep a runaway agent loop from flooding the
-    database. The counts live in the Django cache (Redis when REDIS_URL is set, so all web
-    processes share them).
+    database. With Redis as the cache (REDIS_URL set, so all web processes share the counts) a
+    check is one script call (``_GCRA``); any other cache gets DRF's sliding window.
 
     When Redis is unreachable the limit *degrades open*: requests pass uncounted for at most
     ``RSI_RATE_LIMIT_FAIL_OPEN_SECONDS`` (60), recorded as a ``rate_limit.degraded`` event on each
@@ -229,12 +289,36 @@ class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
         try:
-            allowed = super().allow_request(request, view)
+            allowed = self._allow(request, view)
         except REDIS_TRANSIENT_ERRORS as exc:
             return _degrade_open(agent_token_of(request), exc)
         if _OUTAGE.since is not None:  # a read without the lock: the common case costs nothing
             _outage_over()
         return allowed
+
+    def _allow(self, request: Request, view: Any) -> bool:
+        # Django's Redis cache keeps its redis-py client behind ``_cache.get_client``.
+        get_client = getattr(getattr(cache, "_cache", None), "get_client", None)
+        if self.rate is None or get_client is None:
+            return super().allow_request(request, view)
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
+            return True
+        self._wait_ms = self._redis_wait_ms(get_client(write=True), self.key)
+        return self._wait_ms == 0
+
+    def _redis_wait_ms(self, client: Any, key: str) -> int:
+        """One round trip: 0 when the call is within the rate, else how long to wait (ms)."""
+        assert self.num_requests is not None
+        assert self.duration is not None
+        interval = self.duration * 1000 / self.num_requests
+        script = _gcra_script(client)
+        return int(script(keys=[cache.make_key(key)], args=[interval, self.duration * 1000 - interval], client=client))
+
+    def wait(self) -> float | None:
+        if hasattr(self, "_wait_ms"):
+            return self._wait_ms / 1000
+        return super().wait()
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         token = agent_token_of(request)
@@ -290,3 +374,14 @@ def _record_limiter_event(run: Run, type: str, arguments: dict[str, Any]) -> boo
         logger.warning("rate limiter: %s for run %s not recorded (database unavailable)", type, run.uuid)
         return False
     return True
+
+
+_SCRIPTS: dict[int, Any] = {}
+
+
+def _gcra_script(client: Any) -> Any:
+    """The registered script (EVALSHA, loaded on first use) per Redis client."""
+    script = _SCRIPTS.get(id(client))
+    if script is None:
+        script = _SCRIPTS[id(client)] = client.register_script(_GCRA)
+    return script

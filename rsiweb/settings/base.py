@@ -277,6 +277,9 @@ SPECTACULAR_SETTINGS = {
 }
 # Per agent token, e.g. "600/min"; empty turns the limit off.
 RSI_TOKEN_RATE = env.text("RSI_TOKEN_RATE", "600/min")
+# How long a web process reuses a resolved agent token (apps.expos.auth): the most a revocation,
+# or the end of the token's run, lags in the other processes. 0: look it up on every call.
+RSI_TOKEN_CACHE_SECONDS = env.integer("RSI_TOKEN_CACHE_SECONDS", 5)
 # Throttle counts (and any other cache use) are shared by all web processes through Redis.
 # Short socket timeouts: an unreachable Redis must fail a request's throttle check in seconds
 # (and the limiter then degrades open), not hang it.

@@ -7,9 +7,8 @@ from typing import Any
 
 from apps.core.errors import ApplicationError, PermissionDenied
 from apps.experiments.comparisons import aligned_correctness, paired_bootstrap
-from apps.experiments.models import Experiment
 from apps.experiments.selectors import metric_history, metric_keys
-from apps.experiments.services import metric_points_log
+from apps.experiments.services import metric_points_log_owned
 from apps.expos.payloads import job_brief, job_for, node_payload, run_decision, run_workers, scope_handles
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
@@ -323,17 +322,16 @@ MAX_HISTORY = 25_000
     errors=("unknown_experiment", "not_your_experiment", "duplicate_point", "metric_conflict"),
 )
 def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    experiment = (
-        Experiment.objects.filter(run=ctx.run, handle=args["experiment"]).only("pk", "uuid", "handle", "owner").first()
-    )
-    if experiment is None or experiment.owner_id != ctx.node.pk:
-        experiment_for(ctx, args["experiment"])  # 404 unless the caller may see it
-        raise PermissionDenied("not_your_experiment", "A Worker logs metrics only on its own experiments.")
     # Values are finite: the view refuses infinities.
     points = [(point["key"], point["step"], float(point["value"])) for point in args["points"]]
-    logged, unchanged = metric_points_log(experiment=experiment, points=points)
+    # Ownership is checked by the insert itself; only a refusal pays for telling 404 from 403.
+    logged = metric_points_log_owned(run=ctx.run, owner=ctx.node, handle=args["experiment"], points=points)
+    if logged is None:
+        experiment_for(ctx, args["experiment"])  # 404 unless the caller may see it
+        raise PermissionDenied("not_your_experiment", "A Worker logs metrics only on its own experiments.")
+    experiment, count, unchanged = logged
     ctx.result_ref = f"experiment:{experiment.uuid}"
-    return {"experiment": experiment.handle, "logged": logged, "unchanged": unchanged}
+    return {"experiment": experiment.handle, "logged": count, "unchanged": unchanged}
 
 
 @tool(

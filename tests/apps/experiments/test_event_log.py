@@ -6,6 +6,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -226,15 +228,19 @@ def test_both_backends_install_the_same_guards(tmp_path: Path):
 
 
 def _rechecks(chain_id: int) -> int:
-    return sum(isinstance(f, _ChainRecheck) and f.chain_id == chain_id for _, f, _ in connection.run_on_commit)
+    return sum(
+        isinstance(f, _ChainRecheck) and f.chain_id == chain_id and f.needed for _, f, _ in connection.run_on_commit
+    )
 
 
-def test_one_after_commit_recheck_per_chain_and_none_lost_with_a_savepoint(run):
+def test_an_append_sealed_under_the_lock_needs_no_recheck_and_none_is_lost_with_a_savepoint(run):
     events = append_some(run, 3)
     other = make_run(name="other run")
     event_append(run=other, type="test.happened", actor="worker_0001", role="worker")
-    assert _rechecks(events[0].chain_id) == 1
-    assert _rechecks(other.events.get(type="test.happened").chain_id) == 1
+    # Nobody else was sealing: every event was sealed as it was inserted, with no re-check pending.
+    assert all(event.hash for event in events)
+    assert _rechecks(events[0].chain_id) == 0
+    assert _rechecks(other.events.get(type="test.happened").chain_id) == 0
     fresh = EventChain.objects.create(key="test-fresh-chain")
 
     def recheck_twice_then_fail() -> None:
@@ -247,19 +253,58 @@ def test_one_after_commit_recheck_per_chain_and_none_lost_with_a_savepoint(run):
     with pytest.raises(RuntimeError):
         recheck_twice_then_fail()
     assert _rechecks(fresh.pk) == 0
-    _seal_after_commit(fresh.key, fresh.pk)  # so the next append registers one again
+    _seal_after_commit(fresh.key, fresh.pk)
     assert _rechecks(fresh.pk) == 1
+    # A re-check stays when a sealed append inside a savepoint (which may still roll back) follows
+    # it, and goes when one at its own level does.
+    chain = events[0].chain_id
+    _seal_after_commit(chain_key(run), chain)
+    with transaction.atomic():
+        event_append(run=run, type="test.inner", actor="worker_0001", role="worker")
+        assert _rechecks(chain) == 1
+    assert _rechecks(chain) == 1
+    event_append(run=run, type="test.outer", actor="worker_0001", role="worker")
+    assert _rechecks(chain) == 0
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_transaction_of_many_events_is_rechecked_once_per_chain_and_verifies():
+def test_a_transaction_of_many_events_seals_them_as_inserted_and_verifies():
     run = make_run()
     with CaptureQueriesContext(connection) as queries, transaction.atomic():  # commits inside the capture
         for i in range(4):
             event_append(run=run, type="test.happened", actor="worker_0001", role="worker", arguments={"i": i})
             event_append(type="test.global", actor="system", role="system", arguments={"i": i})
-    rechecks = [q["sql"] for q in queries if q["sql"].startswith("SELECT rsiweb_seal_chain")]
-    assert len(rechecks) == 2
+    assert not [q["sql"] for q in queries if "rsiweb_seal_chain" in q["sql"]]
     assert not Event.objects.filter(hash="").exists()
     assert chain_verify(chain_key(run)).ok
     assert chain_verify(GLOBAL_CHAIN).ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_append_that_finds_the_chain_taken_is_sealed_after_its_commit():
+    run = make_run()
+    event_append(run=run, type="test.first", actor="worker_0001", role="worker")
+    chain = EventChain.objects.get(key=chain_key(run))
+    held = threading.Event()
+
+    def another_sealer() -> None:
+        # Another transaction holds the chain's lock for a while, as a concurrent writer would.
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext('rsiweb-chain'), %s)", [chain.pk])
+                held.set()
+                time.sleep(1.5)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=another_sealer)
+    holder.start()
+    assert held.wait(30)
+    with transaction.atomic():
+        event = event_append(run=run, type="test.blocked", actor="worker_0001", role="worker")
+        assert Event.objects.get(pk=event.pk).hash == ""  # inserted unsealed: the chain was taken
+        assert _rechecks(chain.pk) == 1
+    # The commit's re-check waited for the holder, then sealed it.
+    holder.join(30)
+    assert Event.objects.get(pk=event.pk).hash
+    assert chain_verify(chain_key(run)).ok

@@ -1,0 +1,181 @@
+"""One agent append costs a fixed, small number of round trips (issue 14, point 11).
+
+A single ``experiment_log_metrics`` point is what an agent sends most often. It is measured here
+through the real request path (token, throttle, handler, event log, commit) on the real
+PostgreSQL and Redis: SQL statements with Django's CaptureQueriesContext, Redis commands with
+MONITOR on this test's Redis database, bracketed by two ECHO markers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from apps.experiments.events import chain_key, chain_verify
+from apps.experiments.models import Event, MetricPoint
+from apps.experiments.services import experiment_create
+from apps.expos.auth import agent_token_issue, agent_token_revoke
+from apps.expos.models import AgentToken
+from apps.research.choices import NodeKind, RunStatus
+from apps.research.services import node_create, run_set_status
+from tests.factories import make_run
+from tests.support.procs import run_python
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class RedisCommands:
+    """The commands Redis executed on one database between two markers (MONITOR sees them all)."""
+
+    def __init__(self) -> None:
+        self.client = redis.Redis.from_url(settings.REDIS_URL)
+        self.db = self.client.connection_pool.connection_kwargs.get("db", 0)
+        self.marker = uuid.uuid4().hex
+        self.seen: list[str] = []
+        self._ready = threading.Event()
+
+    def __enter__(self) -> RedisCommands:
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+        self.client.echo(f"{self.marker}-start")
+        return self
+
+    def _watch(self) -> None:
+        with self.client.monitor() as monitor:
+            self._ready.set()
+            recording = False
+            for command in monitor.listen():
+                # Commands a script runs show as client "lua": they are no round trips of ours.
+                if command["db"] != self.db or command.get("client_type") == "lua":
+                    continue
+                text = command["command"]
+                if text == f"ECHO {self.marker}-start":
+                    recording = True
+                elif text == f"ECHO {self.marker}-end":
+                    return
+                elif recording:
+                    self.seen.append(text)
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.echo(f"{self.marker}-end")
+        self._thread.join(10)
+        assert not self._thread.is_alive(), "MONITOR never saw the end marker"
+
+
+@pytest.fixture
+def appender():
+    run = make_run(name="request path")
+    run = run_set_status(run=run, status=RunStatus.RUNNING, actor="test")
+    node = node_create(run=run, kind=NodeKind.WORKER, task="logs metrics")
+    experiment = experiment_create(
+        run=run, owner=node, kind="eval_only", input_checkpoint=run.base_checkpoint,
+        action={"evaluate": "feedback"}, status="succeeded",
+    )  # fmt: skip
+    plaintext, token = agent_token_issue(run=run, node=node, role=NodeKind.WORKER)
+    cache.clear()
+    return run, experiment, plaintext, token
+
+
+def _append(client: Client, plaintext: str, handle: str, step: int):
+    return client.post(
+        "/api/v1/tools/experiment_log_metrics",
+        {"experiment": handle, "points": [{"key": "loss", "step": step, "value": 0.5}]},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {plaintext}",
+    )
+
+
+def test_a_single_append_is_one_transaction_of_four_statements_and_one_redis_call(appender):
+    run, experiment, plaintext, _ = appender
+    client = Client()
+    assert _append(client, plaintext, experiment.handle, 0).status_code == 200  # resolves and caches the token
+    with RedisCommands() as commands, CaptureQueriesContext(connection) as queries:
+        response = _append(client, plaintext, experiment.handle, 1)
+    assert response.status_code == 200, response.content
+    assert response.json() == {"experiment": experiment.handle, "logged": 1, "unchanged": 0}
+    sql = [q["sql"] for q in queries]
+    # Was 7 statements in 3 transactions: the token look-up, BEGIN, the ownership SELECT, the
+    # INSERT, the event append, COMMIT, and the after-commit seal re-check.
+    assert len(sql) == 4, sql
+    assert sql[0] == "BEGIN", sql
+    assert sql[-1] == "COMMIT", sql
+    assert "INSERT INTO experiments_metricpoint" in sql[1], sql
+    assert "owner_id" in sql[1], sql
+    assert "rsiweb_event_append" in sql[2], sql
+    assert not [s for s in sql if "expos_agenttoken" in s or "rsiweb_seal_chain" in s], sql
+    # Was GET and SET of DRF's throttle history: now one script call.
+    assert len(commands.seen) == 1, commands.seen
+    assert commands.seen[0].startswith("EVALSHA"), commands.seen
+    # The event was sealed as it was inserted, and the chain holds.
+    event = Event.objects.filter(run=run, type="tool.called").order_by("-id").first()
+    assert event.hash
+    assert event.seq is not None
+    assert chain_verify(chain_key(run)).ok
+    assert MetricPoint.objects.filter(experiment=experiment).count() == 2
+
+
+def test_appending_to_an_experiment_of_another_worker_is_refused(appender):
+    run, experiment, _, _ = appender
+    owner = experiment.owner
+    # A successor sees its predecessor's experiments (403: not yours); a stranger does not (404).
+    successor = node_create(run=run, kind=NodeKind.WORKER, task="continues", upstream=[owner])
+    stranger = node_create(run=run, kind=NodeKind.WORKER, task="another")
+    successor_token, _ = agent_token_issue(run=run, node=successor, role=NodeKind.WORKER)
+    stranger_token, _ = agent_token_issue(run=run, node=stranger, role=NodeKind.WORKER)
+    response = _append(Client(), successor_token, experiment.handle, 0)
+    assert response.status_code == 403, response.content
+    assert response.json()["error"]["code"] == "not_your_experiment"
+    assert _append(Client(), stranger_token, experiment.handle, 0).status_code == 404
+    assert _append(Client(), successor_token, "exp_9999", 0).status_code == 404
+    assert not MetricPoint.objects.filter(experiment=experiment).exists()
+
+
+REVOKE = """
+from apps.expos.auth import agent_token_revoke
+from apps.expos.models import AgentToken
+agent_token_revoke(token=AgentToken.objects.get(pk={pk}), reason="test")
+"""
+
+
+def test_a_revoked_token_stops_within_the_cache_lag(appender, settings):
+    settings.RSI_TOKEN_CACHE_SECONDS = 2
+    run, experiment, plaintext, token = appender
+    client = Client()
+    assert _append(client, plaintext, experiment.handle, 0).status_code == 200
+    # Revoked by another process: this one's cached entry may serve until it is 2 s old.
+    revoked_at = time.monotonic()
+    run_python(REVOKE.format(pk=token.pk))
+    assert AgentToken.objects.get(pk=token.pk).revoked_at is not None
+    time.sleep(max(0.0, revoked_at + settings.RSI_TOKEN_CACHE_SECONDS - time.monotonic()))
+    response = _append(client, plaintext, experiment.handle, 1)
+    assert response.status_code == 401, response.content
+
+
+def test_a_token_revoked_in_this_process_stops_at_once(appender, settings):
+    settings.RSI_TOKEN_CACHE_SECONDS = 3600
+    run, experiment, plaintext, token = appender
+    client = Client()
+    assert _append(client, plaintext, experiment.handle, 0).status_code == 200
+    agent_token_revoke(token=token, reason="test")
+    assert _append(client, plaintext, experiment.handle, 1).status_code == 401
+
+
+def test_the_rate_limit_refuses_past_the_rate_with_retry_after(appender, settings):
+    settings.RSI_TOKEN_RATE = "3/min"
+    run, experiment, plaintext, _ = appender
+    client = Client()
+    codes = [_append(client, plaintext, experiment.handle, step).status_code for step in range(4)]
+    assert codes == [200, 200, 200, 429]
+    refused = _append(client, plaintext, experiment.handle, 9)
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 60
