@@ -1,0 +1,202 @@
+"""The MCP server (apps/expos/mcp_server.py) through the SDK's own client, over both transports.
+
+stdio: the ``expos mcp`` console script as a subprocess, calling the live server's REST API.
+streamable HTTP: rsiweb/asgi.py's ``application`` (the mount at /api/v1/mcp beside Django) served by
+uvicorn in this process, on the world's committed rows.
+
+The MCP side runs in ``anyio.run`` (the client is async); the assertions read the database after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError
+
+from apps.experiments.models import Event
+from apps.expos.mcp_server import IDEMPOTENCY_ARGUMENT, IF_MATCH_ARGUMENT, MCP_PATH
+from apps.expos.registry import tools_for_role
+from apps.integrity.choices import Subcategory
+from apps.integrity.models import BlockedAttempt
+from apps.research.models import Candidate
+from tests.workers.agents.stack import free_port
+
+# `expos mcp` as this checkout's module (the console script of an editable install may be another's).
+ROOT = Path(__file__).resolve().parents[3]
+EXPOS_MCP = [sys.executable, "-m", "apps.expos.cli", "mcp"]
+TRANSPORTS = ("stdio", "http")
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(transport: str, base_url: str, token: str) -> AsyncIterator[ClientSession]:
+    """An initialized SDK client session as the token's agent."""
+    if transport == "stdio":
+        params = StdioServerParameters(
+            command=EXPOS_MCP[0], args=EXPOS_MCP[1:], env={"RSI_URL": base_url, "RSI_TOKEN": token}, cwd=ROOT
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+        return
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=60) as http,
+        streamable_http_client(base_url + MCP_PATH, http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def as_agent(transport: str, base_url: str, token: str, script: Any) -> Any:
+    """Run ``await script(session)`` in a fresh session; returns what it returned."""
+
+    async def main() -> Any:
+        async with mcp_session(transport, base_url, token) as session:
+            return await script(session)
+
+    return anyio.run(main)
+
+
+@pytest.fixture
+def asgi_url(world) -> Iterator[str]:
+    """rsiweb.asgi.application (the MCP mount and Django) under uvicorn, in a thread of this process."""
+    from rsiweb.asgi import application  # noqa: PLC0415 - builds the web app: only for the tests that serve it
+
+    port = free_port()
+    config = uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(params=TRANSPORTS)
+def served(request, api) -> tuple[str, str]:
+    """(transport, base URL): stdio against the live server, HTTP against the ASGI app."""
+    if request.param == "stdio":
+        return "stdio", api.base
+    return "http", request.getfixturevalue("asgi_url")
+
+
+def _error_code(result: types.CallToolResult) -> str:
+    assert result.isError, result
+    return result.structuredContent["error"]["code"]
+
+
+def test_a_worker_token_lists_exactly_the_worker_tools_with_the_registry_schemas(served, world):
+    transport, base = served
+    listed = as_agent(transport, base, world.tokens["own"], lambda s: s.list_tools())
+    tools = {t.name: t for t in listed.tools}
+    registry = {t.name: t for t in tools_for_role("worker")}
+    assert set(tools) == set(registry)
+    assert "stop_loop" not in tools  # a Main tool
+    for name, declared in registry.items():
+        shown = tools[name]
+        assert shown.description == declared.description
+        extra = {IDEMPOTENCY_ARGUMENT} if declared.idempotent_create else set()
+        extra |= {IF_MATCH_ARGUMENT} if declared.etag_node is not None else set()
+        schema = json.loads(json.dumps(declared.input_schema))
+        assert set(shown.inputSchema["properties"]) - set(schema["properties"]) == extra
+        for argument in extra:
+            shown.inputSchema["properties"].pop(argument)
+        assert shown.inputSchema == schema
+
+
+def test_calls_go_through_the_rest_path_with_idempotency_and_events(served, world):
+    transport, base = served
+
+    async def script(session: ClientSession) -> list[types.CallToolResult]:
+        args = {"title": "mcp candidate", IDEMPOTENCY_ARGUMENT: f"mcp-{transport}"}
+        return [
+            await session.call_tool("public_check_quota", {}),
+            await session.call_tool("worker_propose_candidate", args),
+            await session.call_tool("worker_propose_candidate", args),
+        ]
+
+    quota, first, again = as_agent(transport, base, world.tokens["own"], script)
+    assert not quota.isError
+    assert quota.structuredContent["feedback_evals"]["used"] == 3
+    assert json.loads(quota.content[0].text) == quota.structuredContent
+    assert first.structuredContent["uuid"] == again.structuredContent["uuid"]
+    assert again.meta == {"idempotent_replayed": True}
+    assert Candidate.objects.filter(run=world.run, title="mcp candidate").count() == 1
+    calls = Event.objects.filter(run=world.run, type="tool.called", tool="worker_propose_candidate")
+    assert [e.arguments.get("replayed", False) for e in calls.order_by("seq")] == [False, True]
+
+
+def test_a_forbidden_call_is_a_tool_error_with_the_api_code_and_is_recorded(served, world):
+    transport, base = served
+    result = as_agent(transport, base, world.tokens["own"], lambda s: s.call_tool("stop_loop", {"reason": "x"}))
+    assert _error_code(result) == "forbidden_role"
+    assert result.content[0].text.startswith("forbidden_role: stop_loop is for the main role")
+    refused = Event.objects.filter(run=world.run, type="tool.called", tool="stop_loop").get()
+    assert refused.actor == "worker_0001"
+    assert refused.arguments["status"] == 403
+
+
+def test_a_final_split_request_is_blocked_and_counted(served, world):
+    transport, base = served
+    before = BlockedAttempt.objects.filter(run=world.run).count()
+    spec = {"kind": "eval_only", "claim": "peek", "eval": {"split": "final"}, IDEMPOTENCY_ARGUMENT: "peek-1"}
+    result = as_agent(transport, base, world.tokens["own"], lambda s: s.call_tool("worker_submit", spec))
+    assert _error_code(result) == "submission_refused"
+    assert "split_sealed" in result.content[0].text  # the API's detail, for the model to read
+    attempts = BlockedAttempt.objects.filter(run=world.run)
+    assert attempts.count() == before + 1
+    attempt = attempts.latest("pk")
+    assert attempt.subcategory == Subcategory.TEST_SET_ACCESS
+    assert attempt.request["code"] == "split_sealed"
+    refused = Event.objects.filter(run=world.run, type="tool.called", tool="worker_submit").latest("seq")
+    assert refused.arguments["idempotency_key"] == "peek-1"
+
+
+def test_a_bad_token_is_refused_by_both_transports(served, world):
+    transport, base = served
+
+    async def script(session: ClientSession) -> McpError | None:
+        try:
+            await session.list_tools()
+        except McpError as exc:
+            return exc
+        return None
+
+    refused = as_agent(transport, base, "not-a-token", script)
+    assert refused is not None
+    assert refused.error.message == "authentication_failed: Unknown agent token."
+
+
+def test_the_http_mount_answers_401_without_a_bearer_token(asgi_url):
+    response = httpx.post(asgi_url + MCP_PATH, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert response.json()["error"]["code"] == "not_authenticated"
+
+
+def test_the_stdio_server_needs_a_token():
+    env = {k: v for k, v in os.environ.items() if k != "RSI_TOKEN"}
+    done = subprocess.run(EXPOS_MCP, env=env, cwd=ROOT, capture_output=True, text=True, timeout=30, input="")
+    assert done.returncode == 2
+    assert "RSI_TOKEN" in done.stderr
