@@ -863,6 +863,10 @@ def run_advance(*, run: Run, grace_seconds: float, quiet_seconds: float, actor: 
             and not loops.exclude(node__kind=NodeKind.MAIN).filter(status__in=AGENT_LOOP_ACTIVE_STATES).exists()
             and not active_experiments.exists()
             and not Experiment.objects.filter(run=run, status=ExperimentStatus.HELD).exists()
+            # An external run's agents have no loop of ours: a node they still hold active is work
+            # in progress (a harness thinking, reading data), not a quiet run.
+            and not (run.agent_mode == AgentMode.EXTERNAL and ResearchNode.objects.filter(
+                run=run, kind__in=(NodeKind.WORKER, NodeKind.REVIEWER), status=NodeStatus.ACTIVE).exists())
         )  # fmt: skip
         if idle:
             last = max([main_loop.updated_at, *[e.updated_at for e in Experiment.objects.filter(run=run)]])
