@@ -44,7 +44,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from apps.expos.mcp_server import MCP_PATH, McpHttpApp  # noqa: E402
 from rsiweb.routing import websocket_urlpatterns  # noqa: E402
 
-mcp_http_app = McpHttpApp(django_http_app)
+mcp_http_app = McpHttpApp(django_http_app, max_request_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 
 
 async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:

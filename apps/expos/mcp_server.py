@@ -206,7 +206,10 @@ class McpHttpApp:
     opened on the first request, in a task that lives as long as the event loop.
     """
 
-    def __init__(self, api_app: Any) -> None:
+    def __init__(self, api_app: Any, *, max_request_bytes: int) -> None:
+        # The JSON-RPC envelope around a tool's arguments is small: a body the REST view would take
+        # fits, with room for it, and the REST view still refuses an oversized one (413, recorded).
+        self.max_request_bytes = max_request_bytes + 64 * 1024
         self.client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=api_app), base_url="http://rsiweb", timeout=TIMEOUT_SECONDS
         )
@@ -229,7 +232,9 @@ class McpHttpApp:
             # A manager runs once, in one loop: a server that serves this app again in a new loop
             # (a test's second server) gets a new one. No await since the check: one per loop.
             self._loop, self._ready = loop, asyncio.Event()
-            self._manager = StreamableHTTPSessionManager(app=self.server, stateless=True, json_response=True)
+            self._manager = StreamableHTTPSessionManager(
+                app=self.server, stateless=True, json_response=True, max_request_body_size=self.max_request_bytes
+            )
             self._holder = loop.create_task(self._hold(self._manager, self._ready))
         await self._ready.wait()
         assert self._manager is not None

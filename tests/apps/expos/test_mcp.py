@@ -10,12 +10,14 @@ The MCP side runs in ``anyio.run`` (the client is async); the assertions read th
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ import anyio
 import httpx
 import pytest
 import uvicorn
+from django.core.management import call_command
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -34,7 +37,7 @@ from apps.expos.mcp_server import IDEMPOTENCY_ARGUMENT, IF_MATCH_ARGUMENT, MCP_P
 from apps.expos.registry import tools_for_role
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
-from apps.research.models import Candidate
+from apps.research.models import Candidate, ResearchNode, Run
 from tests.workers.agents.stack import free_port
 
 # `expos mcp` as this checkout's module (the console script of an editable install may be another's).
@@ -99,6 +102,19 @@ def served(request, api) -> tuple[str, str]:
     if request.param == "stdio":
         return "stdio", api.base
     return "http", request.getfixturevalue("asgi_url")
+
+
+def command_sections(output: str) -> dict[str, str]:
+    """start_run --harness's output by its ``--- title ---`` lines ("head" before the first)."""
+    sections: dict[str, list[str]] = {"head": []}
+    current = "head"
+    for line in output.splitlines():
+        if line.startswith("--- ") and line.endswith(" ---"):
+            current = line[4:-4]
+            sections[current] = []
+        else:
+            sections[current].append(line)
+    return {name: "\n".join(lines) for name, lines in sections.items()}
 
 
 def _error_code(result: types.CallToolResult) -> str:
@@ -200,3 +216,35 @@ def test_the_stdio_server_needs_a_token():
     done = subprocess.run(EXPOS_MCP, env=env, cwd=ROOT, capture_output=True, text=True, timeout=30, input="")
     assert done.returncode == 2
     assert "RSI_TOKEN" in done.stderr
+
+
+def test_start_run_harness_prints_configs_whose_token_serves_both_transports(asgi_url, world):
+    out = io.StringIO()
+    call_command("start_run", "--harness", "--benchmark", str(world.run.benchmark.uuid), "--api-url", asgi_url,
+                 "--task", "improve addition", stdout=out)  # fmt: skip
+    sections = command_sections(out.getvalue())
+    run = Run.objects.get(uuid=sections["head"].split()[1])
+    assert run.agent_mode == "external"
+    assert run.status == "running"
+    worker = ResearchNode.objects.get(run=run, kind="worker")
+    assert worker.task == "improve addition"
+    claude = json.loads(sections["Claude Code: .mcp.json"])["mcpServers"]
+    codex = tomllib.loads(sections["Codex: ~/.codex/config.toml"])["mcp_servers"]
+    assert set(claude) == set(codex) == {"rsiweb"}  # no --harness-main: the Worker's seat only
+    assert claude["rsiweb"]["type"] == "http"
+    assert claude["rsiweb"]["url"] == asgi_url + MCP_PATH
+    assert codex["rsiweb"]["command"] == "expos"
+    assert codex["rsiweb"]["args"] == ["mcp"]
+    token = codex["rsiweb"]["env"]["RSI_TOKEN"]
+    assert claude["rsiweb"]["headers"] == {"Authorization": f"Bearer {token}"}
+    assert codex["rsiweb"]["env"]["RSI_URL"] == asgi_url
+    assert f"token for {worker.handle} (worker): {token}" in sections["head"]
+
+    async def me(session: ClientSession) -> types.CallToolResult:
+        return await session.call_tool("state_get_current_worker", {})
+
+    for transport in TRANSPORTS:
+        answer = as_agent(transport, codex["rsiweb"]["env"]["RSI_URL"], token, me)
+        assert not answer.isError, answer.content[0].text
+        assert answer.structuredContent["worker"]["handle"] == worker.handle
+        assert answer.meta["etag"]

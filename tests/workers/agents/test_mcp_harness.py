@@ -27,25 +27,12 @@ from apps.expos.registry import tools_for_role
 from apps.research.choices import NodeStatus, RunStatus
 from apps.research.models import ResearchNode, Run
 from apps.research.services import run_stop
-from tests.apps.expos.test_mcp import EXPOS_MCP, ROOT
+from tests.apps.expos.test_mcp import EXPOS_MCP, ROOT, command_sections
 from tests.workers.agents.stack import wait_for
 
 pytestmark = [pytest.mark.slow]
 
 TRAIN_TIMEOUT = 600
-
-
-def _sections(output: str) -> dict[str, str]:
-    """The command's output by its ``--- title ---`` lines."""
-    sections: dict[str, list[str]] = {"head": []}
-    current = "head"
-    for line in output.splitlines():
-        if line.startswith("--- ") and line.endswith(" ---"):
-            current = line[4:-4]
-            sections[current] = []
-        else:
-            sections[current].append(line)
-    return {name: "\n".join(lines) for name, lines in sections.items()}
 
 
 def _data(result: Any) -> dict[str, Any]:
@@ -88,7 +75,7 @@ def test_a_harness_run_driven_over_mcp_ends_with_an_accepted_experiment(installe
     call_command("start_run", "--harness", "--harness-main", "--benchmark", "minibench/arithmetic",
                  "--name", "agents: mcp harness", "--api-url", stack.url, "--wall-seconds", "1800",
                  "--accelerator-seconds", "1200", stdout=out)  # fmt: skip
-    sections = _sections(out.getvalue())
+    sections = command_sections(out.getvalue())
     run = Run.objects.get(uuid=sections["head"].split()[1])
     worker = ResearchNode.objects.get(run=run, kind="worker")
     assert run.agent_mode == "external"
