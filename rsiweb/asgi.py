@@ -47,7 +47,7 @@ from rsiweb.routing import websocket_urlpatterns  # noqa: E402
 mcp_http_app = McpHttpApp(django_http_app, max_request_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
 
 
-async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def http_app(scope: Any, receive: Any, send: Any) -> None:
     """MCP requests to the MCP server, everything else to Django."""
     if scope["path"].rstrip("/") == MCP_PATH:
         await mcp_http_app(scope, receive, send)

@@ -124,16 +124,12 @@ def build_server(*, client: httpx.AsyncClient, credentials: Credentials) -> Serv
             raise McpError(types.ErrorData(code=kind, message=f"{code}: {message}", data=body))
         return response.json()
 
-    @server.list_tools()
     async def list_tools() -> list[types.Tool]:
         headers = credentials(server.request_context)
         definitions = await get("/tools/definitions", headers)
         summaries = {item["name"]: item for item in (await get("/tools", headers))["tools"]}
         return [mcp_tool(d["function"], summaries.get(d["function"]["name"], {})) for d in definitions["tools"]]
 
-    # The SDK's own input check is off: the REST path validates, and records the refusal (with any
-    # sealed-split request it carried) where a check here would refuse unseen.
-    @server.call_tool(validate_input=False)
     async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         args = dict(arguments or {})
         headers = {**credentials(server.request_context), "Content-Type": "application/json"}
@@ -157,12 +153,17 @@ def build_server(*, client: httpx.AsyncClient, credentials: Credentials) -> Serv
             content.append(types.TextContent(type="text", text=f"ETag: {etag} (send it as if_match to change it)"))
         if response.headers.get("Idempotent-Replayed"):
             meta["idempotent_replayed"] = True
-        return types.CallToolResult(
-            content=list(content),
-            structuredContent=body if isinstance(body, dict) else None,
-            isError=False,
-            _meta=meta or None,
+        result = types.CallToolResult(
+            content=list(content), structuredContent=body if isinstance(body, dict) else None, isError=False
         )
+        result.meta = meta or None  # the field's alias, _meta, is no Python keyword argument
+        return result
+
+    # Registered without decorator syntax: the SDK's decorator factories are unannotated. Its input check is
+    # off: the REST path validates, and records the refusal (with any sealed-split request it
+    # carried) where a check here would refuse unseen.
+    server.list_tools()(list_tools)  # type: ignore[no-untyped-call]
+    server.call_tool(validate_input=False)(call_tool)
 
     return server
 
