@@ -9,27 +9,20 @@ The MCP side runs in ``anyio.run`` (the client is async); the assertions read th
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import tomllib
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
-import anyio
 import httpx
 import pytest
 import uvicorn
 from django.core.management import call_command
-from mcp import ClientSession, StdioServerParameters, types
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp import ClientSession, types
 from mcp.shared.exceptions import McpError
 
 from apps.experiments.models import Event
@@ -38,43 +31,10 @@ from apps.expos.registry import tools_for_role
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
 from apps.research.models import Candidate, ResearchNode, Run
+from tests.support.mcp_client import EXPOS_MCP, ROOT, as_agent, command_sections
 from tests.workers.agents.stack import free_port
 
-# `expos mcp` as this checkout's module (the console script of an editable install may be another's).
-ROOT = Path(__file__).resolve().parents[3]
-EXPOS_MCP = [sys.executable, "-m", "apps.expos.cli", "mcp"]
 TRANSPORTS = ("stdio", "http")
-
-
-@contextlib.asynccontextmanager
-async def mcp_session(transport: str, base_url: str, token: str) -> AsyncIterator[ClientSession]:
-    """An initialized SDK client session as the token's agent."""
-    if transport == "stdio":
-        params = StdioServerParameters(
-            command=EXPOS_MCP[0], args=EXPOS_MCP[1:], env={"RSI_URL": base_url, "RSI_TOKEN": token}, cwd=ROOT
-        )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
-        return
-    headers = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx.AsyncClient(headers=headers, timeout=60) as http,
-        streamable_http_client(base_url + MCP_PATH, http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-def as_agent(transport: str, base_url: str, token: str, script: Any) -> Any:
-    """Run ``await script(session)`` in a fresh session; returns what it returned."""
-
-    async def main() -> Any:
-        async with mcp_session(transport, base_url, token) as session:
-            return await script(session)
-
-    return anyio.run(main)
 
 
 @pytest.fixture
@@ -102,19 +62,6 @@ def served(request, api) -> tuple[str, str]:
     if request.param == "stdio":
         return "stdio", api.base
     return "http", request.getfixturevalue("asgi_url")
-
-
-def command_sections(output: str) -> dict[str, str]:
-    """start_run --harness's output by its ``--- title ---`` lines ("head" before the first)."""
-    sections: dict[str, list[str]] = {"head": []}
-    current = "head"
-    for line in output.splitlines():
-        if line.startswith("--- ") and line.endswith(" ---"):
-            current = line[4:-4]
-            sections[current] = []
-        else:
-            sections[current].append(line)
-    return {name: "\n".join(lines) for name, lines in sections.items()}
 
 
 def _error_code(result: types.CallToolResult) -> str:

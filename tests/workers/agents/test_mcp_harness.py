@@ -27,7 +27,7 @@ from apps.expos.registry import tools_for_role
 from apps.research.choices import NodeStatus, RunStatus
 from apps.research.models import ResearchNode, Run
 from apps.research.services import run_stop
-from tests.apps.expos.test_mcp import EXPOS_MCP, ROOT, command_sections
+from tests.support.mcp_client import EXPOS_MCP, ROOT, command_sections
 from tests.workers.agents.stack import wait_for
 
 pytestmark = [pytest.mark.slow]
