@@ -7,6 +7,9 @@ Every view of rsiweb is synchronous, so HTTP requests go to the WSGI handler ins
 pool of ``RSI_HTTP_THREADS`` threads by a2wsgi; websockets (the live dashboard) stay on Channels.
 One server, one port, either way (docs/benchmarks.md, "API vs MLflow").
 
+The MCP server (apps/expos/mcp_server.py) is mounted at ``/api/v1/mcp`` beside the Django app: the
+SDK's streamable-HTTP server is ASGI, stateless, and calls the REST tool endpoints in-process.
+
 The process that serves this module borrows its PostgreSQL connections from a pool sized to
 those threads (``RSI_DB_POOL``, rsiweb/settings/base.py) unless the environment sets one.
 """
@@ -14,6 +17,7 @@ those threads (``RSI_DB_POOL``, rsiweb/settings/base.py) unless the environment 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.conf import settings
 
@@ -37,11 +41,23 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from apps.expos.mcp_server import MCP_PATH, McpHttpApp  # noqa: E402
 from rsiweb.routing import websocket_urlpatterns  # noqa: E402
+
+mcp_http_app = McpHttpApp(django_http_app, max_request_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+
+
+async def http_app(scope: Any, receive: Any, send: Any) -> None:
+    """MCP requests to the MCP server, everything else to Django."""
+    if scope["path"].rstrip("/") == MCP_PATH:
+        await mcp_http_app(scope, receive, send)
+    else:
+        await django_http_app(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
-        "http": django_http_app,
+        "http": http_app,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -11,11 +11,13 @@ schema into flags, so the CLI can never drift from the server it talks to. Usage
     expos worker_finalize --summary "..." --experiments exp_0001 --if-match '"<etag>"'
     expos main_optimizer_update --json '{"claims": [{"key": "lr", "text": "..."}]}'
     expos reviewer_submit_review --json @report.json
+    expos mcp                                     # the same tools as an MCP server on stdio
 
 Answers are printed as JSON on stdout. A refusal prints the error JSON on stderr, its message on
 the last line, and exits 1; a transport or usage problem exits 2. Only the standard library is
 used, so the CLI runs anywhere Python does — on purpose away from the sealed data and the
-artifact store (docs/expos-cli.md).
+artifact store (docs/expos-cli.md); only ``expos mcp`` needs more (the ``mcp`` SDK and httpx):
+it serves the token's tools to a harness that launches an MCP server (docs/harnesses.md).
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--url", default=os.environ.get("RSI_URL", DEFAULT_URL), help="server (env RSI_URL)")
     parser.add_argument("--token", default=os.environ.get("RSI_TOKEN"), help="agent token (env RSI_TOKEN)")
-    parser.add_argument("tool", help="a tool name, or 'tools' to list them")
+    parser.add_argument("tool", help="a tool name, 'tools' to list them, or 'mcp' to serve them over MCP (stdio)")
     # Everything after the tool name is the tool's own flags (a tool may have --url of its own).
     parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parsed = parser.parse_args(argv)
@@ -161,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     if not parsed.token:
         _say("expos: set RSI_TOKEN (or --token) to your agent token", sys.stderr)
         return 2
+    if parsed.tool == "mcp":
+        # Imported here: the SDK is a dependency of this subcommand alone (the rest is stdlib).
+        from apps.expos.mcp_server import run_stdio  # noqa: PLC0415 - optional dependency
+
+        run_stdio(url=parsed.url, token=parsed.token)
+        return 0
     base = parsed.url.rstrip("/") + "/api/v1"
     try:
         if parsed.tool == "tools":

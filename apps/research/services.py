@@ -809,7 +809,7 @@ def run_launch(
             raise ApplicationError("llm_not_configured", str(exc)) from None
         llm_tokens = llm_tokens or DEFAULT_LLM_TOKENS
     bench = benchmark if isinstance(benchmark, Benchmark) else benchmark_resolve(benchmark)
-    base = base_checkpoint or _base_checkpoint()
+    base = base_checkpoint or base_checkpoint_default()
     if not base.is_base:
         raise ApplicationError("not_a_base_checkpoint", f"{base.handle} is not a registered θ0 checkpoint.")
     parallel = 1 if serial_workers else max(1, parallel)
@@ -846,7 +846,8 @@ def run_launch(
     return run_start(run=run, actor=actor)
 
 
-def _base_checkpoint() -> Checkpoint:
+def base_checkpoint_default() -> Checkpoint:
+    """The θ0 a run starts from when none is named: the minibench's, else the first registered base."""
     base = Checkpoint.objects.filter(handle=THETA0_HANDLE).first() or Checkpoint.objects.filter(is_base=True).first()
     if base is None:
         raise ApplicationError("no_base_checkpoint", "No θ0 is installed: run `manage.py build_minibench` first.")

@@ -5,6 +5,10 @@ The agents run as Celery tasks on the ``agents`` queue (start the workers: ``./d
 service as the dashboard's "Start a run" form (``apps.research.services.run_launch``). The
 ablation switches reproduce the paper's ablation shape: ``--no-reviewer`` (the Main Agent
 decides from Worker summaries alone) and ``--serial-workers`` (one Worker at a time).
+
+``--harness`` starts an external run whose single Worker (and, with ``--harness-main``, whose Main
+Agent) an external harness plays through MCP: it prints the token(s) and ready-to-paste MCP
+configuration for Claude Code and Codex (docs/harnesses.md).
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ import json
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.benchmarks.services import benchmark_resolve
 from apps.core.errors import ApplicationError
+from apps.expos.harness import claude_code_config, codex_config, harness_run_start
 from apps.research.agent_config import DEFAULT_PROFILE
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
-from apps.research.services import run_final_result, run_launch
+from apps.research.services import FINAL_EVAL_SECONDS, base_checkpoint_default, run_final_result, run_launch
 
 
 def wait_for_result(run: Any, *, poll: float = 2.0, timeout: float | None = None, write: Any = None) -> Any:
@@ -60,8 +67,15 @@ class Command(BaseCommand):
         parser.add_argument("--no-reviewer", action="store_true", help="ablation: no Reviewers")
         parser.add_argument("--serial-workers", action="store_true", help="ablation: one Worker at a time")
         parser.add_argument("--wait", action="store_true", help="wait for the result and print it")
+        parser.add_argument("--harness", action="store_true", help="an external harness plays the Worker (MCP)")
+        parser.add_argument("--harness-main", action="store_true", help="with --harness: it plays the Main Agent too")
+        parser.add_argument("--task", default="", help="with --harness: the Worker's task")
+        parser.add_argument("--api-url", default="", help="with --harness: the URL harnesses reach (RSI_API_URL)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["harness"]:
+            self._harness(options)
+            return
         try:
             run = run_launch(
                 benchmark=options["benchmark"], policy=options["policy"], llm_profile=options["llm_profile"],
@@ -78,3 +92,24 @@ class Command(BaseCommand):
         if options["wait"]:
             run = wait_for_result(run, write=self.stdout.write)
             self.stdout.write(json.dumps(run_final_result(run=run), indent=2, default=str))
+
+    def _harness(self, options: dict[str, Any]) -> None:
+        try:
+            started = harness_run_start(
+                benchmark=benchmark_resolve(options["benchmark"]), base_checkpoint=base_checkpoint_default(),
+                name=options["name"], task=options["task"], wall_seconds=options["wall_seconds"],
+                accelerator_seconds=options["accelerator_seconds"],
+                reserved_final_seconds=min(FINAL_EVAL_SECONDS * 3, options["accelerator_seconds"] // 4),
+                plays_main=options["harness_main"],
+            )  # fmt: skip
+        except ApplicationError as exc:
+            raise CommandError(f"{exc.code}: {exc.message}") from None
+        url = options["api_url"] or settings.RSI_API_URL
+        self.stdout.write(f"run {started.run.uuid} started (external harness)")
+        for seat in started.seats:
+            self.stdout.write(f"token for {seat.node.handle} ({seat.node.kind}): {seat.token}")
+        self.stdout.write("--- Claude Code: .mcp.json ---")
+        self.stdout.write(json.dumps(claude_code_config(api_url=url, seats=started.seats), indent=2))
+        self.stdout.write("--- Codex: ~/.codex/config.toml ---")
+        self.stdout.write(codex_config(api_url=url, seats=started.seats), ending="")
+        self.stdout.write("--- end ---")

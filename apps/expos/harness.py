@@ -1,0 +1,105 @@
+"""A harness run: an external agent harness (Claude Code, Codex) plays a run's Worker through MCP.
+
+The paper's "framework + ExpOS" setting. The run is an ``external`` run (no agent loop of ours
+drives it); at start it gets its single Worker node, and optionally the harness plays the Main Agent
+too. The operator gets one token per node and ready-to-paste MCP configuration for each harness
+(``manage.py start_run --harness``; docs/harnesses.md). Everything the harness does goes through
+the ExpOS tools, so it is recorded like any agent's calls.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from apps.expos.auth import agent_token_issue
+from apps.expos.mcp_server import MCP_PATH
+from apps.research.choices import AgentMode, NodeKind
+from apps.research.models import ResearchNode, Run
+from apps.research.services import run_create, run_start, worker_add
+
+SERVER_NAME = "rsiweb"
+TOKEN_DAYS = 7
+
+
+@dataclass(frozen=True)
+class HarnessSeat:
+    """One node the harness plays, with its token (shown once; only its digest is stored)."""
+
+    node: ResearchNode
+    token: str
+
+    @property
+    def server_name(self) -> str:
+        return SERVER_NAME if self.node.kind == NodeKind.WORKER else f"{SERVER_NAME}-{self.node.handle}"
+
+
+@dataclass(frozen=True)
+class HarnessRun:
+    run: Run
+    seats: list[HarnessSeat]
+
+
+def harness_run_start(
+    *,
+    benchmark: Any,
+    base_checkpoint: Any,
+    name: str,
+    task: str,
+    wall_seconds: int,
+    accelerator_seconds: int,
+    reserved_final_seconds: int,
+    plays_main: bool = False,
+    actor: str = "cli",
+) -> HarnessRun:
+    """Create and start an external run with one Worker; tokens for the Worker (and the Main Agent)."""
+    run = run_create(
+        name=name or f"{benchmark.name} harness",
+        benchmark=benchmark,
+        base_checkpoint=base_checkpoint,
+        target_capability=benchmark.description or benchmark.task,
+        budget_wall_seconds=wall_seconds,
+        budget_accelerator_seconds=accelerator_seconds,
+        budget_llm_tokens=0,
+        max_parallel_workers=1,
+        reserved_final_seconds=reserved_final_seconds,
+        agent_mode=AgentMode.EXTERNAL,
+        policy={"harness": {"plays_main": plays_main}},
+    )
+    run = run_start(run=run, actor=actor)
+    task = task or f"Improve the target capability: {run.target_capability}"
+    worker = worker_add(run=run, task=task, predecessors=[], actor=actor)
+    nodes = [worker, ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)] if plays_main else [worker]
+    expires = timezone.now() + timedelta(days=TOKEN_DAYS)
+    seats = [
+        HarnessSeat(
+            node=node, token=agent_token_issue(run=run, node=node, role=node.kind, expires_at=expires, actor=actor)[0]
+        )
+        for node in nodes
+    ]
+    return HarnessRun(run=run, seats=seats)
+
+
+def claude_code_config(*, api_url: str, seats: list[HarnessSeat]) -> dict[str, Any]:
+    """``.mcp.json`` for Claude Code: the streamable-HTTP server, the token as a bearer header."""
+    url = api_url.rstrip("/") + MCP_PATH
+    return {
+        "mcpServers": {
+            seat.server_name: {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {seat.token}"}}
+            for seat in seats
+        }
+    }
+
+
+def codex_config(*, api_url: str, seats: list[HarnessSeat]) -> str:
+    """``~/.codex/config.toml`` for Codex: ``expos mcp`` on stdio, reading RSI_URL and RSI_TOKEN."""
+    blocks = []
+    for seat in seats:
+        # JSON strings are valid TOML basic strings for everything a URL or token holds.
+        env = f"{{ RSI_URL = {json.dumps(api_url.rstrip('/'))}, RSI_TOKEN = {json.dumps(seat.token)} }}"
+        blocks.append(f'[mcp_servers.{seat.server_name}]\ncommand = "expos"\nargs = ["mcp"]\nenv = {env}\n')
+    return "\n".join(blocks)
