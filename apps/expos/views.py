@@ -105,8 +105,8 @@ def _refuse_bad_value(args: Any) -> None:
 
     Lone surrogates, NUL characters, NaN/Infinity (bare tokens or 1e999) and nesting beyond
     MAX_DEPTH are refused here, and integers beyond bigint by _refuse_huge_integer (after the
-    coercion of whole floats), before any schema or handler sees them: a handler hashing or storing such a value would crash, and the crash would take the
-    record of the call with it.
+    coercion of whole floats), before any schema or handler sees them: a handler hashing or
+    storing such a value would crash, and the crash would take the record of the call with it.
     """
     bad = first_bad_value(args, max_depth=MAX_DEPTH)
     if bad is not None:
