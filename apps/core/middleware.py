@@ -58,5 +58,5 @@ class ChunkedBodyMiddleware:
             )
         # From here on the request is one of known length, as if Content-Length had been sent.
         request.META["CONTENT_LENGTH"] = str(len(body))
-        request._stream = LimitedStream(io.BytesIO(body), len(body))  # type: ignore[attr-defined]
+        request._stream = io.BytesIO(body)
         return None

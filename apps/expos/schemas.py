@@ -193,6 +193,7 @@ def integers_coerced(schema: Any, value: Any) -> Any:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer() and _wants_integer(schema):
         return int(value)
     branches = [b for key in ("anyOf", "oneOf", "allOf") for b in schema.get(key, ()) if isinstance(b, dict)]
+    coerced: Any
     if isinstance(value, dict):
         properties = schema.get("properties", {})
         extra = schema.get("additionalProperties")
