@@ -248,7 +248,7 @@ def tool_use_figure(run: Run, *, now: datetime | None = None) -> go.Figure:
     )
     category_of = {name: tool.category for name, tool in load_all().items()}
     counts: dict[str, list[int]] = defaultdict(lambda: [0] * INTERVALS)
-    for tool, at in Event.objects.filter(run=run, type="tool.called").values_list("tool", "created_at"):
+    for tool, at in Event.objects.sealed().filter(run=run, type="tool.called").values_list("tool", "created_at"):
         counts[category_of.get(tool, "other")][_interval_of(at, start, end)] += 1
     totals = [0] * INTERVALS
     for index, (category, values) in enumerate(sorted(counts.items())):

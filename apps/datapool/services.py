@@ -239,7 +239,23 @@ def _inspect_jsonl(path: Path, *, format: str | None, shown: str) -> tuple[int, 
 
 
 def _stage_fd(fd: int, *, shown: str, format: str | None) -> _Staged:
-    """Copy an open file into a private staging file, hashing it; then validate the copy."""
+    """Copy an open file into a private staging file, hashing it; then validate the copy.
+
+    A regular file's size is checked before a byte is copied (a 2 GB sparse file used to be
+    refused only after 1 GiB had been staged); the running count below still bounds anything
+    whose size is not known up front or that grows while it is read.
+    """
+    try:
+        declared = os.fstat(fd)
+    except OSError:
+        declared = None
+    if declared is not None and stat.S_ISREG(declared.st_mode) and declared.st_size > MAX_DATA_BYTES:
+        os.close(fd)
+        raise ApplicationError(
+            "file_too_large",
+            f"{shown} is {declared.st_size} bytes, larger than {MAX_DATA_BYTES // (1 << 20)} MiB; split it.",
+            size=declared.st_size,
+        )
     staging = Path(tempfile.mkdtemp(prefix="rsi-data-"))
     target = staging / "data.jsonl"
     digest = hashlib.sha256()

@@ -193,6 +193,17 @@ class EventChain(BaseModel):
     head_hash = models.CharField(max_length=64, default="0" * 64)
 
 
+class EventQuerySet(models.QuerySet["Event"]):
+    def sealed(self) -> EventQuerySet:
+        """Only events already sealed into their chain: the rows any reader may be shown.
+
+        An unsealed row (committed a moment before the sealer reached it) has no ``seq`` and no
+        ``hash`` yet; shown, it would sort first (NULLS FIRST on ``-seq``), page wrongly on
+        ``after_seq`` and answer ``seq: null``. It becomes visible, with its final place, once sealed.
+        """
+        return self.filter(seq__isnull=False)
+
+
 class Event(models.Model):
     """An append-only, hash-chained record of one state change or tool call.
 
@@ -216,6 +227,8 @@ class Event(models.Model):
     content_sha256 = models.CharField(max_length=64)  # sha256 of the canonical JSON of the content
     prev_hash = models.CharField(max_length=64, blank=True, default="")
     hash = models.CharField(max_length=64, blank=True, default="")
+
+    objects = EventQuerySet.as_manager()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="event_chain_seq_unique")]

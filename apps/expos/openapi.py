@@ -46,7 +46,11 @@ COMMON_TOOL_ERRORS = {
     "409": "conflict: idempotency_mismatch, or the records' state refuses the change",
     "413": "request_too_large: the body exceeds RSI_MAX_REQUEST_BYTES",
     "415": "unsupported_media_type: send application/json",
+    "411": "length_required: a chunked body on a server that cannot read one; send Content-Length",
     "429": "throttled: this token's rate limit (RSI_TOKEN_RATE) was reached",
+    "501": "unsupported_transfer_coding: only chunked (or none) is accepted",
+    "503": "a dependency is briefly unavailable (database, Redis, a required contamination layer); "
+    "retry after the Retry-After header's seconds",
 }
 COMMON_READ_ERRORS = {
     "400": "invalid filter or query parameter",
@@ -54,6 +58,7 @@ COMMON_READ_ERRORS = {
     "403": "not a viewer, or a refused read of sealed material (recorded)",
     "404": "not found or not visible to the caller",
     "429": "throttled",
+    "503": "the database or Redis is briefly unavailable; retry after the Retry-After header's seconds",
 }
 
 
@@ -69,11 +74,18 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
+_RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait before retrying."}}
+
+
 def _error_responses(errors: dict[str, str]) -> dict[str, Any]:
-    return {
+    responses: dict[str, Any] = {
         status: {"description": text, "content": {"application/json": {"schema": ERROR_REF}}}
         for status, text in errors.items()
     }
+    for status in ("429", "503"):
+        if status in responses:
+            responses[status]["headers"] = _RETRY_AFTER
+    return responses
 
 
 def tool_operation(tool: Any) -> dict[str, Any]:
@@ -125,7 +137,11 @@ def tool_operation(tool: Any) -> dict[str, Any]:
         "tags": [f"tools: {tool.category}"],
         "security": [{"agentToken": []}],
         "parameters": parameters,
-        "requestBody": {"required": False, "content": {"application/json": {"schema": tool.input_schema}}},
+        # Required when the tool has required arguments; otherwise an empty body means {}.
+        "requestBody": {
+            "required": bool(tool.input_schema.get("required")),
+            "content": {"application/json": {"schema": tool.input_schema}},
+        },
         "responses": responses,
     }
 

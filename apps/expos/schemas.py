@@ -6,6 +6,7 @@ database can store, so a schema-valid call never fails on a column limit.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from apps.expos.registry import obj
@@ -159,3 +160,50 @@ REPORT = closed(
         "redacted": boolean(),
     }
 )
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    kind = schema.get("type")
+    return {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
+
+
+def _wants_integer(schema: Any) -> bool:
+    """Whether a value here can only be an integer (not also any number), in this schema or a branch."""
+    if not isinstance(schema, dict):
+        return False
+    types = _types(schema)
+    if "number" in types:
+        return False
+    branches = [b for key in ("anyOf", "oneOf", "allOf") for b in schema.get(key, ()) if isinstance(b, dict)]
+    if any("number" in _types(branch) for branch in branches):
+        return False
+    return "integer" in types or any(_wants_integer(branch) for branch in branches)
+
+
+def integers_coerced(schema: Any, value: Any) -> Any:
+    """``value`` with every whole float where the schema wants an integer made an ``int`` (5.0 -> 5).
+
+    JSON Schema counts 5.0 as an integer, so validation lets it through; a handler that slices,
+    counts or stores it would then fail on a float. Coercing here, before the schema check, gives
+    every handler the type its schema promises. Non-whole floats (5.5) stay as they are for the
+    schema to refuse, with their path.
+    """
+    if not isinstance(schema, dict):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and _wants_integer(schema):
+        return int(value)
+    branches = [b for key in ("anyOf", "oneOf", "allOf") for b in schema.get(key, ()) if isinstance(b, dict)]
+    coerced: Any
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        coerced = {key: integers_coerced(properties.get(key, extra), item) for key, item in value.items()}
+    elif isinstance(value, list):
+        items = schema.get("items")
+        coerced = [integers_coerced(items, item) for item in value]
+    else:
+        return value
+    # An object or array under anyOf/oneOf/allOf: each branch that describes it coerces in turn.
+    for branch in branches:
+        coerced = integers_coerced(branch, coerced)
+    return coerced

@@ -47,6 +47,7 @@ from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, ag
 from apps.expos.models import IdempotencyRecord
 from apps.expos.payloads import etag_value
 from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
+from apps.expos.schemas import integers_coerced
 from apps.expos.services import tool_call_record
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
 from apps.research.models import ResearchNode
@@ -103,10 +104,10 @@ def _json_pointer(path: Any) -> str:
 def _refuse_bad_value(args: Any) -> None:
     """Refuse what no schema can mean and no record can hold, naming its path (apps.core.jsonsafe).
 
-    Lone surrogates, NUL characters, NaN/Infinity (bare tokens or 1e999), nesting beyond
-    MAX_DEPTH and integers beyond bigint are refused here, before any schema or handler sees
-    them: a handler hashing or storing such a value would crash, and the crash would take the
-    record of the call with it.
+    Lone surrogates, NUL characters, NaN/Infinity (bare tokens or 1e999) and nesting beyond
+    MAX_DEPTH are refused here, and integers beyond bigint by _refuse_huge_integer (after the
+    coercion of whole floats), before any schema or handler sees them: a handler hashing or
+    storing such a value would crash, and the crash would take the record of the call with it.
     """
     bad = first_bad_value(args, max_depth=MAX_DEPTH)
     if bad is not None:
@@ -119,6 +120,9 @@ def _refuse_bad_value(args: Any) -> None:
             json_path=bad.path,
             rule=bad.rule,
         )
+
+
+def _refuse_huge_integer(args: Any) -> None:
     big = _first_huge_integer(args, ())
     if big is not None:
         raise InvalidInput(
@@ -193,14 +197,20 @@ def _passes_compiled(tool: Tool, which: str, value: Any) -> bool:
     return True
 
 
-def validate_input(tool: Tool, args: Any) -> None:
-    """400 ``invalid_input`` naming the path of the first error, phrased so an agent can fix it."""
+def validate_input(tool: Tool, args: Any) -> Any:
+    """The arguments, whole floats made integers where the schema wants one (5.0 -> 5); else 400.
+
+    The 400 is ``invalid_input`` naming the path of the first error, phrased so an agent can fix it.
+    """
     _refuse_bad_value(args)
+    args = integers_coerced(tool.input_schema, args)
+    # After the coercion, so a float so large it is whole (1e300) is refused here too, with its path.
+    _refuse_huge_integer(args)
     if _passes_compiled(tool, "input", args):
-        return
+        return args
     error = jsonschema.exceptions.best_match(_validator(tool, "input").iter_errors(args))
     if error is None:
-        return
+        return args
     where = _json_pointer(error.absolute_path)
     raise InvalidInput(
         f"{tool.name}: {where}: {error.message}",
@@ -309,7 +319,7 @@ class ToolCallView(APIView):
                     status=403,
                 )
             args = parse_body(request)
-            validate_input(tool, args)
+            args = validate_input(tool, args)
             if tool.idempotent_create and ctx.idempotency_key is not None:
                 if not _IDEMPOTENCY_KEY_RE.match(ctx.idempotency_key):
                     raise ApplicationError(

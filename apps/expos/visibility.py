@@ -262,8 +262,11 @@ def visible_jobs(caller: Caller) -> QuerySet[Job]:
 
 
 def visible_events(caller: Caller) -> QuerySet[Event]:
-    """Main: its run's events; Workers and Reviewers: events whose actor is a node they see."""
-    events = Event.objects.all()
+    """Main: its run's events; Workers and Reviewers: events whose actor is a node they see.
+
+    Sealed events only, for every caller (EventQuerySet.sealed says why).
+    """
+    events = Event.objects.sealed()
     if not isinstance(caller, ToolContext):
         return events
     events = events.filter(run=caller.run)

@@ -86,6 +86,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a chunked body is read (or the request refused) before anything looks at the body.
+    "apps.core.middleware.ChunkedBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files from the web process itself (the dashboard's JS and CSS), no proxy needed.
     "whitenoise.middleware.WhiteNoiseMiddleware",

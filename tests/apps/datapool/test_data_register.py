@@ -338,3 +338,28 @@ def test_concurrent_registrations_get_distinct_handles_and_share_identical_bytes
     assert handles[0] == handles[4]  # identical bytes: one entry, however the race went
     assert DataEntry.objects.count() == 4
     assert len(stored_files(artifact_root)) == 4
+
+
+def test_a_file_over_the_limit_is_refused_before_any_byte_is_copied(artifact_root, workspace, tmp_path, monkeypatch):
+    """A 2 GiB sparse file (no disk used) is refused on its size: no staging copy, no artifact, no row."""
+    from apps.datapool.services import MAX_DATA_BYTES  # noqa: PLC0415
+
+    big = workspace / "data" / "huge.jsonl"
+    big.parent.mkdir(parents=True, exist_ok=True)
+    with big.open("wb") as handle:
+        handle.write(b'{"prompt": "p", "completion": "c"}\n')
+        handle.truncate(2 * MAX_DATA_BYTES)
+    staging_root = tmp_path / "staging"
+    staging_root.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(staging_root))  # where a staging copy would go
+    before = stored_files(artifact_root)
+
+    with pytest.raises(ApplicationError) as refused:
+        register(workspace, "data/huge.jsonl")
+
+    assert refused.value.code == "file_too_large"
+    assert refused.value.status_code < 500
+    assert refused.value.detail["size"] == 2 * MAX_DATA_BYTES
+    assert list(staging_root.iterdir()) == []  # not even a staging folder: nothing was copied
+    assert stored_files(artifact_root) == before
+    assert not DataEntry.objects.exists()

@@ -260,3 +260,34 @@ def test_tool_listing_and_llm_definitions_per_role(api, world):
     listing = api.get("main", "/api/v1/tools").json()["tools"]
     assert {"stop_loop", "state_add_new_reviewer"} <= {t["name"] for t in listing}
     assert all("main" in t["roles"] for t in listing)
+
+
+# --- chunked bodies ------------------------------------------------------------------------------
+
+
+def test_a_chunked_body_the_server_cannot_pass_on_is_refused_not_run_empty(api, world):
+    """Django's development server (the live_server here) hides a chunked body: 411, the tool never runs.
+
+    On the production server (uvicorn) the body is read: tests/e2e/test_chunked_body.py.
+    """
+    import http.client  # noqa: PLC0415
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    address = urlsplit(api.base)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+    before = Event.objects.filter(run=world.run, tool="events_tail").count()
+    try:
+        connection.request(
+            "POST",
+            "/api/v1/tools/events_tail",
+            body=iter([b'{"limit": 1}']),
+            headers={"Authorization": f"Bearer {world.tokens['main']}", "Content-Type": "application/json"},
+            encode_chunked=True,
+        )
+        response = connection.getresponse()
+        status, body = response.status, response.read()
+    finally:
+        connection.close()
+    assert status == 411, body
+    assert b"Content-Length" in body
+    assert Event.objects.filter(run=world.run, tool="events_tail").count() == before

@@ -277,7 +277,16 @@ def test_openapi_documents_every_tool_with_its_schemas_and_errors(w):
         assert operation["requestBody"]["content"]["application/json"]["schema"] == declared.input_schema
         ok = "201" if declared.idempotent_create else "200"
         assert operation["responses"][ok]["content"]["application/json"]["schema"] == declared.output_schema
-        assert {"400", "401", "403", "404", "429"} <= set(operation["responses"])
+        assert {"400", "401", "403", "404", "411", "413", "429", "503"} <= set(operation["responses"])
+        assert operation["responses"]["503"]["headers"]["Retry-After"]
+        # A body is required exactly when the tool has required arguments (else an empty body is {}).
+        assert operation["requestBody"]["required"] == bool(declared.input_schema["required"])
+        if declared.category == "external_discovery":
+            assert "424" in operation["responses"]
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            if path.startswith("/api/v1/") and method in ("get", "post"):
+                assert {"401", "429", "503"} <= set(operation["responses"]), (path, method)
     finalize = schema["paths"]["/api/v1/tools/worker_finalize"]["post"]
     assert "412" in finalize["responses"]
     assert [p["name"] for p in finalize["parameters"]] == ["If-Match"]

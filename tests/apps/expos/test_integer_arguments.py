@@ -1,0 +1,88 @@
+"""Whole-number floats reach handlers as integers; other floats for integers are 400 with their path.
+
+JSON Schema counts 5.0 as an integer, so without the coercion it passed validation and crashed
+the handler that sliced or stored it. Every integer parameter of every tool in the registry is
+tried, at any depth (worker_submit's hyperparameters too).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+
+from apps.experiments.models import Event
+from apps.expos.registry import load_all
+from apps.expos.schemas import _wants_integer
+from apps.expos.views import InvalidInput, validate_input
+from tests.apps.expos.test_validation import _sample
+
+
+def _integer_paths(schema: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if not isinstance(schema, dict):
+        return []
+    found = [prefix] if _wants_integer(schema) else []
+    for name, sub in schema.get("properties", {}).items():
+        found += _integer_paths(sub, (*prefix, name))
+    if isinstance(schema.get("items"), dict):
+        found += _integer_paths(schema["items"], (*prefix, 0))
+    return found
+
+
+def _at(value: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+def _with(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, list):
+        return [_with(item, rest, new) if i == head else item for i, item in enumerate(value)]
+    return {**value, head: _with(value[head], rest, new)}
+
+
+def _cases() -> list[tuple[str, tuple[Any, ...]]]:
+    cases = []
+    for name, tool in sorted(load_all().items()):
+        sample = _sample(tool.input_schema)
+        if jsonschema.Draft202012Validator(tool.input_schema).is_valid(sample):
+            cases += [(name, path) for path in _integer_paths(tool.input_schema)]
+    return cases
+
+
+CASES = _cases()
+
+
+def test_the_registry_has_integer_parameters_to_try():
+    assert len({name for name, _ in CASES}) > 25
+    assert ("worker_submit", ("train", "hyperparameters", "batch_size")) in CASES
+
+
+@pytest.mark.parametrize(
+    ("name", "path"), CASES, ids=lambda case: "/".join(map(str, case)) if isinstance(case, tuple) else case
+)
+def test_whole_floats_become_integers_and_fractions_are_refused_with_their_path(name, path):
+    tool = load_all()[name]
+    sample = _sample(tool.input_schema)
+    value = _at(sample, path)
+    coerced = validate_input(tool, _with(sample, path, float(value)))
+    assert type(_at(coerced, path)) is int
+    assert _at(coerced, path) == value
+    with pytest.raises(InvalidInput) as refused:
+        validate_input(tool, _with(sample, path, value + 0.5))
+    assert refused.value.detail["path"] == "/" + "/".join(map(str, path))
+
+
+def test_a_handler_gets_the_integer_end_to_end(api, world):
+    answer = api.call("main", "events_tail", {"limit": 2.0})
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["events"]) == 2
+    recorded = Event.objects.filter(run=world.run, tool="events_tail").order_by("-id").first()
+    assert type(recorded.arguments["args"]["limit"]) is int
+    refused = api.call("main", "events_tail", {"limit": 2.5})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["detail"]["path"] == "/limit"
