@@ -39,6 +39,8 @@ def review_submit(
     findings: dict[str, list[Any]],
 ) -> ReviewReport:
     """Store one structured report of an active Reviewer, linked to experiments of its scope only."""
+    # Its status now: the caller's node may be a cached token's copy, older than a finalize.
+    reviewer = ResearchNode.objects.get(pk=reviewer.pk)
     if reviewer.kind != NodeKind.REVIEWER:
         raise ApplicationError("not_a_reviewer", f"{reviewer.handle} is not a Reviewer.")
     if reviewer.status != NodeStatus.ACTIVE:
