@@ -167,6 +167,7 @@ def _rows_of(run: Run) -> dict[str, list[dict[str, Any]]]:
     experiments = Experiment.objects.filter(run=run)
     evaluations = Evaluation.objects.filter(run=run)
     findings = IntegrityFinding.objects.filter(experiment__run=run)
+    chain = EventChain.objects.get(key=chain_key(run))
     querysets: dict[type[models.Model], Iterable[models.Model]] = {
         Checkpoint: _checkpoints_of(run),
         Run: [run],
@@ -187,8 +188,9 @@ def _rows_of(run: Run) -> dict[str, list[dict[str, Any]]]:
         IntegrityFinding: findings,
         FindingChange: FindingChange.objects.filter(finding__in=findings),
         BlockedAttempt: BlockedAttempt.objects.filter(run=run),
-        EventChain: EventChain.objects.filter(key=chain_key(run)),
-        Event: Event.objects.filter(chain__key=chain_key(run)).exclude(hash=""),
+        EventChain: [chain],
+        # Up to the head read above: a seal after that read moves the head and its events together.
+        Event: Event.objects.filter(chain=chain, seq__lte=chain.head_seq),
     }
     tables = {}
     for model in TABLES:
@@ -206,16 +208,24 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         raise ApplicationError(
             "chain_broken", f"The run's event chain is broken at seq {report.broken_at}: {report.reason}"
         )
-    scores = run_scores(run=run)
+    outer = connection.in_atomic_block  # then the caller's transaction (and its snapshot) is the one we read
+    with transaction.atomic():
+        if connection.vendor == "postgresql" and not outer:
+            # One snapshot for every table, so a live run's rows reference only rows also exported.
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        tables = _rows_of(run)
+        scores = run_scores(run=run)
+        integrity = integrity_report(run)
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "exported_at": timezone.now().isoformat(),
         "run": str(run.uuid),
         "benchmark": {name: _plain(getattr(run.benchmark, name)) for name in _BENCHMARK_FIELDS},
-        "tables": _rows_of(run),
-        "chain": {"key": chain_key(run), "events": report.events},
-        "integrity_report": json.loads(json.dumps(integrity_report(run), default=_plain)),
+        "tables": tables,
+        "chain": {"key": chain_key(run), "events": len(tables[_label(Event)])},
+        "integrity_report": json.loads(json.dumps(integrity, default=_plain)),
         "scores": json.loads(json.dumps(dataclasses.asdict(scores), default=_plain)),
     }
 
@@ -410,7 +420,13 @@ def import_run_bundle(data: dict[str, Any]) -> Run:
                 elif field.related_model is Benchmark:
                     values[field.attname] = benchmark.pk
                 else:
-                    values[field.attname] = ids[_label(field.related_model)][row[field.attname]]  # type: ignore[arg-type]
+                    target = _label(field.related_model)  # type: ignore[arg-type]
+                    if row[field.attname] not in ids[target]:
+                        raise ApplicationError(
+                            "bundle_inconsistent",
+                            f"{label} {row['id']} names {target} {row[field.attname]}, which the bundle does not hold.",
+                        )
+                    values[field.attname] = ids[target][row[field.attname]]
             objs.append(_instance(model, values))
         _insert(model, objs)
 

@@ -140,7 +140,8 @@ pages = {{name: client.get(reverse("dashboard:" + name, args=[run.uuid]), HTTP_H
          for name in ("run-detail", "integrity")}}
 scores = run_scores(run=run)
 print(json.dumps({{"run": pages["run-detail"], "integrity": pages["integrity"],
-                  "returned": scores.returned_checkpoint, "raw": scores.raw.score}}))
+                  "returned": scores.returned_checkpoint, "raw": scores.raw.score,
+                  "created_at": run.created_at.isoformat()}}))
 """
 
 
@@ -224,8 +225,20 @@ def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert json.loads(shown.stdout.strip().splitlines()[-1]) == {
         "run": 200, "integrity": 200, "returned": bundle["scores"]["returned_checkpoint"],
-        "raw": bundle["scores"]["raw"]["score"],
+        "raw": bundle["scores"]["raw"]["score"], "created_at": bundle["tables"]["research.run"][0]["created_at"],
     }  # fmt: skip
+
+    # Exported again from there, it is the same run: the same chain links and per-sample results.
+    reexported = _child(empty_instance, "export_run", str(run.uuid), str(tmp_path / "again.zip"))
+    assert reexported.returncode == 0, reexported.stderr[-3000:]
+    again_bundle = bundle_read(tmp_path / "again.zip")
+    for label, columns in (
+        ("experiments.event", ("seq", "hash")),
+        ("experiments.evaluationsample", ("sample_id", "correct")),
+    ):
+        assert sorted(tuple(r[c] for c in columns) for r in again_bundle["tables"][label]) == sorted(
+            tuple(r[c] for c in columns) for r in bundle["tables"][label]
+        )
 
     again = _child(empty_instance, "import_run", str(path))
     assert again.returncode != 0

@@ -27,6 +27,8 @@ class Command(BaseCommand):
             run = import_run_bundle(bundle_read(Path(options["path"])))
         except ApplicationError as error:
             raise CommandError(error.message) from None
+        except KeyError as error:
+            raise CommandError(f"The bundle lacks {error}; nothing imported.") from None
         except IntegrityError as error:
             # A row the bundle shares with this instance (a UUID, a handle): the transaction rolled back.
             raise CommandError(f"The bundle conflicts with rows here; nothing imported ({error}).") from None
