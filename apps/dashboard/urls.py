@@ -16,6 +16,7 @@ urlpatterns = [
     path("runs/<uuid:run_uuid>/labels/", views.run_label_view, name="run-label"),
     path("runs/<uuid:run_uuid>/", views.run_detail_view, name="run-detail"),
     path("runs/<uuid:run_uuid>/snapshot.json", views.run_snapshot_view, name="run-snapshot"),
+    path("runs/<uuid:run_uuid>/export.zip", views.run_export_view, name="run-export"),
     path("runs/<uuid:run_uuid>/charts.json", views.run_charts_view, name="run-charts"),
     path("runs/<uuid:run_uuid>/nodes/<uuid:node_uuid>.json", views.node_detail_view, name="node-detail"),
     path("runs/<uuid:run_uuid>/guidance/", views.guidance_post_view, name="guidance-post"),

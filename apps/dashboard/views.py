@@ -41,6 +41,7 @@ from apps.dashboard.services import (
 )
 from apps.datapool.selectors import data_entry_get, data_entry_list
 from apps.jobs.selectors import job_attempts
+from apps.research.bundle import bundle_archive, export_run_bundle
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
 from apps.research.selectors import run_ablation, run_job_health
@@ -215,6 +216,20 @@ def _run_urls(run: Run) -> dict[str, str]:
         "report": reverse("dashboard:report", args=[run.uuid, _ZERO]),
         "job": reverse("dashboard:job", args=[_ZERO]),
     }
+
+
+@require_GET
+@role_required(OPERATOR)
+def run_export_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    """The run bundle as a download (operators and admins): apps.research.bundle, as ``export_run`` writes it."""
+    run = _run_or_404(request, run_uuid)
+    try:
+        archive = bundle_archive(export_run_bundle(run))
+    except ApplicationError as error:
+        return _refused(request, error, reverse("dashboard:run-detail", args=[run.uuid]))
+    response = HttpResponse(archive, content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="run-{run.uuid}.zip"'
+    return response
 
 
 @require_GET

@@ -22,6 +22,7 @@ from typing import Any
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
+from apps.benchmarks.models import Benchmark
 from apps.core.hashing import sha256_text
 from apps.datapool.models import DataEntry, DataReadmeEntry, DataUsage
 from apps.experiments.events import event_append
@@ -104,10 +105,12 @@ def _findings(experiment: Experiment, overrides: dict[str, tuple[str, str]]) -> 
     return found
 
 
-def build_world(*, people: dict[str, User] | None = None) -> World:
+def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark | None = None) -> World:
+    """``benchmark``: a registered one with its reference checkpoint (default: a factory row, no sealed data)."""
     people = people or make_people()
-    reference = CheckpointFactory(is_reference=True)
-    benchmark = BenchmarkFactory(reference_checkpoint=reference)
+    if benchmark is None:
+        benchmark = BenchmarkFactory(reference_checkpoint=CheckpointFactory(is_reference=True))
+    reference = benchmark.reference_checkpoint
     run = make_run(name="arithmetic sprint", benchmark=benchmark, max_parallel_workers=4, reserved_final_seconds=600)
     run = run_set_status(run=run, status=RunStatus.RUNNING, actor="test")
     started = timezone.now() - dt.timedelta(minutes=30)
@@ -265,13 +268,20 @@ def build_world(*, people: dict[str, User] | None = None) -> World:
 FINAL_CORRECT = {"theta0": (5, 20), "reference": (17, 20), "best": (11, 20)}
 
 
-def finish_world(world: World, *, final_correct: dict[str, tuple[int, int]] | None = None) -> Run:
+def finish_world(
+    world: World,
+    *,
+    final_correct: dict[str, tuple[int, int]] | None = None,
+    final_items: list[dict[str, str]] | None = None,
+) -> Run:
     """End the world's run as the system does: stop, final evaluation jobs, their results, finish.
 
     The running experiment's job is left as it is (run_final_eval_start does not wait; run_advance
     would). Each final-evaluation job is claimed and succeeds with per-sample rows through the job
     engine's own services, so the evaluations, the job rows and the ``run.final_result`` event are
-    the ones a real run leaves. Roles missing from ``final_correct`` score 0 of 20.
+    the ones a real run leaves. Roles missing from ``final_correct`` score 0 of 20. With
+    ``final_items`` (the benchmark's sealed final split), the rows carry their ids, and a right
+    row's output is the item's answer, as a model that got it right would have written.
     """
     correct = {**FINAL_CORRECT, **(final_correct or {})}
     run = run_stop_request(run=world.run, reason="test: end the run", actor="main")
@@ -282,6 +292,11 @@ def finish_world(world: World, *, final_correct: dict[str, tuple[int, int]] | No
         role = next((r for r in job.spec["roles"] if r != "candidate"), "candidate")
         right, n = correct.get(role, (0, 20))
         rows = [{"id": f"x{i:03d}", "output": str(i), "correct": i < right} for i in range(n)]
+        if final_items is not None:
+            rows = [
+                {"id": item["id"], "output": item["answer"] if i < right else "no idea", "correct": i < right}
+                for i, item in enumerate(final_items[:n])
+            ]
         checkpoint = Checkpoint.objects.get(uuid=job.spec["checkpoint"])
         job_succeed_with_evaluation(
             job=claimed, checkpoint=checkpoint, benchmark=run.benchmark, split="final", rows=rows, backend="hf",

@@ -1,0 +1,436 @@
+"""Run bundles: one finished (or running) run as a self-contained file, and back (issue 15, point 8).
+
+A bundle is a zip of ``run.json`` and ``scores.csv``. ``run.json`` (format ``rsiweb.run-bundle``,
+``FORMAT_VERSION`` below; docs/export.md) holds:
+
+- ``benchmark``: the benchmark's identity and hashes (no sealed data: that never leaves
+  ``sealed_path``), and ``tables``: the run's rows, one list per model label, each row with its
+  columns as stored (integer ids included, so references resolve inside the bundle): the run and
+  its status history, the research DAG (nodes, edges, decisions, claims, predictions,
+  candidates, LLM usage), experiments with their graph, integrity history, agent metrics,
+  evaluations with their per-sample ids and correctness, the checkpoints they name (manifests and
+  hashes only, never the weights), the integrity findings, blocked attempts, and the run's event
+  chain with every link.
+- ``integrity_report`` and ``scores``: the integrity report (apps.integrity.report) and the run's
+  scores (apps.research.scores) as they read at export, for people reading the file.
+
+Left out so the bundle can leave the instance: a model's output on each sealed sample (right
+answers would be the reference answers), finding evidence (it may quote sealed spans) beyond its
+one-line summary and codes, the request of a blocked attempt (it may carry the sealed items it
+tried to use), people (``created_by``), jobs, agent loops and guidance. Prompts and reference
+answers are never in a run's rows.
+
+Import INSERTs the rows as they are — append-only tables refuse UPDATEs (experiments 0008,
+datapool 0004) — with fresh integer ids and the same UUIDs, in dependency order, in one
+transaction: the chain is recomputed from the bundle first and verified again in the database
+before commit, and anything refused leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import decimal
+import io
+import json
+import uuid
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from django.db import connection, models, transaction
+from django.utils import timezone
+
+from apps.benchmarks.models import Benchmark
+from apps.core.errors import ApplicationError, Conflict
+from apps.experiments.events import GENESIS_HASH, chain_key, chain_verify, content_hash, event_content, link_hash
+from apps.experiments.models import (
+    Checkpoint,
+    Evaluation,
+    EvaluationSample,
+    Event,
+    EventChain,
+    Experiment,
+    ExperimentEdge,
+    IntegrityStatusChange,
+    MetricPoint,
+)
+from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
+from apps.integrity.report import integrity_report
+from apps.research.models import (
+    Candidate,
+    Decision,
+    LLMUsage,
+    OptimizerClaim,
+    Prediction,
+    ResearchEdge,
+    ResearchNode,
+    Run,
+    RunStatusChange,
+)
+from apps.research.scores import run_scores
+
+FORMAT = "rsiweb.run-bundle"
+FORMAT_VERSION = 1
+BUNDLE_JSON = "run.json"
+SCORES_CSV = "scores.csv"
+
+# Insertion order: every row's references point to rows of earlier tables or of its own table
+# (checkpoint parents, experiment edges). Nodes and decisions reference each other
+# (created_by_decision, subject); PostgreSQL checks foreign keys at commit, so both hold.
+TABLES: tuple[type[models.Model], ...] = (
+    Checkpoint,
+    Run,
+    RunStatusChange,
+    ResearchNode,
+    Decision,
+    ResearchEdge,
+    OptimizerClaim,
+    Prediction,
+    Candidate,
+    LLMUsage,
+    Experiment,
+    ExperimentEdge,
+    IntegrityStatusChange,
+    MetricPoint,
+    Evaluation,
+    EvaluationSample,
+    IntegrityFinding,
+    FindingChange,
+    BlockedAttempt,
+    EventChain,
+    Event,
+)
+
+# Foreign keys to rows a bundle does not carry: written as null (each is nullable).
+_DROPPED_REFERENCES = {"producing_job_id", "job_id", "created_by_id"}
+# Benchmark columns a bundle carries: what identifies the evaluator, never its sealed data.
+_BENCHMARK_FIELDS = (
+    "uuid", "name", "version", "task", "description", "evaluator", "evaluator_sha256", "settings",
+    "settings_sha256", "sealed_path", "data_sha256", "sample_ids", "reference_checkpoint_id", "created_at",
+)  # fmt: skip
+
+
+def _label(model: type[models.Model]) -> str:
+    return model._meta.label_lower
+
+
+def _plain(value: Any) -> Any:
+    """A column value as JSON: full-precision timestamps (the chain hashes them), UUIDs and decimals as text."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | decimal.Decimal):
+        return str(value)
+    return value
+
+
+def _row(obj: models.Model, **overrides: Any) -> dict[str, Any]:
+    row = {field.attname: _plain(field.value_from_object(obj)) for field in obj._meta.concrete_fields}
+    for name in _DROPPED_REFERENCES & row.keys():
+        row[name] = None
+    row.update(overrides)
+    return row
+
+
+def _sanitised(obj: models.Model) -> dict[str, Any]:
+    """The row as it may leave the instance (module docstring: what is left out, and why)."""
+    if isinstance(obj, EvaluationSample):
+        return _row(obj, output="")
+    if isinstance(obj, IntegrityFinding):
+        evidence = obj.evidence or {}
+        kept = {key: evidence[key] for key in ("summary", "codes") if key in evidence}
+        return _row(obj, evidence=kept)
+    if isinstance(obj, BlockedAttempt):
+        return _row(obj, request={})
+    return _row(obj)
+
+
+def _checkpoints_of(run: Run) -> list[Checkpoint]:
+    """Every checkpoint the run's rows name, with their lineage back to a root, parents first."""
+    named: set[int | None] = set(Checkpoint.objects.filter(run=run).values_list("pk", flat=True))
+    named |= {run.base_checkpoint_id, run.result_checkpoint_id, run.benchmark.reference_checkpoint_id}
+    named |= set(Evaluation.objects.filter(run=run).values_list("checkpoint_id", flat=True))
+    for pair in Experiment.objects.filter(run=run).values_list("input_checkpoint_id", "output_checkpoint_id"):
+        named |= set(pair)
+    wanted = {pk for pk in named if pk is not None}
+    found: dict[int, Checkpoint] = {}
+    while wanted:
+        batch = list(Checkpoint.objects.filter(pk__in=wanted))
+        found.update((c.pk, c) for c in batch)
+        wanted = {c.parent_id for c in batch if c.parent_id is not None} - found.keys()
+    return sorted(found.values(), key=lambda c: c.pk)
+
+
+def _rows_of(run: Run) -> dict[str, list[dict[str, Any]]]:
+    experiments = Experiment.objects.filter(run=run)
+    evaluations = Evaluation.objects.filter(run=run)
+    findings = IntegrityFinding.objects.filter(experiment__run=run)
+    chain = EventChain.objects.get(key=chain_key(run))
+    querysets: dict[type[models.Model], Iterable[models.Model]] = {
+        Checkpoint: _checkpoints_of(run),
+        Run: [run],
+        RunStatusChange: RunStatusChange.objects.filter(run=run),
+        ResearchNode: ResearchNode.objects.filter(run=run),
+        Decision: Decision.objects.filter(run=run),
+        ResearchEdge: ResearchEdge.objects.filter(run=run),
+        OptimizerClaim: OptimizerClaim.objects.filter(run=run),
+        Prediction: Prediction.objects.filter(run=run),
+        Candidate: Candidate.objects.filter(run=run),
+        LLMUsage: LLMUsage.objects.filter(run=run),
+        Experiment: experiments,
+        ExperimentEdge: ExperimentEdge.objects.filter(child__in=experiments, parent__in=experiments),
+        IntegrityStatusChange: IntegrityStatusChange.objects.filter(experiment__in=experiments),
+        MetricPoint: MetricPoint.objects.filter(experiment__in=experiments),
+        Evaluation: evaluations,
+        EvaluationSample: EvaluationSample.objects.filter(evaluation__in=evaluations),
+        IntegrityFinding: findings,
+        FindingChange: FindingChange.objects.filter(finding__in=findings),
+        BlockedAttempt: BlockedAttempt.objects.filter(run=run),
+        EventChain: [chain],
+        # Up to the head read above: a seal after that read moves the head and its events together.
+        Event: Event.objects.filter(chain=chain, seq__lte=chain.head_seq),
+    }
+    tables = {}
+    for model in TABLES:
+        rows = querysets[model]
+        if isinstance(rows, models.QuerySet):
+            rows = rows.order_by("pk")
+        tables[_label(model)] = [_sanitised(obj) for obj in rows]
+    return tables
+
+
+def export_run_bundle(run: Run) -> dict[str, Any]:
+    """The run as a bundle dict (``run.json``); refuses when the run's event chain does not verify."""
+    report = chain_verify(chain_key(run))  # seals what is pending first, so the export is complete
+    if not report.ok:
+        raise ApplicationError(
+            "chain_broken", f"The run's event chain is broken at seq {report.broken_at}: {report.reason}"
+        )
+    outer = connection.in_atomic_block  # then the caller's transaction (and its snapshot) is the one we read
+    with transaction.atomic():
+        if connection.vendor == "postgresql" and not outer:
+            # One snapshot for every table, so a live run's rows reference only rows also exported.
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        tables = _rows_of(run)
+        scores = run_scores(run=run)
+        integrity = integrity_report(run)
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "exported_at": timezone.now().isoformat(),
+        "run": str(run.uuid),
+        "benchmark": {name: _plain(getattr(run.benchmark, name)) for name in _BENCHMARK_FIELDS},
+        "tables": tables,
+        "chain": {"key": chain_key(run), "events": len(tables[_label(Event)])},
+        "integrity_report": json.loads(json.dumps(integrity, default=_plain)),
+        "scores": json.loads(json.dumps(dataclasses.asdict(scores), default=_plain)),
+    }
+
+
+def scores_csv(bundle: dict[str, Any]) -> str:
+    """One line per evaluation of the bundle: which checkpoint, split, score and counts."""
+    tables = bundle["tables"]
+    checkpoints = {row["id"]: row["handle"] for row in tables["experiments.checkpoint"]}
+    experiments = {row["id"]: row["handle"] for row in tables["experiments.experiment"]}
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["evaluation", "experiment", "checkpoint", "split", "status", "score", "correct", "samples"])
+    for row in tables["experiments.evaluation"]:
+        writer.writerow([
+            row["uuid"], experiments.get(row["experiment_id"], ""), checkpoints.get(row["checkpoint_id"], ""),
+            row["split"], row["status"], "" if row["score"] is None else row["score"], row["correct"],
+            row["sample_count"],
+        ])  # fmt: skip
+    return out.getvalue()
+
+
+def bundle_archive(bundle: dict[str, Any]) -> bytes:
+    """The downloadable file: a zip of ``run.json`` and ``scores.csv``."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(BUNDLE_JSON, json.dumps(bundle, indent=1, ensure_ascii=False))
+        archive.writestr(SCORES_CSV, scores_csv(bundle))
+    return buffer.getvalue()
+
+
+def bundle_read(path: Path) -> dict[str, Any]:
+    """The bundle dict of a zip written by :func:`bundle_archive` (or of a bare ``run.json``)."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                data = json.loads(archive.read(BUNDLE_JSON))
+        else:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, KeyError, ValueError) as error:
+        raise ApplicationError("bundle_unreadable", f"{path} is not a run bundle: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ApplicationError("bundle_unreadable", f"{path} is not a run bundle (format {FORMAT!r}).")
+    if data.get("version") != FORMAT_VERSION:
+        raise ApplicationError(
+            "bundle_version", f"bundle format version {data.get('version')!r}; this instance reads {FORMAT_VERSION}."
+        )
+    return data
+
+
+# --- import --------------------------------------------------------------------------------------
+
+
+def _instance(model: type[models.Model], row: dict[str, Any]) -> models.Model:
+    values = {}
+    for field in model._meta.concrete_fields:
+        value = row.get(field.attname)
+        # JSON columns hold the value as is; every other column parses its text form.
+        values[field.attname] = (
+            value if isinstance(field, models.JSONField) or value is None else field.to_python(value)
+        )
+    return model(**values)
+
+
+def _bundle_chain_verify(data: dict[str, Any]) -> None:
+    """Recompute every link of the bundle's chain, as apps.experiments.events.chain_verify does."""
+    key = data["chain"]["key"]
+    if key != data["run"]:
+        raise ApplicationError("chain_broken", "the bundle's chain is not its run's.")
+    chains = data["tables"]["experiments.eventchain"]
+    if len(chains) != 1:
+        raise ApplicationError("chain_broken", "the bundle holds no event chain for its run.")
+    prev_hash, expected_seq = GENESIS_HASH, 1
+    for row in sorted(data["tables"]["experiments.event"], key=lambda r: r["seq"]):
+        event = _instance(Event, row)
+        assert isinstance(event, Event)
+        if event.seq != expected_seq or event.prev_hash != prev_hash:
+            raise ApplicationError(
+                "chain_broken", f"the bundle's chain breaks at seq {expected_seq} (a link is missing)."
+            )
+        if content_hash(event_content(event, run_uuid=key)) != event.content_sha256:
+            raise ApplicationError("chain_broken", f"the bundle's event {event.seq} does not match its hash.")
+        if link_hash(prev_hash, expected_seq, event.content_sha256) != event.hash:
+            raise ApplicationError("chain_broken", f"the bundle's chain link {event.seq} does not hold.")
+        prev_hash, expected_seq = event.hash, expected_seq + 1
+    head = chains[0]
+    if head["head_seq"] != expected_seq - 1 or head["head_hash"] != prev_hash:
+        raise ApplicationError("chain_broken", "the bundle's chain head does not match its last event.")
+
+
+def _new_ids(model: type[models.Model], count: int) -> list[int]:
+    """Fresh primary keys from the table's own sequence, so later inserts never collide."""
+    if count == 0:
+        return []
+    table, column = model._meta.db_table, model._meta.pk.column
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)", [table, column, count]
+            )
+            return [int(r[0]) for r in cursor.fetchall()]
+        # SQLite: writers are serialised by the import's transaction; ids above the largest are free.
+        cursor.execute(f'SELECT COALESCE(MAX("{column}"), 0) FROM "{table}"')  # noqa: S608 - names from _meta
+        start = int(cursor.fetchone()[0])
+        return list(range(start + 1, start + 1 + count))
+
+
+def _benchmark_for(data: dict[str, Any], *, checkpoint_ids: dict[int, int]) -> Benchmark:
+    """This instance's copy of the bundle's benchmark: the same hashes, or a record of it (no sealed data)."""
+    fields = data["benchmark"]
+    found = Benchmark.objects.filter(name=fields["name"], version=fields["version"]).first()
+    if found is not None:
+        same = (found.evaluator_sha256, found.settings_sha256, found.data_sha256) == (
+            fields["evaluator_sha256"], fields["settings_sha256"], fields["data_sha256"],
+        )  # fmt: skip
+        if not same:
+            raise Conflict(
+                "benchmark_differs", f"{found} exists here with other hashes than the bundle's; nothing imported."
+            )
+        return found
+    reference = fields["reference_checkpoint_id"]
+    row = dict(
+        fields,
+        updated_at=fields["created_at"],
+        reference_checkpoint_id=None if reference is None else checkpoint_ids.get(reference),
+    )
+    benchmark = _instance(Benchmark, row)
+    assert isinstance(benchmark, Benchmark)
+    Benchmark._base_manager._insert([benchmark], fields=_insert_fields(Benchmark, with_pk=False), raw=True)  # type: ignore[attr-defined]
+    return Benchmark.objects.get(uuid=benchmark.uuid)
+
+
+def _insert_fields(model: type[models.Model], *, with_pk: bool = True) -> list[models.Field[Any, Any]]:
+    return [f for f in model._meta.concrete_fields if with_pk or not f.primary_key]
+
+
+def _insert(model: type[models.Model], objs: list[models.Model]) -> None:
+    """INSERT rows exactly as given: ``raw`` keeps auto_now_add timestamps (the chain hashes event times)."""
+    for start in range(0, len(objs), 500):
+        model._base_manager._insert(objs[start : start + 500], fields=_insert_fields(model), raw=True)  # type: ignore[attr-defined]
+
+
+@transaction.atomic
+def import_run_bundle(data: dict[str, Any]) -> Run:
+    """Write a bundle's run into this instance; all or nothing.
+
+    Refuses (ApplicationError, nothing written) when the run already exists here, when the
+    bundle's chain does not verify, or when any row conflicts with one already here. Checkpoints
+    that exist here under the same UUID and manifest hash (θ0, the reference) are shared.
+    """
+    if Run.objects.filter(uuid=data["run"]).exists():
+        raise Conflict("run_exists", f"Run {data['run']} already exists here; nothing imported.")
+    _bundle_chain_verify(data)
+    if EventChain.objects.filter(key=data["chain"]["key"]).exists():
+        raise Conflict("run_exists", f"An event chain for run {data['run']} already exists here; nothing imported.")
+
+    tables = data["tables"]
+    ids: dict[str, dict[int, int]] = {_label(model): {} for model in TABLES}
+    existing = {
+        str(c.uuid): c
+        for c in Checkpoint.objects.filter(uuid__in=[row["uuid"] for row in tables["experiments.checkpoint"]])
+    }
+    new_checkpoints = []
+    for row in tables["experiments.checkpoint"]:
+        here = existing.get(row["uuid"])
+        if here is None:
+            new_checkpoints.append(row)
+        elif here.manifest_sha256 != row["manifest_sha256"]:
+            raise Conflict("checkpoint_differs", f"Checkpoint {here.handle} exists here with another manifest.")
+        else:
+            ids["experiments.checkpoint"][row["id"]] = here.pk
+
+    # Every id first, so a row may name one of a later table (a checkpoint its run); the foreign
+    # keys are checked at commit.
+    rows_of = {
+        _label(model): new_checkpoints if model is Checkpoint else tables.get(_label(model), []) for model in TABLES
+    }
+    for model in TABLES:
+        rows = rows_of[_label(model)]
+        for row, new_id in zip(rows, _new_ids(model, len(rows)), strict=True):
+            ids[_label(model)][row["id"]] = new_id
+    benchmark = _benchmark_for(data, checkpoint_ids=ids["experiments.checkpoint"])
+    for model in TABLES:
+        label = _label(model)
+        objs = []
+        for row in rows_of[label]:
+            values = dict(row, id=ids[label][row["id"]])
+            for field in model._meta.concrete_fields:
+                if not field.is_relation or values.get(field.attname) is None:
+                    continue
+                if field.attname in _DROPPED_REFERENCES:
+                    values[field.attname] = None
+                elif field.related_model is Benchmark:
+                    values[field.attname] = benchmark.pk
+                else:
+                    target = _label(field.related_model)  # type: ignore[arg-type]
+                    if row[field.attname] not in ids[target]:
+                        raise ApplicationError(
+                            "bundle_inconsistent",
+                            f"{label} {row['id']} names {target} {row[field.attname]}, which the bundle does not hold.",
+                        )
+                    values[field.attname] = ids[target][row[field.attname]]
+            objs.append(_instance(model, values))
+        _insert(model, objs)
+
+    report = chain_verify(data["chain"]["key"])
+    if not report.ok:  # the rows as written here must verify too; the transaction rolls back
+        raise ApplicationError("chain_broken", f"The imported chain does not verify: {report.reason}")
+    return Run.objects.get(uuid=data["run"])

@@ -1,0 +1,35 @@
+"""Read a run bundle into this instance: ``manage.py import_run <path>`` (apps.research.bundle).
+
+All or nothing: a run that exists here already, a chain that does not verify, or any conflicting
+row is refused with the reason, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import IntegrityError
+
+from apps.core.errors import ApplicationError
+from apps.research.bundle import bundle_read, import_run_bundle
+
+
+class Command(BaseCommand):
+    help = "Import a run bundle written by export_run; refuses an existing run or a broken chain."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("path", help="the bundle (.zip) written by export_run")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            run = import_run_bundle(bundle_read(Path(options["path"])))
+        except ApplicationError as error:
+            raise CommandError(error.message) from None
+        except KeyError as error:
+            raise CommandError(f"The bundle lacks {error}; nothing imported.") from None
+        except IntegrityError as error:
+            # A row the bundle shares with this instance (a UUID, a handle): the transaction rolled back.
+            raise CommandError(f"The bundle conflicts with rows here; nothing imported ({error}).") from None
+        self.stdout.write(f"run {run.uuid} ({run.name!r}) imported; its event chain verifies")
