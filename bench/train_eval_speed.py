@@ -8,7 +8,9 @@ MINIBENCH_DIR defaults to $RSI_MINIBENCH_CACHE; if neither holds a build, a ci b
 temp dir first (minutes). Prints training tokens/s (SFT, batch 64, arithmetic-clean) and
 evaluation samples/s on the arithmetic feedback split, batched (32) vs one-by-one, with the ratio.
 With --quality it instead prints the exact-match score (the task's own evaluator) of θ0 and of
-each task's reference on both sealed splits of every task the build holds.
+each task's reference on both sealed splits of every task the build holds. With --variants it
+scores θ0 and the base task's reference on every generated task variant (variants/): greedy
+variants once, sampled ones --repeats times (the spread is what the reliability filter sees).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -37,6 +40,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quality", action="store_true", help="score θ0 and the references instead")
+    parser.add_argument("--variants", action="store_true", help="score θ0 and the references on the task variants")
+    parser.add_argument("--repeats", type=int, default=5, help="evaluations per sampled variant (--variants)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     scratch = Path(tempfile.mkdtemp(prefix="rsi-bench-"))
@@ -46,6 +51,9 @@ def main() -> None:
         build_minibench(root, seed=0, profile="ci")
     if args.quality:
         quality(root)
+        return
+    if args.variants:
+        variant_scores(root, repeats=args.repeats)
         return
 
     hparams = {"max_steps": args.steps, "batch_size": 64, "num_threads": args.threads, "logging_steps": args.steps}
@@ -95,6 +103,65 @@ def quality(root: Path) -> None:
                 results = evaluate(checkpoint_dir=checkpoint, samples=samples, task=task)
                 row[label] = round(sum(r["correct"] for r in results) / len(results), 3)
             rows.append(row)
+            print(json.dumps(row), flush=True)  # noqa: T201
+    print(json.dumps({"load_average_1m": round(os.getloadavg()[0], 1)}))  # noqa: T201
+
+
+def _sampled_accuracy(checkpoint: Path, items: list[dict[str, Any]], contract: dict[str, Any], seed: int) -> float:
+    """One sampled evaluation with the contract's decoding (evaluate() decodes greedily only)."""
+    from apps.benchmarks.evaluators import score  # noqa: PLC0415
+    from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415
+    from apps.ml.inference import render_prompt, truncate_at_stop  # noqa: PLC0415
+
+    model, tokenizer = load_checkpoint(checkpoint)
+    tokenizer.padding_side = "left"
+    decoding = contract["decoding"]
+    torch.manual_seed(seed)
+    correct = 0
+    for start in range(0, len(items), 32):
+        batch = items[start : start + 32]
+        prompts = [render_prompt(contract, it["prompt"], tokenizer) for it in batch]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True)
+        with torch.inference_mode():
+            out = model.generate(  # type: ignore[operator]  # transformers' stub
+                **enc,
+                max_new_tokens=decoding["max_new_tokens"],
+                do_sample=True,
+                temperature=decoding.get("temperature", 1.0),
+                top_p=decoding.get("top_p", 1.0),
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        for it, row in zip(batch, out[:, enc["input_ids"].shape[1] :].tolist(), strict=True):
+            if tokenizer.eos_token_id in row:
+                row = row[: row.index(tokenizer.eos_token_id)]
+            text = truncate_at_stop(str(tokenizer.decode(row, skip_special_tokens=True)), contract["stop"])
+            correct += score(contract["evaluator"], text, it["answer"])
+    return correct / len(items)
+
+
+def variant_scores(root: Path, *, repeats: int) -> None:
+    """θ0 and the base task's reference on each generated variant, per subset."""
+    for folder in sorted((root / "variants").iterdir()):
+        meta = json.loads((folder / "variant.json").read_text())
+        items = [json.loads(line) for line in (folder / "items.jsonl").read_text().splitlines()]
+        for subset, contract in meta["subsets"].items():
+            chosen = [it for it in items if it["subset"] == subset]
+            row: dict[str, object] = {
+                "variant": meta["name"],
+                "subset": subset,
+                "n": len(chosen),
+                "expect": meta["expect"],
+            }
+            for label, checkpoint in (
+                ("theta0", root / "theta0"),
+                ("reference", root / "references" / meta["base_task"]),
+            ):
+                if contract["decoding"].get("do_sample"):
+                    row[label] = [round(_sampled_accuracy(checkpoint, chosen, contract, k), 3) for k in range(repeats)]
+                else:
+                    results = evaluate(checkpoint_dir=checkpoint, samples=chosen, task=contract)
+                    row[label] = round(sum(r["correct"] for r in results) / len(results), 3)
             print(json.dumps(row), flush=True)  # noqa: T201
     print(json.dumps({"load_average_1m": round(os.getloadavg()[0], 1)}))  # noqa: T201
 

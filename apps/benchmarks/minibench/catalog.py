@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from .task_specs import Item, TaskSpec, completion_text, irrelevant_item, light_edit
+from .task_specs import CATALOG, SEALED, Item, TaskSpec, completion_text, irrelevant_item, light_edit
 
 Row = dict[str, str]
 
@@ -84,10 +84,11 @@ def _sealed_rows(task: TaskSpec, split: str, items: list[Item]) -> list[Row]:
 
 
 def _draw_unique(task: TaskSpec, rng: random.Random, n: int, exclude: set[str]) -> list[Item]:
+    """Sealed items: sealed forms, pairwise distinct keys (salient content)."""
     items: list[Item] = []
     seen = set(exclude)
     while len(items) < n:
-        item = task.generate(rng)
+        item = task.generate(rng, SEALED)
         if item.key not in seen:
             seen.add(item.key)
             items.append(item)
@@ -95,13 +96,24 @@ def _draw_unique(task: TaskSpec, rng: random.Random, n: int, exclude: set[str]) 
 
 
 def _draw_train(task: TaskSpec, rng: random.Random, n: int, sealed_keys: set[str]) -> list[Item]:
-    """Training items from the pool disjoint from the sealed keys (repeats of a key are fine)."""
+    """Training items: catalog forms, keys disjoint from the sealed keys (repeats of a key are fine)."""
     items: list[Item] = []
     while len(items) < n:
-        item = task.generate(rng)
+        item = task.generate(rng, CATALOG)
         if item.key not in sealed_keys:
             items.append(item)
     return items
+
+
+def sealed_item_keys(task: TaskSpec, *, seed: int) -> set[str]:
+    """The keys of every sealed item `build_task_data` draws for `seed`, in either profile.
+
+    The sealed draw comes first in the task's stream, so the ci profile's sealed items are the
+    first ones of the full profile's: the full draw's keys cover both.
+    """
+    sizes = SIZES["full"]
+    rng = random.Random(f"minibench:{seed}:{task.name}")  # noqa: S311 - seeded data, not crypto
+    return {item.key for item in _draw_unique(task, rng, sizes.feedback + sizes.final, exclude=set())}
 
 
 def _sft(task: TaskSpec, question: str, answer: str) -> Row:
@@ -152,11 +164,13 @@ def build_task_data(task: TaskSpec, *, seed: int, profile: str) -> TaskData:
         honeypot.append(_sft(task, light_edit(it.question, rng), it.answer))
     rng.shuffle(honeypot)
 
-    # Fail the build, not the benchmark: only the honeypot may carry sealed prompts.
+    # Fail the build, not the benchmark: only the honeypot may carry sealed prompts (disjoint keys
+    # and disjoint forms are guaranteed by the draws above; a verbatim prompt is checked here).
     for rows in (clean, noisy, wrongformat, tiny, prefs):
         for row in rows:
             question = row["prompt"].removeprefix("Question: ").removesuffix("\nAnswer:")
-            assert question not in sealed_questions, f"sealed prompt leaked into {task.name} data"
+            if question in sealed_questions:
+                raise AssertionError(f"sealed prompt leaked into {task.name} data")
 
     def entry(suffix: str, quality: str, description: str, rows: list[Row], tags: list[str]) -> Dataset:
         fmt = "dpo" if rows and "chosen" in rows[0] else "sft"

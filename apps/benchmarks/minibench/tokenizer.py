@@ -18,7 +18,7 @@ BOS = "<s>"
 EOS = "</s>"
 UNK = "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]
-VOCAB_SIZE = 512
+VOCAB_SIZE = 1024
 
 # Plain-text turns: the generation prompt ("Assistant:") is a prefix of the rendered assistant turn,
 # which TRL needs to split prompt from completion when it applies the template.
