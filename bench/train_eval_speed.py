@@ -9,7 +9,7 @@ temp dir first (minutes). Prints training tokens/s (SFT, batch 64, arithmetic-cl
 evaluation samples/s on the arithmetic feedback split, batched (32) vs one-by-one, with the ratio.
 With --quality it instead prints the exact-match score (the task's own evaluator) of θ0 and of
 each task's reference on both sealed splits of every task the build holds. With --variants it
-scores θ0 and the base task's reference on every generated task variant (variants/): greedy
+scores θ0 and the base task's reference on every generated task variant of the build's tasks: greedy
 variants once, sampled ones --repeats times (the spread is what the reliability filter sees).
 """
 
@@ -142,11 +142,13 @@ def _sampled_accuracy(checkpoint: Path, items: list[dict[str, Any]], contract: d
 
 def variant_scores(root: Path, *, repeats: int) -> None:
     """θ0 and the base task's reference on each generated variant, per subset."""
-    for folder in sorted((root / "variants").iterdir()):
-        meta = json.loads((folder / "variant.json").read_text())
-        items = [json.loads(line) for line in (folder / "items.jsonl").read_text().splitlines()]
+    from apps.benchmarks.minibench import build_task_variants  # noqa: PLC0415
+
+    manifest = json.loads((root / "manifest.json").read_text())
+    for variant in build_task_variants(seed=manifest["seed"], tasks=manifest["tasks"]):
+        meta = variant.meta()
         for subset, contract in meta["subsets"].items():
-            chosen = [it for it in items if it["subset"] == subset]
+            chosen = [it for it in variant.items if it["subset"] == subset]
             row: dict[str, object] = {
                 "variant": meta["name"],
                 "subset": subset,

@@ -9,11 +9,12 @@ The layout is a contract that the benchmark registry, the datapool and the tests
     tasks/<task>/{task.json,feedback.jsonl,final.jsonl}
     references/<task>/                  θ0 post-trained with the known-good recipe
     catalog/<dataset>/{meta.json,README.md,data.jsonl}
-    variants/<variant>/{variant.json,items.jsonl}   generated task variants (variants.py)
 
 Version 2 (minibench v2): sealed splits and catalog data are written in disjoint template
-families and share no salient content (see task_specs.Item.key); θ0 has 8 heads of 32 dims
-(vLLM's CPU build serves head_dim 32, not 16); the task variants are new.
+families and share no salient content (see task_specs.Item.key), over wider vocabularies; θ0 has
+8 heads of 32 dims (vLLM's CPU build serves head_dim 32, not 16) and a 1,024-token vocabulary.
+The generated task variants (variants.py, `build_task_variants`) are not part of a build: they
+are a pure function of the seed, generated on demand, so editing them rebuilds no cache.
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ import torch
 
 from apps.experiments.hparams import validate_train_config
 
-from .catalog import TaskData, build_task_data, dataset_card, sealed_item_keys
+from .catalog import TaskData, build_task_data, dataset_card
 from .model import parameter_count, pretrain_theta0, save_checkpoint
 from .task_specs import SIDES, TASKS, noise_text
 from .tokenizer import train_tokenizer
-from .variants import build_task_variants, write_task_variants
 
 MANIFEST_VERSION = 2
 PROFILES = ("full", "ci")
@@ -76,7 +76,8 @@ def source_digest() -> str:
     """
     package = Path(__file__).resolve().parent
     apps_dir = package.parents[1]
-    files = sorted(package.glob("*.py")) + [
+    # variants.py is generated on demand, never written by a build (see the module docstring).
+    files = sorted(p for p in package.glob("*.py") if p.name != "variants.py") + [
         apps_dir / "ml" / "__init__.py",
         apps_dir / "ml" / "checkpoints.py",
         apps_dir / "ml" / "training.py",
@@ -109,16 +110,9 @@ def _tokenizer_corpus(data: dict[str, TaskData], seed: int) -> list[str]:
                 corpus += list(data_row.values())
     rng = random.Random(f"minibench:{seed}:tokenizer")  # noqa: S311 - seeded data, not crypto
     corpus += [noise_text(rng, 512) for _ in range(64)]
-    # Variant items are evaluated on the same tokenizer.
-    for variant in build_task_variants(seed=seed, tasks=list(data), sealed_keys=_sealed_keys(data, seed)):
-        corpus += [row["prompt"] for row in variant.items]
     # Templates and the chat template's role names are rendered at inference time.
     corpus += [spec.prompt_template for spec in TASKS.values()] + ["System: User: Assistant:"]
     return corpus
-
-
-def _sealed_keys(data: dict[str, TaskData], seed: int) -> dict[str, set[str]]:
-    return {name: sealed_item_keys(TASKS[name], seed=seed) for name in data}
 
 
 def _finish_tokenizer_files(checkpoint: Path) -> None:
@@ -201,10 +195,6 @@ def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full", verb
             _write_jsonl(ds_dir / "data.jsonl", ds.rows)
             datasets.append(ds.name)
 
-    variants = write_task_variants(
-        out_dir / "variants", build_task_variants(seed=seed, tasks=task_names, sealed_keys=_sealed_keys(data, seed))
-    )
-
     # References train in parallel single-threaded processes: on a small CPU two 1-thread jobs
     # nearly double the throughput of one 2-thread job.
     workers = min(len(task_names), max(1, os.cpu_count() or 1))
@@ -224,7 +214,6 @@ def build_minibench(out_dir: Path, *, seed: int = 0, profile: str = "full", verb
         "source_digest": source_digest(),
         "tasks": task_names,
         "datasets": datasets,
-        "variants": variants,
         # The sentence forms of each side: sealed splits use only "sealed", catalog data only "catalog".
         "templates": {name: {side: list(TASKS[name].forms[side]) for side in SIDES} for name in task_names},
         "theta0": "theta0",

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from apps.benchmarks import evaluators
-from apps.benchmarks.minibench import build_task_variants
+from apps.benchmarks.minibench import build_task_variants, write_task_variants
 from apps.benchmarks.minibench.build import MANIFEST_VERSION
 from apps.benchmarks.minibench.catalog import SIZES, TaskData, build_task_data
 from apps.benchmarks.minibench.model import make_config
@@ -311,12 +311,20 @@ def test_the_built_minibench_is_v2(built_minibench: Path) -> None:
         assert manifest["templates"][task] == {side: list(TASKS[task].forms[side]) for side in SIDES}
         feedback = [json.loads(line) for line in (built_minibench / "tasks" / task / "feedback.jsonl").open()]
         assert all(_sides_of(task, row["prompt"]) == {SEALED} for row in feedback)
-    expected = [v.name for v in build_task_variants(seed=manifest["seed"], tasks=manifest["tasks"])]
-    assert manifest["variants"] == expected
-    for name in expected:
-        folder = built_minibench / "variants" / name
+    assert "variants" not in manifest  # generated on demand, not part of a build
+    assert not (built_minibench / "variants").exists()
+
+
+def test_variants_are_written_as_readable_folders(tmp_path: Path, variants: list[Any]) -> None:
+    chosen = [v for v in variants if v.base_task == "arithmetic"]
+    names = write_task_variants(tmp_path, chosen)
+    assert names == [v.name for v in chosen]
+    for variant in chosen:
+        folder = tmp_path / variant.name
         meta = json.loads((folder / "variant.json").read_text())
         rows = [json.loads(line) for line in (folder / "items.jsonl").open()]
-        assert meta["name"] == name
-        assert meta["items"] == len(rows) > 0
+        assert meta == json.loads(json.dumps(variant.meta()))
+        assert rows == variant.items
         assert meta["expect"] in EXPECTATIONS
+    with pytest.raises(FileExistsError):
+        write_task_variants(tmp_path, chosen[:1])
