@@ -53,9 +53,16 @@ def arithmetic_rephrased_in_words(item: dict[str, Any], rng: random.Random) -> d
     return _row(form, item["answer"])
 
 
+def choice_parts(item: dict[str, Any]) -> tuple[str, str]:
+    """A multiple-choice item's named word and its option list ("A) plum B) cat ..."), whatever the
+    sentence form of its question: the named word is the answer's option, the list starts at "A) "."""
+    prompt = item["prompt"]
+    options = prompt[prompt.index("A) ") :]
+    return dict(re.findall(r"\b([A-D])\) (\S+)", options))[item["answer"]], options
+
+
 def multiple_choice_retemplated(item: dict[str, Any], rng: random.Random) -> dict[str, str]:
-    word = item["prompt"].split("Which option is ", 1)[1].split("?", 1)[0]
-    options = item["prompt"].split("? ", 1)[1]
+    word, options = choice_parts(item)
     form = rng.choice(
         [
             f"Pick the choice that names {word}. {options}",

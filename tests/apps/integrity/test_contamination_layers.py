@@ -182,15 +182,24 @@ def test_perturbed_verbatim_copies_stay_exact(scanner, variant):
         assert [(m.sample_id, m.kind) for m in scanner.scan_row(row)] == [(item["id"], "exact")], prompt
 
 
+@pytest.fixture(scope="module")
+def salient_only() -> ContaminationScanner:
+    return ContaminationScanner(SEALED, templates=[PROMPT_TEMPLATE], layers=("salient",))
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_retemplated_copies_are_salient_matches(scanner, seed):
+def test_retemplated_copies_are_salient_matches(scanner, salient_only, seed):
     rng = random.Random(f"layers:retemplate:{seed}")
     for item in rng.sample(ARITH, 8) + rng.sample(CHOICE, 8) + rng.sample(CALLS, 8):
         row = retemplate(item, rng)
+        # The salient layer finds every re-template by itself.
+        assert ids(salient_only.scan_row(row)) == {item["id"]}, row
         matches = scanner.scan_row(row)
         assert ids(matches) == {item["id"]}, row
-        assert matches[0].kind == "salient"
-        assert "exact" not in {m.kind for m in matches}
+        # No surface layer but near_dup: a short item whose answer is most of its text ("Set an
+        # alarm for 12:05." and its whole call, re-templated as "Request with 12:05." and that call)
+        # is also a near duplicate of it, and the scanner reports the strongest match per item.
+        assert matches[0].kind in ("near_dup", "salient"), matches
 
 
 @pytest.mark.parametrize("variant", [homoglyph_variant, hidden_variant, number_variant])
@@ -279,7 +288,10 @@ def choice_negatives(rng: random.Random) -> list[dict[str, Any]]:
         # Same options, another of them asked for.
         other = rng.choice([w for w in words_ if w != right])
         if (other, frozenset(words_)) not in sealed_content:
-            asked = item["prompt"].replace(f"is {right}?", f"is {other}?")
+            # The item's own sentence form (any of the task's), naming the other word before the list.
+            stem, listed = item["prompt"].split(" A) ", 1)
+            asked = re.sub(rf"\b{re.escape(right)}\b", other, stem) + " A) " + listed
+            assert asked != item["prompt"], item
             rows.append(sft(asked, "ABCD"[words_.index(other)]))
         # Same word, other options.
         fresh = [w if w == right else rng.choice([v for v in vocab if v not in words_]) for w in words_]

@@ -28,7 +28,7 @@ from apps.integrity.semantic import (
     judge_config,
     judge_scan,
 )
-from tests.apps.integrity.contamination_variants import GENERATORS, TEMPLATE
+from tests.apps.integrity.contamination_variants import GENERATORS, TEMPLATE, choice_parts
 from tests.fakes.openai_chat import FakeChatServer, Reply
 
 
@@ -137,11 +137,10 @@ def test_disguised_copies_are_found_by_the_embedding_layer(tasks, task):
     assert all(m.kind == "embedding" for m in matches)
 
 
-@pytest.mark.parametrize("task", ["arithmetic", "multiple_choice"])
+@pytest.mark.parametrize("task", ["arithmetic", "multiple_choice", "json_call"])
 def test_the_honest_catalog_is_not_flagged(tasks, task):
-    # Every honest row: other numbers or other option sets in the sealed items' own templates.
-    # (JSON calls are left out: the v1 catalog reuses sealed calls under the other sentence form
-    # of their kind, the same content, which is what the minibench v2 catalog removes.)
+    # Every honest row: other numbers, option sets or calls, in the catalog's sentence forms (the
+    # minibench v2 catalog shares neither a sealed item's key content nor its template family).
     info = tasks[task]
     matches = info["index"].scan(info["honest"])
     assert len(info["honest"]) > 5000
@@ -171,8 +170,7 @@ def test_rows_already_matched_elsewhere_are_skipped(tasks):
 def _options_first(item: dict[str, Any]) -> dict[str, str]:
     # The question after its options: the word order the embedding layer's content rule asks for
     # is gone, so only the judge (or a salient rule) can tell.
-    word = item["prompt"].split("Which option is ", 1)[1].split("?", 1)[0]
-    options = item["prompt"].split("? ", 1)[1]
+    word, options = choice_parts(item)
     return {"prompt": TEMPLATE.format(question=f"{options} Which one of these says {word}?"), "completion": " x"}
 
 

@@ -7,10 +7,13 @@ import random
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from apps.benchmarks.evaluators import exact_match
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import minibench_install
 from apps.datapool.models import DataEntry
@@ -279,38 +282,56 @@ def _catalog(root: Path, name: str) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def distillation(minibench_root: Path) -> dict[str, list[dict[str, str]]]:
-    """Prompts from two catalog sets (word puzzles the arithmetic reference answers wrongly, and
-    arithmetic it answers right), with the reference's greedy outputs and the catalog's answers."""
+def reference_outputs(minibench_root: Path) -> Callable[[list[str]], list[str]]:
+    """The arithmetic reference's greedy outputs on prompts, under the task's decoding: what a
+    distiller gets from it (the catalog prompts are already rendered in the task's template)."""
     from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415 - heavy, fixture only
-    from apps.ml.inference import generate_texts, render_prompt, uses_special_tokens  # noqa: PLC0415
+    from apps.ml.inference import generate_texts, uses_special_tokens  # noqa: PLC0415
+
+    task = json.loads((minibench_root / "tasks" / "arithmetic" / "task.json").read_text())
+    reference_dir = (
+        minibench_root / json.loads((minibench_root / "manifest.json").read_text())["references"]["arithmetic"]
+    )
+    model, tokenizer = load_checkpoint(reference_dir)
+
+    def outputs(prompts: list[str]) -> list[str]:
+        return generate_texts(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=int(task["decoding"]["max_new_tokens"]),
+            stop=task["stop"],
+            add_special_tokens=uses_special_tokens(task),
+        )
+
+    return outputs
+
+
+@pytest.fixture(scope="session")
+def distillation(minibench_root: Path, reference_outputs) -> dict[str, Any]:
+    """Prompts from two catalog sets (word puzzles the arithmetic reference answers wrongly, and
+    arithmetic it mostly answers right), with the reference's greedy outputs and the catalog's answers."""
+    from apps.ml.inference import render_prompt  # noqa: PLC0415 - heavy, fixture only
 
     task = json.loads((minibench_root / "tasks" / "arithmetic" / "task.json").read_text())
     puzzles = _catalog(minibench_root, "arithmetic-irrelevant")[:40]
     sums = _catalog(minibench_root, "arithmetic-clean")[:24]
     rows = puzzles + sums
-    reference_dir = (
-        minibench_root / json.loads((minibench_root / "manifest.json").read_text())["references"]["arithmetic"]
-    )
-    model, tokenizer = load_checkpoint(reference_dir)
-    # The catalog prompts are already rendered in the task's template: the distiller feeds them as they are.
     assert all(
         render_prompt(task, r["prompt"].removeprefix("Question: ").removesuffix("\nAnswer:"), None) == r["prompt"]
         for r in rows
     )
-    outputs = generate_texts(
-        model,
-        tokenizer,
-        [r["prompt"] for r in rows],
-        max_new_tokens=int(task["decoding"]["max_new_tokens"]),
-        stop=task["stop"],
-        add_special_tokens=uses_special_tokens(task),
-    )
+    outputs = reference_outputs([r["prompt"] for r in rows])
     distilled = [{"prompt": r["prompt"], "completion": out} for r, out in zip(rows, outputs, strict=True)]
-    # The premise of the test: the teacher is wrong on the puzzles and right on the sums.
+    # The premise of the test: the teacher is wrong on the puzzles and mostly right on the sums (the
+    # ci reference scores about 0.8 on arithmetic, so it is wrong on some sums too).
     assert sum(d["completion"] != r["completion"] for d, r in zip(distilled[:40], puzzles, strict=True)) >= 30
     assert sum(d["completion"] == r["completion"] for d, r in zip(distilled[40:], sums, strict=True)) >= 20
-    return {"distilled": distilled, "honest": rows, "puzzles": puzzles, "sums": sums}
+    # The prompts the teacher gets wrong against the catalog's curated label (as the check judges it).
+    wrong = {
+        d["prompt"] for d, r in zip(distilled, rows, strict=True) if not exact_match(d["completion"], r["completion"])
+    }
+    return {"distilled": distilled, "honest": rows, "puzzles": puzzles, "sums": sums, "teacher_wrong": wrong}
 
 
 @pytest.fixture
@@ -358,7 +379,15 @@ def test_data_distilled_from_the_reference_without_a_declared_teacher_is_observe
     assert hit["teacher"] == REFERENCE
     assert hit["dataset"] == handle
     assert hit["wrong_rows"] >= teacher.MIN_EVIDENCE_ROWS
-    assert hit["wrong_agreement"] == hit["wrong_rows"]  # every wrong answer of the teacher is copied
+    # Every row the teacher gets wrong is looked at (the set has fewer rows than the sample), and
+    # every one of them that carries the teacher's output is counted as copied: all of them in the
+    # fully distilled sets; in the mixed one, the puzzles but not the honest sums the teacher gets wrong.
+    copied = {d["prompt"]: d["completion"] for d in distillation["distilled"]}
+    wrong = distillation["teacher_wrong"]
+    assert hit["wrong_rows"] == sum(r["prompt"] in wrong for r in rows)
+    assert hit["wrong_agreement"] == sum(r["prompt"] in wrong and r["completion"] == copied[r["prompt"]] for r in rows)
+    if variant != "distilled_puzzles_with_honest_sums":
+        assert hit["wrong_agreement"] == hit["wrong_rows"]  # every wrong answer of the teacher is copied
     assert REFERENCE in result.evidence["summary"]
     experiment = Experiment.objects.get(pk=result.experiment_id)
     assert experiment.integrity_status == IntegrityStatus.PENDING
@@ -382,8 +411,32 @@ def test_the_same_data_with_the_teacher_declared_and_allowed_is_clean(minibench_
     assert "teacher_unauthorized" in result.evidence["codes"]
 
 
+def _reference_comparison(root: Path, handle: str, reference_outputs, trusted: list[str]) -> dict[str, int]:
+    """The comparison the check should report for ``handle`` against the reference, worked out here:
+    the sample is chosen by the documented rule (``teacher.sample_rows``: labelled rows first, at most
+    MAX_TEACHER_ROWS), the reference's outputs are computed here, and the labels are the rows of the
+    catalog sets named in ``trusted`` (those whose card vouches for them)."""
+    entry = DataEntry.objects.get(handle=handle)
+    labels: dict[str, set[str]] = {}
+    for name in trusted:
+        for row in _catalog(root, name):
+            labels.setdefault(row["prompt"], set()).add(row["completion"])
+    rows = teacher.sample_rows(entry, labels)
+    outputs = reference_outputs([r["prompt"] for r in rows])
+    found = {"rows_compared": len(rows), "exact_agreement": 0, "wrong_rows": 0, "wrong_agreement": 0}
+    for row, out in zip(rows, outputs, strict=True):
+        same = row["completion"].split() == out.split()
+        found["exact_agreement"] += same
+        if row["prompt"] in labels and not any(exact_match(out, label) for label in labels[row["prompt"]]):
+            found["wrong_rows"] += 1
+            found["wrong_agreement"] += same
+    return found
+
+
 @pytest.mark.parametrize("source", ["honest_copy", "catalog_clean", "catalog_puzzles"])
-def test_honest_data_on_the_same_prompts_is_clean(minibench_world, distillation, source):
+def test_honest_data_on_the_same_prompts_is_clean(
+    minibench_world, minibench_root, distillation, reference_outputs, source
+):
     if source == "honest_copy":
         # The catalog's own answers for the distiller's prompts, registered as a Worker's file.
         handle = minibench_world.add_data("honest", distillation["honest"][::-1])
@@ -400,14 +453,19 @@ def test_honest_data_on_the_same_prompts_is_clean(minibench_world, distillation,
         assert comparison["exact_agreement"] >= 20
         assert comparison["wrong_rows"] >= teacher.MIN_EVIDENCE_ROWS  # the check did look
     if source == "catalog_clean":
-        assert comparison["exact_agreement"] == comparison["rows_compared"] == teacher.MAX_TEACHER_ROWS
+        # Correct sums agree with the teacher on every sampled sum it gets right (most of them): no
+        # evidence either.
+        assert comparison["rows_compared"] == teacher.MAX_TEACHER_ROWS
+        expected = _reference_comparison(minibench_root, handle, reference_outputs, trusted=["arithmetic-irrelevant"])
+        assert {k: comparison[k] for k in expected} == expected
+        assert comparison["exact_agreement"] > comparison["rows_compared"] // 2
 
 
 def _sum_of(prompt: str) -> str:
     return f" {sum(int(n) for n in re.findall(r'[0-9]+', prompt))}"
 
 
-def test_catalog_sets_with_unreliable_labels_are_no_truth(minibench_world, minibench_root):
+def test_catalog_sets_with_unreliable_labels_are_no_truth(minibench_world, minibench_root, reference_outputs):
     """An honest Worker cleans the noisy catalog set by computing every sum itself. The teacher is
     right where the noisy labels are wrong, and so is the honest data: taken as truth, those labels
     would make every corrected answer look copied. The catalog's card says they are not truth."""
@@ -427,8 +485,16 @@ def test_catalog_sets_with_unreliable_labels_are_no_truth(minibench_world, minib
 
     assert result.observation == Observation.NOT_FOUND_FULL, result.evidence["summary"]
     (comparison,) = [c for c in result.evidence["detection"]["comparisons"] if c["teacher"] == REFERENCE]
-    assert comparison["exact_agreement"] >= comparison["rows_compared"] - 2  # the teacher is right on sums
-    assert comparison["wrong_rows"] == 0
+    # The teacher gives the true sum on most rows (the ci reference scores about 0.8) and agrees with
+    # the cleaned data exactly there. Its wrong answers are counted only against the trusted sets'
+    # labels (prompts the noisy set shares with them), never the noisy ones, and no corrected
+    # answer is one of them.
+    expected = _reference_comparison(
+        minibench_root, handle, reference_outputs, trusted=["arithmetic-irrelevant", "arithmetic-clean"]
+    )
+    assert {k: comparison[k] for k in expected} == expected
+    assert comparison["exact_agreement"] > comparison["rows_compared"] // 2
+    assert comparison["wrong_agreement"] == 0
     assert entry.source["catalog"] == "arithmetic-noisy"
 
 

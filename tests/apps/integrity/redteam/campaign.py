@@ -591,8 +591,9 @@ def data_after_review(c: Campaign) -> None:
 def misreporting(c: Campaign) -> None:
     """Reports that misstate the record: inflated scores, phantom citations, cherry-picked repeats,
     hidden cancellations."""
-    # θ0 of this run already scores about 1.0, and no score is higher than that: the inflated score
-    # belongs to a training that went badly (a learning rate at the top of the allowed range).
+    # θ0 of this run is the ci reference (about 0.78 on feedback): the inflated score belongs to a
+    # training that went badly (a learning rate at the top of the allowed range), which leaves room
+    # for a claim well above what was recorded.
     node, agent = c.agent("inflate a score")
     handle = c.submit_ok(agent, c.train_spec([c.clean_handle], seed=51, hyperparameters={"learning_rate": INFLATED_LR}))
     c.finish(handle)
