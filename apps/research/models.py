@@ -50,7 +50,7 @@ def default_policy() -> dict:
             "required": ["exact", "ngram", "near_dup", "salient", "embedding"],
             "optional": ["llm_judge"],
         },
-        "contamination_embedding_threshold": 0.75,
+        "contamination_embedding_threshold": 0.70,
         # Run-level health: when this many of the run's last `job_failure_window` ended jobs
         # failed, the run says so (page, event) and wakes the Main Agent with the failures.
         "job_failure_window": 4,
