@@ -168,13 +168,17 @@ def minibench_build(
     the same snapshot. Ends in state ``installing``: the caller registers what was built and
     then writes ``ready`` (or ``failed``).
     """
+    path = progress_path(out)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    progress = BuildProgress(state=BUILDING, stage="starting", profile=profile, seed=seed, log=str(log_path))
+    progress.pid = os.getpid()  # the follower: when it is gone, so is the child (the Lifeline below)
+    build_progress_write(progress, path=path)  # before the imports below, which take seconds
+    if on_update is not None:
+        on_update(progress)
     from apps.benchmarks.minibench.build import CI_TASKS, REFERENCE_HPARAMS  # noqa: PLC0415 - heavy (torch)
     from apps.benchmarks.minibench.task_specs import TASKS  # noqa: PLC0415 - beside the line above
 
     tasks = list(CI_TASKS if profile == "ci" else TASKS)
-    path = progress_path(out)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    progress = BuildProgress(state=BUILDING, stage="starting", profile=profile, seed=seed, log=str(log_path))
     follower = _Follower(out, tasks=tasks, steps=int(REFERENCE_HPARAMS["max_steps"]), progress=progress)
     command = [sys.executable, "-m", "apps.benchmarks.minibench", str(out), "--seed", str(seed),
                "--profile", profile, "--verbose"]  # fmt: skip
@@ -185,7 +189,6 @@ def minibench_build(
             stderr=log, start_new_session=True,
         )  # fmt: skip
         lifeline.add(child.pid)
-        progress.pid = os.getpid()  # the follower: when it is gone, so is the child (the Lifeline)
         reader = threading.Thread(target=follower.read_lines, args=(child.stdout, log), daemon=True)
         reader.start()
         try:
