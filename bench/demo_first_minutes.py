@@ -77,6 +77,8 @@ def main() -> None:
     demo = subprocess.Popen(
         ["./dev", "demo", "--port", str(args.port)], cwd=args.clone, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True,
+        # A shell's background job ignores SIGINT, and the ignore is inherited: restore Ctrl-C.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
     def read() -> None:

@@ -51,10 +51,11 @@ def test_a_run_exported_from_its_page_imports_into_an_empty_instance(
         assert verified.returncode == 0, verified.stdout + verified.stderr
         assert f"chain {run.uuid}: OK ({events} events)" in verified.stdout
         user, password = IMPORTED_ADMIN
-        made = manage(
-            instance, "shell", "-c",
-            f"from django.contrib.auth.models import User; User.objects.create_superuser({user!r}, password={password!r})",
-        )  # fmt: skip
+        create = (
+            "from django.contrib.auth.models import User; "
+            f"User.objects.create_superuser({user!r}, password={password!r})"
+        )
+        made = manage(instance, "shell", "-c", create)
         assert made.returncode == 0, made.stderr[-3000:]
 
         # The other instance's own web server and a browser context of its own (no shared cookies).
