@@ -31,6 +31,7 @@ urlpatterns = [
     ),
     path("jobs/<uuid:job_uuid>/", views.job_detail_view, name="job"),
     path("jobs/<uuid:job_uuid>/snapshot.json", views.job_snapshot_view, name="job-snapshot"),
+    path("minibench/build.json", views.minibench_build_view, name="minibench-build"),
     path("datapool/", views.datapool_view, name="datapool"),
     path("datapool/<str:handle>/", views.data_entry_view, name="data-entry"),
 ]

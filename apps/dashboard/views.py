@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from apps.benchmarks.build_progress import build_progress_read
 from apps.core.errors import ApplicationError, NotFound
 from apps.dashboard import selectors
 from apps.dashboard.charts import run_charts
@@ -408,6 +409,15 @@ def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
             },
         },
     )
+
+
+@require_GET
+def minibench_build_view(request: HttpRequest) -> JsonResponse:
+    """The minibench build's progress for the bar on every page, the sign-in page included: it holds
+    nothing private (stage, fraction, time left), and a new user watches it before signing in."""
+    progress = build_progress_read()
+    fields = ("state", "stage", "fraction", "detail", "eta_seconds", "profile", "updated_at")
+    return JsonResponse({key: progress.get(key) for key in fields} if progress else {"state": None})
 
 
 @require_GET

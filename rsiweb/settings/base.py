@@ -115,6 +115,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "apps.dashboard.context_processors.minibench_build",
             ],
         },
     },
@@ -312,4 +313,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.text("RSI_LOG_LEVEL", "INFO")},
+    # One INFO line per request ("HTTP Request: GET .../healthz") drowns what the demo and the
+    # workers say; httpx's warnings and errors still show.
+    "loggers": {"httpx": {"level": "WARNING"}},
 }

@@ -1,4 +1,5 @@
-"""``manage.py demo`` takes its servers and workers with it, however it ends, and never reuses a stale
+"""``manage.py demo`` serves the dashboard before the minibench is built, showing the build's
+progress; it takes its servers and workers with it, however it ends, and never reuses a stale
 server's port.
 
 The demo runs as a child of the test on the embedded default (SQLite, the SQLite broker: no
@@ -11,6 +12,7 @@ process can catch, or SIGTERM — and waits for each of them to be gone and the 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from apps.benchmarks.build_progress import build_progress_read, progress_path
 from apps.core.procs import Lifeline, port_check_free
 from tests.support.procs import ROOT, sqlite_env
 from tests.workers.agents.stack import free_port
@@ -86,12 +89,13 @@ def wait_for(predicate, *, timeout: float, what: str, log: Path | None = None): 
 class Demo:
     """``manage.py demo --no-run`` in a session of its own, its output in a file."""
 
-    def __init__(self, data_dir: Path, port: int, *extra: str) -> None:
+    def __init__(self, data_dir: Path, port: int, *extra: str, run: bool = False) -> None:
         self.port = port
         self.log = data_dir / f"demo-{port}.out"
+        mode = [] if run else ["--no-run"]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "manage.py", "demo", "--no-run", "--port", str(port), "--gpu-slots", "1", *extra],
+                [sys.executable, "manage.py", "demo", *mode, "--port", str(port), "--gpu-slots", "1", *extra],
                 cwd=ROOT, env={**sqlite_env(data_dir), "OMP_NUM_THREADS": "1"}, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
@@ -179,3 +183,69 @@ def test_a_start_refuses_a_port_held_by_a_stale_server(data_dir: Path):
     finally:
         lifeline.close()
         stale.wait(timeout=30)
+
+
+def test_the_dashboard_answers_at_once_and_shows_the_minibench_build(tmp_path: Path):
+    """A first start: the dashboard answers while the minibench builds, with its progress on the
+    sign-in page and in the terminal; ended mid-build, the build goes with the demo and the page
+    says the build was interrupted."""
+    demo = Demo(tmp_path, free_port(), run=True)  # a data folder of its own: no minibench in it
+    lifeline = Lifeline([demo.process.pid])
+    base = f"http://127.0.0.1:{demo.port}"
+    try:
+        wait_for(lambda: "dashboard:" in demo.output() and answers(f"{base}/healthz"), timeout=300,
+                 what="the dashboard", log=demo.log)  # fmt: skip
+
+        def building() -> dict | None:
+            progress = requests.get(f"{base}/minibench/build.json", timeout=5).json()
+            return progress if progress["state"] == "building" else None
+
+        progress = wait_for(building, timeout=120, what="the build's progress", log=demo.log)
+        assert progress["profile"] == "ci", progress
+        assert 0 <= progress["fraction"] < 1, progress
+        assert progress["stage"], progress
+        assert not (tmp_path / "minibench" / "manifest.json").exists()  # the page answered before the build
+        page = requests.get(f"{base}/accounts/login/", timeout=5)
+        assert page.status_code == 200
+        assert 'id="build-progress"' in page.text
+        assert "Building the minibench" in page.text
+        assert "/static/dashboard/build_progress.js" in page.text
+        wait_for(lambda: re.search(r"\[[#.]{30}\] +\d+%  \w", demo.output()), timeout=60, what="the terminal bar",
+                 log=demo.log)  # fmt: skip
+        assert "HTTP Request:" not in demo.output()  # no health-check lines in the console
+
+        def builder() -> int | None:
+            found = [pid for pid in descendants(demo.process.pid) if "apps.benchmarks.minibench" in command_line(pid)]
+            return found[0] if found else None
+
+        child = wait_for(builder, timeout=120, what="the build's child process", log=demo.log)
+        wait_for(lambda: building() and building()["stage"] != "starting", timeout=60, what="the build's first stage")
+        family = descendants(demo.process.pid)
+
+        os.kill(demo.process.pid, signal.SIGTERM)
+        demo.process.wait(timeout=60)
+        wait_for(lambda: all(not alive(pid, start) for pid, start in family.items()), timeout=60,
+                 what="the demo's processes (the build's included) to end")  # fmt: skip
+        assert child in family
+        shown = build_progress_read(progress_path(tmp_path / "minibench"))
+        assert shown is not None
+        assert shown["state"] == "interrupted", shown
+    finally:
+        demo.family = descendants(demo.process.pid) if demo.process.poll() is None else demo.family
+        demo.clean_up()
+        lifeline.close()
+
+
+def test_demo_help_documents_every_option_with_its_default(data_dir: Path):
+    shown = subprocess.run([sys.executable, "manage.py", "demo", "--help"], cwd=ROOT, env=sqlite_env(data_dir),
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    # One entry per option: its names, then its help (wrapped), up to the next option.
+    entries = [" ".join(e.split()) for e in re.split(r"\n(?=  -)", shown.stdout.split("options:", 1)[1]) if e.strip()]
+    named = {entry.split()[0].rstrip(","): entry for entry in entries}
+    assert {"--port", "--profile", "--keep-serving", "--no-run", "--gpu-slots", "--wall-seconds"} <= set(named)
+    for name, entry in named.items():
+        if name not in ("-h", "--version"):
+            assert "(default: " in entry, entry
+    assert named["--keep-serving"].startswith("--keep-serving, --no-keep-serving keep serving after the run")
+    assert named["--keep-serving"].endswith("(default: True)")

@@ -8,61 +8,27 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
-import uuid
 import zipfile
-from pathlib import Path
 
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.urls import reverse
 
-from apps.benchmarks.services import benchmark_register
 from apps.experiments.events import chain_key
 from apps.experiments.models import Evaluation, EvaluationSample, Event
 from apps.research.bundle import FORMAT_VERSION, bundle_read, export_run_bundle
-from tests.apps.benchmarks.minibench_fixture import TASK_JSON, write_jsonl
-from tests.apps.dashboard.world import build_world, finish_world
-from tests.factories import CheckpointFactory
+from tests.support.bundles import empty_instance as empty_instance_of
+from tests.support.bundles import manage, sealed_finished_world, table_count
 
 pytestmark = pytest.mark.django_db
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _items(split: str, n: int) -> list[dict[str, str]]:
-    # Words that occur nowhere else, so a plain text search of the bundle finds any leak.
-    return [
-        {"id": f"{split}-{i:04d}", "prompt": f"Sealed question {split} {i}: what follows zq{i}x?",
-         "answer": f"answer-{split}-zq{i}x"}
-        for i in range(n)
-    ]  # fmt: skip
 
 
 @pytest.fixture
 def sealed_world(people, settings, tmp_path):
     """The dashboard's finished world on a registered benchmark with real sealed items."""
     settings.SEALED_ROOT = str(tmp_path / "sealed")
-    task = tmp_path / "task"
-    task.mkdir()
-    (task / "task.json").write_text(json.dumps(TASK_JSON), encoding="utf-8")
-    feedback, final = _items("feedback", 8), _items("final", 20)
-    write_jsonl(task / "feedback.jsonl", feedback)
-    write_jsonl(task / "final.jsonl", final)
-    benchmark = benchmark_register(
-        name="test/export", task_dir=task, reference_checkpoint=CheckpointFactory(is_reference=True)
-    )
-    world = build_world(people=people, benchmark=benchmark)
-    # The dashboard world's own per-sample rows: a Reviewer-visible output that is a sealed answer.
-    EvaluationSample.objects.create(
-        evaluation=world.evals["e1"], sample_id=feedback[0]["id"], output=feedback[0]["answer"], correct=True
-    )
-    world.run = finish_world(world, final_items=final)
-    return world, feedback + final
+    return sealed_finished_world(tmp_path, people=people)
 
 
 def test_bundle_holds_the_run_without_sealed_text(sealed_world):
@@ -145,34 +111,10 @@ print(json.dumps({{"run": pages["run-detail"], "integrity": pages["integrity"],
 """
 
 
-def _child(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-
-
-def _count(url: str, table: str) -> int:
-    with psycopg.connect(url) as conn:
-        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608 - test's own names
-
-
 @pytest.fixture
 def empty_instance(tmp_path):
-    """A fresh database on the test server, migrated by a child: an empty rsiweb instance."""
-    params = connection.settings_dict
-    server = f"postgres://{params['USER']}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}"
-    name = f"rsiweb_import_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    env = {**os.environ, "DATABASE_URL": f"{server}/{name}", "RSI_DATA_DIR": str(tmp_path / "instance")}
-    env.update(DJANGO_SETTINGS_MODULE="rsiweb.settings.test", PYTHONPATH=str(ROOT))
-    try:
-        migrated = _child(env, "migrate", "-v0")
-        assert migrated.returncode == 0, migrated.stderr[-3000:]
+    with empty_instance_of(tmp_path / "instance") as env:
         yield env
-    finally:
-        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_world, empty_instance, tmp_path):
@@ -189,39 +131,39 @@ def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_
     tampered["tables"]["experiments.event"][-1]["arguments"] = {"edited": True}
     tampered_path = tmp_path / "tampered.json"
     tampered_path.write_text(json.dumps(tampered), encoding="utf-8")
-    refused = _child(empty_instance, "import_run", str(tampered_path))
+    refused = manage(empty_instance, "import_run", str(tampered_path))
     assert refused.returncode != 0
     assert "does not match its hash" in refused.stderr
-    assert _count(url, "research_run") == 0
-    assert _count(url, "benchmarks_benchmark") == 0
+    assert table_count(url, "research_run") == 0
+    assert table_count(url, "benchmarks_benchmark") == 0
 
     # A row that collides half-way (a checkpoint handle taken here) rolls back what was written before it.
     taken = run.result_checkpoint.handle
-    made = _child(
+    made = manage(
         empty_instance,
         "shell",
         "-c",
         f"from tests.factories import CheckpointFactory; CheckpointFactory(handle={taken!r})",
     )
     assert made.returncode == 0, made.stderr[-3000:]
-    collided = _child(empty_instance, "import_run", str(path))
+    collided = manage(empty_instance, "import_run", str(path))
     assert collided.returncode != 0
     assert "conflicts with rows here" in collided.stderr
-    assert _count(url, "benchmarks_benchmark") == 0  # written before the checkpoints, rolled back with them
-    assert _count(url, "research_run") == 0
+    assert table_count(url, "benchmarks_benchmark") == 0  # written before the checkpoints, rolled back with them
+    assert table_count(url, "research_run") == 0
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE experiments_checkpoint CASCADE")  # the guards refuse DELETE; clean-up only
 
-    imported = _child(empty_instance, "import_run", str(path))
+    imported = manage(empty_instance, "import_run", str(path))
     assert imported.returncode == 0, imported.stderr[-3000:]
-    verified = _child(empty_instance, "verify_events", "--run", str(run.uuid))
+    verified = manage(empty_instance, "verify_events", "--run", str(run.uuid))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert f"chain {run.uuid}: OK ({events} events)" in verified.stdout
-    assert _count(url, "experiments_experiment") == 4
-    assert _count(url, "experiments_evaluationsample") == len(bundle["tables"]["experiments.evaluationsample"])
-    assert _count(url, "integrity_integrityfinding") == len(bundle["tables"]["integrity.integrityfinding"])
+    assert table_count(url, "experiments_experiment") == 4
+    assert table_count(url, "experiments_evaluationsample") == len(bundle["tables"]["experiments.evaluationsample"])
+    assert table_count(url, "integrity_integrityfinding") == len(bundle["tables"]["integrity.integrityfinding"])
     # The imported run reads there as here: its page, its integrity report and its scores.
-    shown = _child(empty_instance, "shell", "-c", IMPORTED_PAGES.format(run=run.uuid))
+    shown = manage(empty_instance, "shell", "-c", IMPORTED_PAGES.format(run=run.uuid))
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert json.loads(shown.stdout.strip().splitlines()[-1]) == {
         "run": 200, "integrity": 200, "returned": bundle["scores"]["returned_checkpoint"],
@@ -229,7 +171,7 @@ def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_
     }  # fmt: skip
 
     # Exported again from there, it is the same run: the same chain links and per-sample results.
-    reexported = _child(empty_instance, "export_run", str(run.uuid), str(tmp_path / "again.zip"))
+    reexported = manage(empty_instance, "export_run", str(run.uuid), str(tmp_path / "again.zip"))
     assert reexported.returncode == 0, reexported.stderr[-3000:]
     again_bundle = bundle_read(tmp_path / "again.zip")
     for label, columns in (
@@ -240,8 +182,8 @@ def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_
             tuple(r[c] for c in columns) for r in bundle["tables"][label]
         )
 
-    again = _child(empty_instance, "import_run", str(path))
+    again = manage(empty_instance, "import_run", str(path))
     assert again.returncode != 0
     assert "already exists" in again.stderr
-    assert _count(url, "research_run") == 1
-    assert _count(url, "experiments_event") == events
+    assert table_count(url, "research_run") == 1
+    assert table_count(url, "experiments_event") == events

@@ -3,16 +3,20 @@
 ``manage.py demo`` migrates, builds and installs the minibench (once), starts the same processes
 production runs — the web server (``manage.py serve``: uvicorn) and real ``celery worker``
 processes for the ``gpu``, ``agents`` and ``default`` queues, here on the SQLite broker — then
-starts a heuristic run, prints the dashboard URL, waits for the run to end and reports its
+starts a heuristic run, waits for the run to end and reports its
 result: the accepted checkpoint with the best feedback score, evaluated on the final split next
 to θ0 and the reference.
-``--no-run`` starts the stack without building the minibench or starting a run; ``--keep-serving``
-keeps the stack up after the run. The stack's processes end with this command, however it ends
+The web server starts first and the dashboard answers at once, showing the minibench build's
+progress (apps.benchmarks.build_progress) while the workers start and the build runs; the run
+starts once the build is installed. ``--no-run`` starts the stack without building the minibench
+or starting a run. After the run the stack keeps serving until Ctrl-C (``--no-keep-serving``
+exits with the run), printing where to look. The stack's processes end with this command, however it ends
 (Ctrl-C, SIGTERM, SIGKILL), and a start refuses a port that a stale server still holds.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -29,7 +33,7 @@ import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser, DjangoHelpFormatter
 
 from apps.core.errors import ApplicationError
 from apps.core.management.commands.serve import uvicorn_command
@@ -167,6 +171,10 @@ class Stack:
         self.processes.clear()
 
 
+class _HelpFormatter(DjangoHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Django's order (its own options last) with each option's default after its help."""
+
+
 class Terminated(SystemExit):
     """SIGTERM arrived: unwind (the stack stops in ``finally``) and exit with 128 + SIGTERM."""
 
@@ -177,25 +185,58 @@ def _terminated(signum: int, frame: Any) -> None:
 
 class Command(BaseCommand):
     help = (
-        "Run the main job on the embedded default: build the minibench, start the stack, run a heuristic research run."
+        "The first five minutes: serve the dashboard at once, build the minibench (first time only; its progress "
+        "on the page and here), then run a heuristic research run on the embedded default and keep serving "
+        "until Ctrl-C."
     )
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        # Every option's help ends with its default (Django's own options included).
+        return super().create_parser(prog_name, subcommand, formatter_class=_HelpFormatter, **kwargs)
+
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--no-serve", action="store_true", help="prepare only (migrate, admin login)")
-        parser.add_argument("--no-run", action="store_true", help="start the stack (web and workers) without a run")
-        parser.add_argument("--keep-serving", action="store_true", help="keep the stack up after the run")
-        parser.add_argument("--profile", choices=("ci", "full"), default="ci", help="minibench profile to build")
-        parser.add_argument("--benchmark", default="minibench/arithmetic")
-        parser.add_argument("--accelerator-seconds", type=int, default=1500)
-        parser.add_argument("--wall-seconds", type=int, default=840)
-        parser.add_argument("--parallel", type=int, default=2)
-        parser.add_argument("--max-workers", type=int, default=3)
-        parser.add_argument("--screen-steps", type=int, default=40)
-        parser.add_argument("--train-steps", type=int, default=250)
+        parser.add_argument("--host", default="127.0.0.1", help="address the web server listens on")
+        parser.add_argument("--port", type=int, default=8000, help="port of the web server")
+        parser.add_argument(
+            "--no-serve", action="store_true", help="prepare only (migrate, print the admin login), start nothing"
+        )
+        parser.add_argument(
+            "--no-run",
+            action="store_true",
+            help="serve the dashboard and start the workers, build nothing and start no run",
+        )
+        parser.add_argument(
+            "--keep-serving",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="keep serving after the run until Ctrl-C; --no-keep-serving exits with the run",
+        )
+        parser.add_argument(
+            "--profile",
+            choices=("ci", "full"),
+            default="ci",
+            help="minibench to build: ci (one task, arithmetic) or full (every task)",
+        )
+        parser.add_argument("--benchmark", default="minibench/arithmetic", help="the run's sealed benchmark")
+        parser.add_argument(
+            "--accelerator-seconds", type=int, default=1500, help="the run's accelerator budget (gpu-queue seconds)"
+        )
+        parser.add_argument("--wall-seconds", type=int, default=840, help="the run's wall-clock budget")
+        parser.add_argument("--parallel", type=int, default=2, help="Workers researching at once")
+        parser.add_argument("--max-workers", type=int, default=3, help="Workers the Main Agent may open in all")
+        parser.add_argument(
+            "--screen-steps", type=int, default=40, help="training steps of a Worker's screening experiments"
+        )
+        parser.add_argument(
+            "--train-steps", type=int, default=250, help="training steps of a Worker's full experiments"
+        )
         # On a CPU host, one single-threaded training slot per core (DESIGN.md "Execution").
-        parser.add_argument("--gpu-slots", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+        parser.add_argument(
+            "--gpu-slots",
+            type=int,
+            default=max(1, min(2, os.cpu_count() or 1)),
+            help="training/evaluation slots of the gpu worker (this machine's cores, at most 2)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["no_serve"]:
@@ -204,12 +245,9 @@ class Command(BaseCommand):
         password = self._admin_password()
         url = f"http://{options['host']}:{options['port']}/"
         self.stdout.write(f"rsiweb data folder: {settings.DATA_DIR}")
-        self.stdout.write(f"dashboard: {url}   admin: {url}admin/   login: admin / {password}")
         if options["no_serve"]:
+            self.stdout.write(f"dashboard (once served): {url}   login: admin / {password}")
             return
-        if not options["no_run"]:
-            self.stdout.write("minibench: building (first time only) and installing ...")
-            call_command("build_minibench", profile=options["profile"], stdout=self.stdout)
         stack = Stack(env=dict(os.environ, DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE",
                                                                                   "rsiweb.settings.base")),
                       log_dir=Path(settings.DATA_DIR) / "logs", host=options["host"], port=options["port"],
@@ -220,9 +258,20 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, _terminated)
         try:
             try:
-                stack.start()
+                # The web server first, alone: the dashboard needs nothing the build makes, so it
+                # answers (and shows the build's progress) while the workers start and the build runs.
+                stack.start(("web",))
             except PortInUse as exc:  # taken since the check above
                 raise CommandError(str(exc)) from None
+            stack.wait_ready()
+            up = time.monotonic() - started
+            self.stdout.write(f"dashboard: {url}   login: admin / {password}   (answering after {up:.0f}s)")
+            self.stdout.flush()
+            stack.start(("gpu", "agents", "default"))
+            if not options["no_run"]:
+                self.stdout.write("minibench: building (first time only; the dashboard shows the same bar) ...")
+                self.stdout.flush()
+                call_command("build_minibench", profile=options["profile"], stdout=self.stdout)
             stack.wait_ready()
             self.stdout.write(f"stack up: web {stack.url}, workers gpu/agents/default (logs in {stack.log_dir})")
             self.stdout.flush()
@@ -237,13 +286,26 @@ class Command(BaseCommand):
             result = run_final_result(run=run)
             self._report(run, result, time.monotonic() - started)
             if options["keep_serving"]:
-                self.stdout.write(f"serving {url} until interrupted (Ctrl-C)")
+                self._where_to_look(url, run)
                 while True:
                     time.sleep(3600)
         except KeyboardInterrupt:
             self.stdout.write("interrupted")
         finally:
             stack.stop()
+
+    def _where_to_look(self, url: str, run: Any) -> None:
+        page = f"{url}runs/{run.uuid}/"
+        for line in (
+            f"serving {url} until interrupted (Ctrl-C). Where to look:",
+            f"  the result, the research DAG and the charts: {page}",
+            f"  the integrity report:                        {page}integrity/",
+            f"  every run (search, compare, start another):  {url}",
+            f"  the API and its docs:                        {url}api/v1/docs/",
+            f"  the servers' and workers' logs:              {settings.DATA_DIR}/logs/",
+        ):
+            self.stdout.write(line)
+        self.stdout.flush()
 
     def _check_port(self, host: str, port: int) -> None:
         try:
