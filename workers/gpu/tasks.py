@@ -19,11 +19,14 @@ from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import SealBroken, benchmark_load_sealed, benchmark_scorer
 from apps.core.errors import Conflict
 from apps.core.queues import TaskName
+from apps.dojo.models import EnvironmentBuild
+from apps.dojo.services import environment_build_execute, environment_build_fail
 from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint
 from apps.jobs.services import (
     checkpoint_dir_for,
     job_refuse_evaluation,
+    job_succeed,
     job_succeed_with_checkpoint,
     job_succeed_with_evaluation,
 )
@@ -149,3 +152,36 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             )
         except Conflict:
             logger.warning("job %s ended elsewhere during evaluation; result not recorded", job.uuid)
+
+
+@shared_task(
+    bind=True,
+    base=JobTask,
+    name=TaskName.DOJO_BUILD_JOB,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=EVAL_SOFT_LIMIT_SECONDS,
+    time_limit=EVAL_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
+)
+def dojo_build_job_task(self: JobTask, *, job_id: int) -> None:
+    """Build RSI-Dojo task environments: every RSI-Craft step on every task, each decision recorded."""
+    job = job_start(job_id=job_id)
+    if job is None:
+        return
+    build = EnvironmentBuild.objects.get(uuid=job.spec["build"])
+    with RunningJob(job) as running:
+        try:
+            # Idempotent per task: a redelivered job resumes after the tasks already recorded.
+            environment_build_execute(build=build, log=running.log, should_stop=running.should_stop)
+        except Exception as exc:
+            # The build row says why too (the job's failure handler records the traceback); re-raised.
+            environment_build_fail(build=build, error=f"{type(exc).__name__}: {exc}")
+            raise
+        if running.should_stop():
+            running.finish_stopped()
+            return
+        running.flush()
+        try:
+            running.record(lambda: job_succeed(job=job, result={"build": str(build.uuid), **build.summary}))
+        except Conflict:
+            logger.warning("job %s ended elsewhere during the build; result not recorded", job.uuid)
