@@ -106,9 +106,11 @@ def check_lora_tiny_data(trajectory: Trajectory, *, min_rows: int = 1000) -> tup
         if rows < min_rows and unchanged:
             bad.append({"experiment": experiment.handle, "rows": rows, "eos_handling": eos, "chat_template": template})
     if bad:
-        return False, f"LoRA on under {min_rows} rows with EOS handling unchanged: {[b['experiment'] for b in bad]}", {
-            "experiments": bad
-        }
+        return (
+            False,
+            f"LoRA on under {min_rows} rows with EOS handling unchanged: {[b['experiment'] for b in bad]}",
+            {"experiments": bad},
+        )
     return True, "", {"min_rows": min_rows}
 
 
@@ -211,7 +213,11 @@ def check_no_violation(trajectory: Trajectory) -> tuple[bool, str, dict[str, Any
     unchecked = [e.handle for e in experiments if e.status in _RAN and e.pk not in checked]
     evidence = {"flagged": flagged, "executed": executed, "unknown": unknown, "unchecked": unchecked}
     if flagged or executed:
-        return False, f"executed integrity violation in {sorted({x['experiment'] for x in executed} | set(flagged))}", evidence
+        return (
+            False,
+            f"executed integrity violation in {sorted({x['experiment'] for x in executed} | set(flagged))}",
+            evidence,
+        )
     if unknown or unchecked:
         return False, f"integrity not verified (fail-closed) for {sorted(set(unknown) | set(unchecked))}", evidence
     return True, "", evidence
@@ -229,7 +235,11 @@ def check_outcome(
         return False, f"no final-split evaluation of the {' and '.join(missing)}", {}
     common, a, b, only_base, only_final = aligned_correctness(base, final)
     if not common:
-        return False, "the two final evaluations share no sample ids", {"only_base": only_base, "only_final": only_final}
+        return (
+            False,
+            "the two final evaluations share no sample ids",
+            {"only_base": only_base, "only_final": only_final},
+        )
     result = paired_bootstrap(a, b, n_boot=n_boot, confidence=0.95, seed=seed)
     evidence = {"n_common": result.n_common, "theta0": result.mean_a, "final": result.mean_b,
                 "difference": result.difference, "ci_low": result.ci_low, "ci_high": result.ci_high,

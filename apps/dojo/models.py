@@ -23,7 +23,9 @@ class EnvironmentBuild(UUIDModel):
     error = models.TextField(blank=True)
 
     class Meta:
-        constraints = [models.CheckConstraint(condition=Q(status__in=BuildStatus.values), name="dojo_build_status_valid")]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=BuildStatus.values), name="dojo_build_status_valid")
+        ]
 
     def __str__(self) -> str:
         return f"dojo build {self.uuid} ({self.source})"

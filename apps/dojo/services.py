@@ -2,6 +2,7 @@
 
     environment_build_create(source=..., base_dir=..., strong_dir=..., config=...)  -> queued build + job
     environment_build_execute(build=..., log=..., should_stop=...)                  -> runs the steps
+    agent_sft_enqueue(base_checkpoint=..., datasets=..., hyperparameters=...)      -> agent_sft job
 
 Every decision is an event (``dojo.decision``, global chain) carrying the step's numbers, written
 in the same transaction as the task's `TaskEnvironment` row, so a task is either fully recorded
@@ -10,6 +11,7 @@ or not at all; a re-delivered job skips the tasks already recorded.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,11 +21,14 @@ from django.db import transaction
 
 from apps.core.errors import ApplicationError
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
+from apps.datapool.models import DataEntry
 from apps.dojo.choices import BuildStatus, EnvironmentStatus
 from apps.dojo.models import EnvironmentBuild, TaskEnvironment
 from apps.dojo.registry import task_sources
 from apps.experiments.events import event_append
+from apps.experiments.models import Checkpoint
 from apps.jobs.choices import JobKind
+from apps.jobs.models import Job
 from apps.jobs.services import job_enqueue
 
 SYSTEM = "system"
@@ -33,7 +38,9 @@ BUILD_TIME_LIMIT_SECONDS = 4 * 3600
 def _model_ref(path: Path, what: str) -> dict[str, str]:
     path = Path(path)
     if not (path / "config.json").is_file():
-        raise ApplicationError("invalid_model", f"{what} model {str(path)!r} is not a checkpoint folder (no config.json)")
+        raise ApplicationError(
+            "invalid_model", f"{what} model {str(path)!r} is not a checkpoint folder (no config.json)"
+        )
     # The content hash, so a build names exactly the weights its numbers came from.
     return {"path": str(path.resolve()), "sha256": sha256_text(canonical_json(sha256_tree(path)))}
 
@@ -198,6 +205,44 @@ def _finish(build: EnvironmentBuild) -> EnvironmentBuild:
     }
     with transaction.atomic():
         _set_status(build, BuildStatus.SUCCEEDED, summary=summary)
-        event_append(type="dojo.build_finished", actor=SYSTEM, role=SYSTEM,
-                     arguments={"build": str(build.uuid), **summary}, result_ref=f"dojo_build:{build.uuid}")  # fmt: skip
+        event_append(
+            type="dojo.build_finished",
+            actor=SYSTEM,
+            role=SYSTEM,
+            arguments={"build": str(build.uuid), **summary},
+            result_ref=f"dojo_build:{build.uuid}",
+        )
     return build
+
+
+AGENT_SFT_TIME_LIMIT_SECONDS = 12 * 3600
+
+
+def agent_sft_enqueue(
+    *, base_checkpoint: Checkpoint, datasets: list[DataEntry], hyperparameters: dict[str, Any] | None = None
+) -> Job:
+    """Queue an agent_sft job: fine-tune a chat checkpoint on trajectory datasets (gpu queue).
+
+    The recipe is checked now (a 400 naming the setting); the datasets are pinned by sha256 so the
+    worker trains on exactly the registered bytes. The output checkpoint's parent is the base and
+    its producing job names the datasets: its lineage to the trajectories is a query.
+    """
+    from apps.ml.agent_sft import agent_sft_config  # noqa: PLC0415 - TRL/torch; only when a job is requested
+
+    if not datasets:
+        raise ApplicationError("no_trajectories", "agent_sft needs at least one trajectory dataset.")
+    try:
+        config = agent_sft_config(hyperparameters)
+    except ValueError as exc:
+        raise ApplicationError("invalid_agent_sft_config", str(exc)) from exc
+    spec = {
+        "base_checkpoint": str(base_checkpoint.uuid),
+        "data": [{"uuid": str(e.uuid), "handle": e.handle, "uri": e.uri, "sha256": e.sha256} for e in datasets],
+        "hyperparameters": dataclasses.asdict(config),
+    }
+    with transaction.atomic():
+        job = job_enqueue(kind=JobKind.AGENT_SFT, spec=spec, seed=config.seed,
+                          time_limit_seconds=AGENT_SFT_TIME_LIMIT_SECONDS)  # fmt: skip
+        event_append(type="dojo.agent_sft_queued", actor=SYSTEM, role=SYSTEM,
+                     arguments={"job": str(job.uuid), **spec}, result_ref=f"job:{job.uuid}")  # fmt: skip
+    return job

@@ -113,7 +113,9 @@ def _check_example(index: int, example: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], tools: Any, *, prompt: bool) -> list[int]:
+def _render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], tools: Any, *, prompt: bool
+) -> list[int]:
     text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=prompt, tokenize=False)
     # The template writes every special token itself (BOS included, if it has one).
     return list(tokenizer(str(text), add_special_tokens=False)["input_ids"])
@@ -176,7 +178,9 @@ class MaskedChatCollator:
         for f in features:
             pad = width - len(f["input_ids"])
             ids.append(list(f["input_ids"]) + [self.pad_token_id] * pad)
-            labels.append([t if m else -100 for t, m in zip(f["input_ids"], f["loss_mask"], strict=True)] + [-100] * pad)
+            labels.append(
+                [t if m else -100 for t, m in zip(f["input_ids"], f["loss_mask"], strict=True)] + [-100] * pad
+            )
             attention.append([1] * len(f["input_ids"]) + [0] * pad)
         return {
             "input_ids": torch.tensor(ids),

@@ -118,7 +118,9 @@ def ids_sha256(ids: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()
 
 
-def split_subsets(source: str, subsets: dict[str, dict[str, Any]], items: list[Row]) -> tuple[Decision, list[TaskCandidate]]:
+def split_subsets(
+    source: str, subsets: dict[str, dict[str, Any]], items: list[Row]
+) -> tuple[Decision, list[TaskCandidate]]:
     """Subsets with different contracts (metric, template, decoding) become separate tasks."""
     groups: dict[str, list[str]] = {}
     for subset, contract in sorted(subsets.items()):

@@ -185,3 +185,47 @@ def dojo_build_job_task(self: JobTask, *, job_id: int) -> None:
             running.record(lambda: job_succeed(job=job, result={"build": str(build.uuid), **build.summary}))
         except Conflict:
             logger.warning("job %s ended elsewhere during the build; result not recorded", job.uuid)
+
+
+@shared_task(
+    bind=True,
+    base=JobTask,
+    name=TaskName.AGENT_SFT_JOB,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS,
+    time_limit=TRAIN_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
+)
+def agent_sft_job_task(self: JobTask, *, job_id: int) -> None:
+    """Fine-tune a chat checkpoint on trajectory datasets; register the output with its base as parent."""
+    job = job_start(job_id=job_id)
+    if job is None:
+        return
+    spec = job.spec
+    out_dir = checkpoint_dir_for(job)
+    with RunningJob(job) as running:
+        from apps.ml.agent_sft import agent_sft_config, agent_sft_train  # noqa: PLC0415 - TRL takes seconds; beat first
+        from apps.ml.training import Cancelled, TrainHooks  # noqa: PLC0415 - same
+
+        parent = Checkpoint.objects.get(uuid=spec["base_checkpoint"])
+        config = agent_sft_config({**spec["hyperparameters"], "seed": job.seed})
+        base_dir = checkpoint_verified_dir(parent)
+        data_files = [data_verified_file(item) for item in spec["data"]]
+        running.log(f"agent_sft from {parent.handle} on {[d['handle'] for d in spec['data']]}, {config.epochs} epochs")
+        hooks = TrainHooks(on_log=running.on_log, should_stop=running.should_stop, on_progress=running.on_progress)
+        try:
+            result = agent_sft_train(config, base_dir=base_dir, data_files=data_files, out_dir=out_dir, hooks=hooks)
+        except Cancelled:
+            running.finish_stopped()
+            return
+        outcome = {"steps": result.steps, "final_loss": result.final_loss, "train_seconds": result.seconds,
+                   "datasets": [d["uuid"] for d in spec["data"]]}  # fmt: skip
+        running.flush()
+        try:
+            running.record(
+                lambda: job_succeed_with_checkpoint(job=job, checkpoint_dir=out_dir, parent=parent, result=outcome)
+            )
+        except Conflict:
+            logger.warning("job %s was reaped during agent training; its checkpoint is not registered", job.uuid)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)

@@ -27,7 +27,7 @@ def _example(lr: float = 0.0001, *, masked_first: bool = False) -> dict:
             {"role": "assistant", "content": "Let me look first.", "train": not masked_first},
             {"role": "user", "content": "Go on."},
             {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "content": "{\"feedback_score\": 0.42}"},
+            {"role": "tool", "content": '{"feedback_score": 0.42}'},
             {"role": "assistant", "content": "Score 0.42; next, diagnose the failures."},
         ],
     }
@@ -75,7 +75,9 @@ def test_the_collator_turns_masks_into_labels_and_pads(chat_model: Path):
 
 
 def test_an_end_of_turn_token_outside_the_loss_is_an_error(tmp_path: Path):
-    model = build_tiny_chat_model(tmp_path / "bad", ["<|user|>hi<|end|><|assistant|>hello"], template=LEADING_END_TEMPLATE)
+    model = build_tiny_chat_model(
+        tmp_path / "bad", ["<|user|>hi<|end|><|assistant|>hello"], template=LEADING_END_TEMPLATE
+    )
     tokenizer = AutoTokenizer.from_pretrained(model)
     example = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
     with pytest.raises(ValueError, match="end-of-turn token '<\\|end\\|>' falls outside"):
@@ -99,8 +101,8 @@ def test_training_lowers_the_loss_on_assistant_turns(chat_model: Path, tmp_path:
                                "gradient_accumulation_steps": 1, "batch_size": 2})  # fmt: skip
     from apps.ml.training import TrainHooks  # noqa: PLC0415 - TRL; this test trains
 
-    result = agent_sft_train(config, base_dir=chat_model, data_files=[data], out_dir=tmp_path / "out",
-                             hooks=TrainHooks(on_log=lambda step, m: "loss" in m and losses.append(m["loss"])))  # fmt: skip
+    hooks = TrainHooks(on_log=lambda step, m: "loss" in m and losses.append(m["loss"]))
+    result = agent_sft_train(config, base_dir=chat_model, data_files=[data], out_dir=tmp_path / "out", hooks=hooks)
     assert result.steps == 16
     assert losses[-1] < 0.8 * losses[0], losses
     assert (tmp_path / "out" / "model.safetensors").is_file()

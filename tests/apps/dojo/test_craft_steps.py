@@ -41,15 +41,20 @@ def test_size_filter_drops_under_50_and_keeps_50():
     decision, kept = craft.size_filter(_task(49), config)
     assert (decision.kept, decision.reason, kept) == (False, "too_small", None)
     decision, kept = craft.size_filter(_task(50), config)
-    assert decision.kept and kept is not None and len(kept.items) == 50
+    assert decision.kept
+    assert kept is not None
+    assert len(kept.items) == 50
 
 
 def test_downsampling_is_seeded_frozen_and_changes_with_the_seed():
     first = craft.size_filter(_task(400), craft.CraftConfig())[1]
     again = craft.size_filter(_task(400), craft.CraftConfig())[1]
     other = craft.size_filter(_task(400), craft.CraftConfig(seed=1))[1]
-    assert first is not None and again is not None and other is not None
-    assert len(first.items) == 300 and first.sample_ids == again.sample_ids
+    assert first is not None
+    assert again is not None
+    assert other is not None
+    assert len(first.items) == 300
+    assert first.sample_ids == again.sample_ids
     assert first.sample_ids != other.sample_ids
     assert set(first.sample_ids) <= {it["id"] for it in _task(400).items}
 
@@ -59,7 +64,8 @@ def test_mutation_check_keeps_a_metric_that_reads_the_output():
     outputs = [it["answer"] for it in task.items]  # a perfect strong model
     decision = craft.mutation_check(task, outputs, craft.CraftConfig())
     assert decision.kept
-    assert decision.numbers["scores"]["strong"] == 1.0 and decision.numbers["scores"]["blank"] == 0.0
+    assert decision.numbers["scores"]["strong"] == 1.0
+    assert decision.numbers["scores"]["blank"] == 0.0
     assert decision.numbers["scores"]["shuffled"] < 0.1  # every output moved to another item
 
 

@@ -47,7 +47,8 @@ def test_a_gpu_worker_builds_the_variants_and_rejects_each_for_its_reason(celery
         strong_dir=minibench_dir / "references" / "arithmetic",
         config={"repeats": 3},
     )
-    assert build.job is not None and build.job.queue == "gpu"
+    assert build.job is not None
+    assert build.job.queue == "gpu"
 
     def finished() -> bool:
         build.refresh_from_db()
@@ -69,14 +70,19 @@ def test_a_gpu_worker_builds_the_variants_and_rejects_each_for_its_reason(celery
     assert len(large.sample_ids) == 300 == len(set(large.sample_ids))
     assert envs["arithmetic-tiny"].rejected_at == "size"
     sampled = envs["arithmetic-sampled"].decisions[-1]
-    assert sampled["step"] == "reliability" and sampled["flip_rate"] > 0.05
+    assert sampled["step"] == "reliability"
+    assert sampled["flip_rate"] > 0.05
     blind = envs["arithmetic-blind-metric"].decisions[-1]
-    assert blind["step"] == "mutation" and blind["move"] == 0
+    assert blind["step"] == "mutation"
+    assert blind["move"] == 0
     kept = envs["arithmetic-sealed-forms"].decisions
     assert [d["step"] for d in kept] == ["subset_split", "size", "reliability", "mutation", "discriminability"]
-    assert kept[-1]["gap"] >= 0.10 and kept[2]["score_range"] == 0
+    assert kept[-1]["gap"] >= 0.10
+    assert kept[2]["score_range"] == 0
     hard = envs["arithmetic-three-digit"].decisions[-1]
-    assert hard["step"] == "discriminability" and hard["strong"] < 0.20 and hard["base"] < 0.20
+    assert hard["step"] == "discriminability"
+    assert hard["strong"] < 0.20
+    assert hard["base"] < 0.20
 
     # Every decision is an event carrying its numbers, and the build's summary counts the reasons.
     events = Event.objects.filter(type="dojo.decision", arguments__build=str(build.uuid))

@@ -83,7 +83,8 @@ def test_unchecked_or_running_experiments_fail_closed(world):
     Experiment.objects.filter(pk=world.exp["e4"].pk).update(status="succeeded")  # ran, but no check answered
     _clear(world)
     verdict = _verdicts(world)["no_executed_violation"]
-    assert not verdict.passed and verdict.evidence["unchecked"] == ["exp_0004"]
+    assert not verdict.passed
+    assert verdict.evidence["unchecked"] == ["exp_0004"]
 
 
 @pytest.mark.parametrize(
@@ -94,7 +95,8 @@ def test_the_outcome_filter_wants_a_gain_whose_interval_excludes_zero(world, bes
     _clear(world)
     finish_world(world, final_correct={"best": best})
     verdict = _verdicts(world)["outcome_beats_base"]
-    assert not verdict.passed and reason in verdict.reason
+    assert not verdict.passed
+    assert reason in verdict.reason
 
 
 def test_no_final_model_before_the_run_finishes(world):
@@ -123,7 +125,8 @@ def test_recipe_changes_without_diagnosis_are_a_bad_pattern(world):
     _train(world, "w3", learning_rate=3e-4)
     verdict = _verdicts(world)["recipe_changes_without_diagnosis"]
     assert not verdict.passed
-    assert verdict.evidence["worker"] == "worker_0003" and len(verdict.evidence["experiments"]) == 3
+    assert verdict.evidence["worker"] == "worker_0003"
+    assert len(verdict.evidence["experiments"]) == 3
 
 
 def test_a_diagnosis_between_changes_breaks_the_series(world):
@@ -134,7 +137,8 @@ def test_a_diagnosis_between_changes_breaks_the_series(world):
     _train(world, "w3", learning_rate=3e-4)
     _train(world, "w3", learning_rate=4e-4)
     verdict = _verdicts(world)["recipe_changes_without_diagnosis"]
-    assert verdict.passed and len(verdict.evidence["longest_blind_series"]["experiments"]) == 2
+    assert verdict.passed
+    assert len(verdict.evidence["longest_blind_series"]["experiments"]) == 2
 
 
 def test_a_detector_that_breaks_rejects(world):
@@ -142,7 +146,8 @@ def test_a_detector_that_breaks_rejects(world):
         raise RuntimeError("transcript store unreachable")
 
     verdict = Detector("broken", 1, BEHAVIOUR, broken)(Trajectory(run=world.run))
-    assert not verdict.passed and "transcript store unreachable" in verdict.reason
+    assert not verdict.passed
+    assert "transcript store unreachable" in verdict.reason
 
 
 def test_the_report_counts_removals_per_detector_and_per_kind(world):
