@@ -33,8 +33,9 @@ from transformers import PreTrainedTokenizerBase
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
+from apps.experiments.hparams import TrainConfig
 from apps.ml.checkpoints import TOKENIZER_FILES, load_checkpoint
-from apps.ml.training import Cancelled, TrainHooks, TrainResult, _HooksCallback, _read_jsonl
+from apps.ml.training import Cancelled, TrainHooks, TrainResult, _HooksCallback, _read_jsonl, _trainer_args
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -190,34 +191,28 @@ class MaskedChatCollator:
 
 
 def _args(config: AgentSFTConfig, output_dir: Path) -> dict[str, Any]:
-    on_gpu = torch.cuda.is_available()
+    """The post-training arguments (device, saving, logging) with epochs and the decaying schedule."""
+    shared = TrainConfig(
+        learning_rate=config.learning_rate,
+        batch_size=config.batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        max_length=config.max_length,
+        seed=config.seed,
+        logging_steps=config.logging_steps,
+    )
     return {
-        "output_dir": str(output_dir),
+        **_trainer_args(shared, output_dir),
+        "max_steps": -1,  # epochs decide
         "num_train_epochs": config.epochs,
-        "per_device_train_batch_size": config.batch_size,
-        "gradient_accumulation_steps": config.gradient_accumulation_steps,
-        "learning_rate": config.learning_rate,
         "lr_scheduler_type": "cosine_with_min_lr",
         "lr_scheduler_kwargs": {"min_lr": config.min_learning_rate},
         # transformers 5 reads a float below 1 as a fraction of the steps (warmup_ratio is gone).
         "warmup_steps": config.warmup_ratio if config.warmup_ratio > 0 else 0,
-        "weight_decay": config.weight_decay,
-        "max_grad_norm": config.max_grad_norm,
-        "max_length": config.max_length,
-        "seed": config.seed,
-        "data_seed": config.seed,
-        "logging_steps": config.logging_steps,
-        "save_strategy": "no",
-        "report_to": [],
-        "disable_tqdm": True,
-        "use_cpu": not on_gpu,
-        "bf16": on_gpu and torch.cuda.is_bf16_supported(),
-        "activation_checkpointing": False,
-        "dataloader_num_workers": 0,
         "remove_unused_columns": False,
         # Tokenized and masked here; TRL must not re-tokenize or append EOS.
         "dataset_kwargs": {"skip_prepare_dataset": True},
-        "include_num_input_tokens_seen": "non_padding",
     }
 
 

@@ -40,7 +40,8 @@ EXPECTED = {
 
 @pytest.mark.django_db(transaction=True)
 def test_a_gpu_worker_builds_the_variants_and_rejects_each_for_its_reason(celery_worker, minibench_dir: Path):
-    worker = celery_worker(queues="gpu")
+    worker = celery_worker(queues="gpu", wait=False)
+    worker.wait_ready(timeout=300)  # importing torch and TRL on a loaded 2-core box takes minutes
     build = environment_build_create(
         source="minibench-variants:arithmetic",
         base_dir=minibench_dir / "theta0",
