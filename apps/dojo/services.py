@@ -176,14 +176,14 @@ def environment_build_execute(
             if kept is not None:
                 decision, outputs = craft.reliability(kept, runner("strong"), config)
                 decisions.append(decision)
-                strong_scores = decision.numbers["scores"]
-                scores["strong"] = sum(strong_scores) / len(strong_scores)
+                strong = sum(decision.numbers["scores"]) / len(decision.numbers["scores"])
+                scores["strong"] = strong
                 if decision.kept:
                     decision = craft.mutation_check(kept, outputs, config)
                     decisions.append(decision)
                 if decision.kept:
-                    scores["base"] = craft.base_score(kept, runner("base"), config)
-                    decision = craft.discriminability(kept, base=scores["base"], strong=scores["strong"], config=config)
+                    base = scores["base"] = craft.base_score(kept, runner("base"), config)
+                    decision = craft.discriminability(kept, base=base, strong=strong, config=config)
                     decisions.append(decision)
                 candidate = kept
             env = _record(build, candidate, decisions, scores, time.monotonic() - started)

@@ -258,7 +258,8 @@ def agent_sft_train(
         if callback.cancelled:
             raise Cancelled(f"agent training cancelled at step {trainer.state.global_step}")
         model_dir = staging / "model"
-        trainer.model.save_pretrained(model_dir)
+        trained: Any = trainer.model
+        trained.save_pretrained(model_dir)
         for name in TOKENIZER_FILES:
             if (base_dir / name).is_file():
                 shutil.copy2(base_dir / name, model_dir / name)
