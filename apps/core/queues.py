@@ -19,6 +19,8 @@ class Queue(StrEnum):
 class TaskName(StrEnum):
     TRAIN_JOB = "workers.gpu.train_job_task"
     EVALUATE_JOB = "workers.gpu.evaluate_job_task"
+    DOJO_BUILD_JOB = "workers.gpu.dojo_build_job_task"
+    AGENT_SFT_JOB = "workers.gpu.agent_sft_job_task"
     DATA_JOB = "workers.data.data_job_task"
     INTEGRITY_CHECK = "workers.data.integrity_check_task"
     REAP_JOBS = "workers.data.reap_jobs_task"

@@ -8,6 +8,8 @@ class JobKind(models.TextChoices):
     EVALUATE = "evaluate"
     DATA = "data"
     FINAL_EVAL = "final_eval"
+    DOJO_BUILD = "dojo_build"  # RSI-Dojo task-environment build (apps.dojo)
+    AGENT_SFT = "agent_sft"  # fine-tune an agent model on trajectories
 
 
 class JobStatus(models.TextChoices):

@@ -98,12 +98,16 @@ TASK_NAMES = {
     JobKind.EVALUATE: TaskName.EVALUATE_JOB,
     JobKind.FINAL_EVAL: TaskName.EVALUATE_JOB,
     JobKind.DATA: TaskName.DATA_JOB,
+    JobKind.DOJO_BUILD: TaskName.DOJO_BUILD_JOB,
+    JobKind.AGENT_SFT: TaskName.AGENT_SFT_JOB,
 }
 DEFAULT_QUEUES = {
     JobKind.TRAIN: Queue.GPU,
     JobKind.EVALUATE: Queue.GPU,
     JobKind.FINAL_EVAL: Queue.GPU,
     JobKind.DATA: Queue.DEFAULT,
+    JobKind.DOJO_BUILD: Queue.GPU,
+    JobKind.AGENT_SFT: Queue.GPU,
 }
 # Jobs on this queue spend the run's accelerator budget.
 ACCELERATOR_QUEUE = Queue.GPU

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +48,17 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
+def _decoding_kwargs(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
+    if sampling is None:
+        return {"do_sample": False}
+    return {
+        "do_sample": True,
+        "temperature": float(sampling.get("temperature", 1.0)),
+        "top_p": float(sampling.get("top_p", 1.0)),
+        "top_k": 0,  # no top-k cut: the task says temperature and top_p only
+    }
+
+
 @torch.inference_mode()
 def generate_texts(
     model: PreTrainedModel,
@@ -58,8 +69,13 @@ def generate_texts(
     stop: Sequence[str] = (),
     batch_size: int = 32,
     add_special_tokens: bool = True,
+    sampling: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """Greedy continuations of `prompts`, cut at EOS and at the first stop string.
+
+    `sampling` (``temperature``, ``top_p``) decodes by sampling instead, for the task-environment
+    reliability filter, which repeats a task under its own decoding; seed torch before calling.
+    Sealed evaluation never passes it.
 
     Batches are left-padded so every prompt ends where generation starts; the attention mask and
     the position ids derived from it make padding invisible to the model.
@@ -75,7 +91,7 @@ def generate_texts(
         generated: torch.Tensor = model.generate(  # type: ignore[operator]
             **enc,
             max_new_tokens=max_new_tokens,
-            do_sample=False,
+            **_decoding_kwargs(sampling),
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
             # Stop strings end a sequence early (the batch ends when all have); the text is cut

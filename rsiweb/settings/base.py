@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "apps.benchmarks",
     "apps.datapool",
     "apps.jobs",
+    "apps.dojo",
     "apps.experiments",
     "apps.integrity",
     "apps.reviews",

@@ -12,6 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from celery import shared_task
 
@@ -19,11 +22,15 @@ from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import SealBroken, benchmark_load_sealed, benchmark_scorer
 from apps.core.errors import Conflict
 from apps.core.queues import TaskName
+from apps.dojo.models import EnvironmentBuild
+from apps.dojo.services import environment_build_execute, environment_build_fail
 from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint
+from apps.jobs.models import Job
 from apps.jobs.services import (
     checkpoint_dir_for,
     job_refuse_evaluation,
+    job_succeed,
     job_succeed_with_checkpoint,
     job_succeed_with_evaluation,
 )
@@ -52,21 +59,35 @@ def train_job_task(self: JobTask, *, job_id: int) -> None:
     job = job_start(job_id=job_id)
     if job is None:
         return
-    spec = job.spec
+
+    def run(base_dir: Path, data_files: list[Path], out_dir: Path, hooks: Any, log: Any) -> Any:
+        from apps.ml.training import train  # noqa: PLC0415 - torch/TRL take seconds; beat first
+
+        # The job's seed wins, so "the seed recorded on the job" is the seed that trained.
+        config = validate_train_config({**job.spec["hyperparameters"], "seed": job.seed})
+        log(f"training {config.recipe}/{config.adapter} for {config.max_steps} steps")
+        return train(config, base_dir=base_dir, data_files=data_files, out_dir=out_dir, hooks=hooks)
+
+    _train_and_register(job, parent_uuid=job.spec["input_checkpoint"], run=run)
+
+
+def _train_and_register(job: Job, *, parent_uuid: str, run: Callable[..., Any]) -> None:
+    """The body every training job shares: verified inputs, heartbeat, cancel, one registered output.
+
+    ``run(base_dir, data_files, out_dir, hooks, log)`` trains and returns a TrainResult.
+    """
     out_dir = checkpoint_dir_for(job)
     # Beating from the claim on: importing torch/TRL alone takes seconds.
     with RunningJob(job) as running:
-        from apps.ml.training import Cancelled, TrainHooks, train  # noqa: PLC0415 - torch/TRL take seconds; beat first
+        from apps.ml.training import Cancelled, TrainHooks  # noqa: PLC0415 - torch/TRL take seconds; beat first
 
-        parent = Checkpoint.objects.get(uuid=spec["input_checkpoint"])
-        # The job's seed wins, so "the seed recorded on the job" is the seed that trained.
-        config = validate_train_config({**spec["hyperparameters"], "seed": job.seed})
+        parent = Checkpoint.objects.get(uuid=parent_uuid)
         base_dir = checkpoint_verified_dir(parent)
-        data_files = [data_verified_file(item) for item in spec["data"]]
-        running.log(f"training {config.recipe}/{config.adapter} from {parent.handle} for {config.max_steps} steps")
+        data_files = [data_verified_file(item) for item in job.spec["data"]]
+        running.log(f"from {parent.handle} on {[item.get('handle', item['uri']) for item in job.spec['data']]}")
         hooks = TrainHooks(on_log=running.on_log, should_stop=running.should_stop, on_progress=running.on_progress)
         try:
-            result = train(config, base_dir=base_dir, data_files=data_files, out_dir=out_dir, hooks=hooks)
+            result = run(base_dir, data_files, out_dir, hooks, running.log)
         except Cancelled:
             running.finish_stopped()
             return
@@ -149,3 +170,65 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             )
         except Conflict:
             logger.warning("job %s ended elsewhere during evaluation; result not recorded", job.uuid)
+
+
+@shared_task(
+    bind=True,
+    base=JobTask,
+    name=TaskName.DOJO_BUILD_JOB,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=EVAL_SOFT_LIMIT_SECONDS,
+    time_limit=EVAL_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
+)
+def dojo_build_job_task(self: JobTask, *, job_id: int) -> None:
+    """Build RSI-Dojo task environments: every RSI-Craft step on every task, each decision recorded."""
+    job = job_start(job_id=job_id)
+    if job is None:
+        return
+    build = EnvironmentBuild.objects.get(uuid=job.spec["build"])
+    with RunningJob(job) as running:
+        try:
+            # Idempotent per task: a redelivered job resumes after the tasks already recorded.
+            environment_build_execute(build=build, log=running.log, should_stop=running.should_stop)
+        except Exception as exc:
+            # The build row says why too (the job's failure handler records the traceback); re-raised.
+            environment_build_fail(build=build, error=f"{type(exc).__name__}: {exc}")
+            raise
+        if running.should_stop():
+            running.finish_stopped()
+            return
+        running.flush()
+        try:
+            running.record(lambda: job_succeed(job=job, result={"build": str(build.uuid), **build.summary}))
+        except Conflict:
+            logger.warning("job %s ended elsewhere during the build; result not recorded", job.uuid)
+
+
+@shared_task(
+    bind=True,
+    base=JobTask,
+    name=TaskName.AGENT_SFT_JOB,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS,
+    time_limit=TRAIN_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
+)
+def agent_sft_job_task(self: JobTask, *, job_id: int) -> None:
+    """Fine-tune a chat checkpoint on trajectory datasets; register the output with its base as parent.
+
+    The producing job's spec names the datasets (uuid and sha256): the checkpoint's lineage to
+    its trajectories.
+    """
+    job = job_start(job_id=job_id)
+    if job is None:
+        return
+
+    def run(base_dir: Path, data_files: list[Path], out_dir: Path, hooks: Any, log: Any) -> Any:
+        from apps.ml.agent_sft import agent_sft_config, agent_sft_train  # noqa: PLC0415 - TRL takes seconds
+
+        config = agent_sft_config({**job.spec["hyperparameters"], "seed": job.seed})
+        log(f"agent_sft: {config.epochs} epochs, lr {config.learning_rate:g} to {config.min_learning_rate:g}")
+        return agent_sft_train(config, base_dir=base_dir, data_files=data_files, out_dir=out_dir, hooks=hooks)
+
+    _train_and_register(job, parent_uuid=job.spec["base_checkpoint"], run=run)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DojoConfig(AppConfig):
+    name = "apps.dojo"
+    label = "dojo"
