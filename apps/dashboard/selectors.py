@@ -31,8 +31,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.core.records import cut
-from apps.research.models import TranscriptTurn
-from apps.research.transcripts import node_turns, turn_links
 from apps.datapool.selectors import data_readme, data_rows
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
 from apps.experiments.models import Checkpoint, Evaluation, Experiment, IntegrityStatusChange
@@ -57,7 +55,7 @@ from apps.integrity.report import integrity_report
 from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
 from apps.research.choices import NodeKind, RunStatus
-from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
+from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run, TranscriptTurn
 from apps.research.scores import run_scores
 from apps.research.selectors import (
     DECISION_VALUES,
@@ -72,6 +70,7 @@ from apps.research.selectors import (
     node_row,
     run_live,
 )
+from apps.research.transcripts import node_turns, turn_links
 from apps.reviews.models import ReviewReport
 from apps.reviews.selectors import SUMMARY_CHARS, report_live
 

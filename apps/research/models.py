@@ -360,6 +360,7 @@ class TranscriptTurn(UUIDModel):
         constraints = [
             models.UniqueConstraint(fields=["node", "seq"], name="transcript_turn_seq_unique"),
             models.UniqueConstraint(fields=["node", "step", "index"], name="transcript_turn_step_unique"),
-            models.CheckConstraint(condition=Q(source__in=["llm", "heuristic", "harness"]),
-                                   name="transcript_turn_source_valid"),  # fmt: skip
+            models.CheckConstraint(
+                condition=Q(source__in=["llm", "heuristic", "harness"]), name="transcript_turn_source_valid"
+            ),  # fmt: skip
         ]

@@ -24,6 +24,8 @@ from django.db.models import Max
 
 from apps.core.hashing import canonical_json, sha256_text
 from apps.experiments.events import event_append
+from apps.experiments.models import Experiment
+from apps.jobs.models import Job
 from apps.research.models import ResearchNode, Run, TranscriptBlob, TranscriptTurn
 
 SOURCES = ("llm", "heuristic", "harness")
@@ -139,8 +141,12 @@ def turn_payload(turn: TranscriptTurn, blobs: dict[str, Any]) -> dict[str, Any]:
         "response": blobs.get(turn.response),
         "tool_messages": blobs.get(turn.tool_messages) or [],
         "calls": blobs.get(turn.calls) or [],
-        "hashes": {"request": turn.request, "response": turn.response, "tool_messages": turn.tool_messages,
-                   "calls": turn.calls},  # fmt: skip
+        "hashes": {
+            "request": turn.request,
+            "response": turn.response,
+            "tool_messages": turn.tool_messages,
+            "calls": turn.calls,
+        },  # fmt: skip
     }
 
 
@@ -177,9 +183,6 @@ def segment_conversations(node: ResearchNode) -> list[dict[str, Any]]:
 
 def turn_links(run: Run, turn: dict[str, Any]) -> dict[str, list[str]]:
     """The experiments and jobs a turn's tool answers name (handles and uuids of this run's records)."""
-    from apps.experiments.models import Experiment
-    from apps.jobs.models import Job
-
     text = " ".join(str(m.get("content", "")) for m in turn["tool_messages"] if isinstance(m, dict))
     handles = set(_HANDLE.findall(text))
     uuids = set(_UUID.findall(text))

@@ -437,8 +437,16 @@ def transcript_record_step(view: LoopStepView, outcome: Outcome, *, policy: str)
     tool_calls, answers = [], []
     for number, call in enumerate(calls):
         call_id = f"call_{view.step}_{number}"
-        tool_calls.append({"id": call_id, "type": "function", "function": {
-            "name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False, default=str)}})
+        tool_calls.append(
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": json.dumps(call["arguments"], ensure_ascii=False, default=str),
+                },
+            }
+        )
         answers.append({"role": "tool", "tool_call_id": call_id,
                         "content": transcripts.tool_message_content(call["result"])})  # fmt: skip
     opening = [
@@ -447,8 +455,9 @@ def transcript_record_step(view: LoopStepView, outcome: Outcome, *, policy: str)
     ]
     transcripts.turn_record(
         run=view._run, node=view._node, source="heuristic", step=view.step, index=0, messages=opening,
-        tools=view.definitions(), response={"role": "assistant", "content": outcome.note or "", "tool_calls": tool_calls},
-        tool_messages=answers, calls=calls, inbox=view.inbox, model="heuristic", finish_reason="tool_calls",
+        tools=view.definitions(), tool_messages=answers,
+        response={"role": "assistant", "content": outcome.note or "", "tool_calls": tool_calls},
+        calls=calls, inbox=view.inbox, model="heuristic", finish_reason="tool_calls",
     )  # fmt: skip
 
 

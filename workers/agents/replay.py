@@ -12,11 +12,13 @@ answers differently, the report names the first differing turn and what differed
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from apps.core.hashing import canonical_json
 from apps.research.agent_config import llm_config, loop_config, prompt_text
 from apps.research.agent_loops import node_role
 from apps.research.models import ResearchNode
@@ -52,6 +54,11 @@ def normalized(turn: dict[str, Any]) -> dict[str, Any]:
             message["tool_call_id"] = ids.setdefault(str(message["tool_call_id"]), f"#{len(ids)}")
         if message.get("role") == "assistant" and not message.get("content"):
             message["content"] = ""
+        if message.get("role") == "tool":
+            # An answer replayed from the records has the same values; its keys may come in another
+            # order (the database keeps JSON objects sorted), so JSON answers compare as values.
+            with contextlib.suppress(ValueError):  # a cut answer is compared as the text it is
+                message["content"] = canonical_json(json.loads(message.get("content") or ""))
         return message
 
     return {
@@ -108,8 +115,9 @@ class ReplayView:
             raise Diverged(f"called {name} where the recording made no more calls")
         recorded = self._calls.pop(0)
         if recorded["name"] != name or recorded["arguments"] != args:
-            raise Diverged(f"called {name}({json.dumps(args, sort_keys=True)[:300]}) where the recording called "
-                           f"{recorded['name']}({json.dumps(recorded['arguments'], sort_keys=True)[:300]})")  # fmt: skip
+            made = json.dumps(args, sort_keys=True)[:300]
+            wanted = json.dumps(recorded["arguments"], sort_keys=True)[:300]
+            raise Diverged(f"called {name}({made}) where the recording called {recorded['name']}({wanted})")
         return ToolResult.from_json(recorded["result"])
 
     def llm(
@@ -147,7 +155,7 @@ def replay_node(
     run = node.run
     role = node_role(node)
     recorded = [t for t in node_turns(node, limit=100_000) if t["source"] == "llm"]
-    original = [normalized(t) for t in recorded]
+    original = [normalized({**t, "messages": t["request"]["messages"]}) for t in recorded]
     report = ReplayReport(node=node.handle, original=original, replayed=[])
     config = dataclasses.replace(llm_config(role, run_llm_profile(run)), base_url=llm_base_url, max_retries=0,
                                  api_key="replay")  # fmt: skip

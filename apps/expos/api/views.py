@@ -33,6 +33,7 @@ from apps.expos.visibility import (
     evaluation_read_check,
     samples_read_check,
     sealed_denial_record,
+    transcript_read_check,
     visible_checkpoints,
     visible_datapool,
     visible_evaluations,
@@ -41,7 +42,6 @@ from apps.expos.visibility import (
     visible_nodes,
     visible_reports,
     visible_runs,
-    transcript_read_check,
 )
 from apps.research.models import ResearchEdge, ResearchNode, Run
 from apps.research.transcripts import node_turns

@@ -8,8 +8,8 @@ from django.db import DatabaseError, connection, transaction
 from apps.experiments.events import chain_key, chain_verify
 from apps.experiments.models import Event
 from apps.research.models import TranscriptBlob, TranscriptTurn
-from apps.research.transcripts import blob_put, node_turns, segment_conversations, turn_record
 from apps.research.services import worker_add
+from apps.research.transcripts import blob_put, node_turns, segment_conversations, turn_record
 
 pytestmark = pytest.mark.django_db
 
@@ -20,8 +20,12 @@ TOOLS = [{"type": "function", "function": {"name": "public_check_quota", "descri
 
 
 def _call(call_id: str) -> dict:
-    return {"role": "assistant", "content": "", "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": "public_check_quota", "arguments": "{}"}}]}  # fmt: skip
+    function = {"name": "public_check_quota", "arguments": "{}"}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
 
 
 def _answer(call_id: str, text: str) -> dict:
@@ -40,11 +44,28 @@ def worker(run):
 
 def test_a_conversation_stores_each_message_once_and_each_turn_is_a_chained_event(worker):
     run = worker.run
-    first = _record(run, worker, 0, [SYSTEM, TASK], _call("a"), [_answer("a", '{"left": 10}')],
-                    prompt_tokens=40, completion_tokens=5, latency_ms=12, attempts=2, finish_reason="tool_calls")
+    first = _record(
+        run,
+        worker,
+        0,
+        [SYSTEM, TASK],
+        _call("a"),
+        [_answer("a", '{"left": 10}')],
+        prompt_tokens=40,
+        completion_tokens=5,
+        latency_ms=12,
+        attempts=2,
+        finish_reason="tool_calls",
+    )
     blobs_after_first = TranscriptBlob.objects.count()
-    second = _record(run, worker, 1, [SYSTEM, TASK, _call("a"), _answer("a", '{"left": 10}')], _call("b"),
-                     [_answer("b", '{"left": 9}')])
+    second = _record(
+        run,
+        worker,
+        1,
+        [SYSTEM, TASK, _call("a"), _answer("a", '{"left": 10}')],
+        _call("b"),
+        [_answer("b", '{"left": 9}')],
+    )
     # The second request repeats four messages: only what is new is stored (its request list, the
     # new response and answer; the tool list and the repeated messages are the same blobs).
     assert TranscriptBlob.objects.count() - blobs_after_first == 4
