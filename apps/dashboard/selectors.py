@@ -27,6 +27,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db.models import Count, Max, Q, QuerySet
+from django.urls import reverse
 from django.utils import timezone
 
 from apps.core.records import cut
@@ -54,7 +55,7 @@ from apps.integrity.report import integrity_report
 from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
 from apps.research.choices import NodeKind, RunStatus
-from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
+from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run, TranscriptTurn
 from apps.research.scores import run_scores
 from apps.research.selectors import (
     DECISION_VALUES,
@@ -69,6 +70,7 @@ from apps.research.selectors import (
     node_row,
     run_live,
 )
+from apps.research.transcripts import node_turns, turn_links
 from apps.reviews.models import ReviewReport
 from apps.reviews.selectors import SUMMARY_CHARS, report_live
 
@@ -212,7 +214,36 @@ def node_detail(*, run: Run, node_uuid: Any) -> dict[str, Any] | None:
             {"uuid": str(r.uuid), "status": r.status, "summary": cut(r.summary, SUMMARY_CHARS)}
             for r in reports.order_by("created_at", "pk")
         ],
+        "transcript_url": reverse("dashboard:node", args=[run.uuid, node.uuid]),
+        "transcript_turns": TranscriptTurn.objects.filter(node=node).count(),
     }
+
+
+def node_get(*, run: Run, node_uuid: Any) -> ResearchNode | None:
+    return ResearchNode.objects.filter(run=run, uuid=node_uuid).first()
+
+
+def node_conversation(*, run: Run, node: ResearchNode) -> list[dict[str, Any]]:
+    """A node's transcript turn by turn, each tool call beside its answer and the records it created."""
+    rows = []
+    for turn in node_turns(node, limit=2000):
+        answers = {m.get("tool_call_id"): m.get("content", "") for m in turn["tool_messages"] if isinstance(m, dict)}
+        response = turn["response"] or {}
+        calls = []
+        for call in response.get("tool_calls") or []:
+            function = call.get("function", {})
+            calls.append({"name": function.get("name", ""), "arguments": function.get("arguments", ""),
+                          "answer": cut(str(answers.get(call.get("id"), "")), 4000)})  # fmt: skip
+        links = turn_links(run, turn)
+        # New messages only: what this request added to the conversation since the previous turn.
+        rows.append({**turn, "calls_shown": calls, "content": response.get("content") or "", "links": links})
+    previous = 0
+    for row in rows:
+        messages = row["request"]["messages"]
+        row["new_messages"] = [m for m in messages[previous:] if m and m.get("role") in ("system", "user")] if (
+            row["source"] == "llm") else (messages if row["seq"] == 1 else [])  # fmt: skip
+        previous = len(messages) + 1 + len(row["tool_messages"]) if row["source"] == "llm" else 0
+    return rows
 
 
 # --- scores ------------------------------------------------------------------------------------

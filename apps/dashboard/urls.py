@@ -19,6 +19,7 @@ urlpatterns = [
     path("runs/<uuid:run_uuid>/export.zip", views.run_export_view, name="run-export"),
     path("runs/<uuid:run_uuid>/charts.json", views.run_charts_view, name="run-charts"),
     path("runs/<uuid:run_uuid>/nodes/<uuid:node_uuid>.json", views.node_detail_view, name="node-detail"),
+    path("runs/<uuid:run_uuid>/nodes/<uuid:node_uuid>/", views.node_page_view, name="node"),
     path("runs/<uuid:run_uuid>/guidance/", views.guidance_post_view, name="guidance-post"),
     path("runs/<uuid:run_uuid>/control/", views.run_control_view, name="run-control"),
     path("runs/<uuid:run_uuid>/experiments/<str:experiment>/", views.experiment_detail_view, name="experiment"),

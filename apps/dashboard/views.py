@@ -258,6 +258,18 @@ def node_detail_view(request: HttpRequest, run_uuid: Any, node_uuid: Any) -> Jso
     return JsonResponse(detail)
 
 
+@require_GET
+@role_required(OPERATOR)
+def node_page_view(request: HttpRequest, run_uuid: Any, node_uuid: Any) -> HttpResponse:
+    """A node's conversation, turn by turn (operators: a transcript may hold sealed prompts)."""
+    run = _run_or_404(request, run_uuid)
+    node = selectors.node_get(run=run, node_uuid=node_uuid)
+    if node is None:
+        raise Http404("No such node in this run.")
+    turns = selectors.node_conversation(run=run, node=node)
+    return _page(request, "dashboard/node_detail.html", {"run": run, "node": node, "turns": turns})
+
+
 @require_POST
 @role_required(OPERATOR)
 def guidance_post_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:

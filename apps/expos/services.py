@@ -10,9 +10,12 @@ from apps.experiments.events import event_append
 from apps.experiments.models import Event
 from apps.expos.auth import agent_token_issue, agent_token_revoke
 from apps.expos.registry import ToolContext
+from apps.research.choices import AgentMode
+from apps.research.models import AgentLoop, TranscriptTurn
 from apps.research.services import guidance_refusal_announce
+from apps.research.transcripts import turn_record
 
-__all__ = ["agent_token_issue", "agent_token_revoke", "tool_call_record"]
+__all__ = ["agent_token_issue", "agent_token_revoke", "harness_turn_record", "tool_call_record"]
 
 # Stored arguments are evidence, not a data store: a huge body is kept as a digest beyond this.
 MAX_RECORDED_ARGUMENT_CHARS = 20_000
@@ -65,3 +68,26 @@ def tool_call_record(
         # decision applied was not carried out, and the run page must say so.
         guidance_refusal_announce(run=ctx.run, decision=str(recorded["decision"]))
     return event
+
+
+def harness_turn_record(*, ctx: ToolContext, tool: str, arguments: Any, status: int, answer: Any) -> None:
+    """For a node an external harness plays: the tool-call side of its turn, as the server saw it.
+
+    Only runs in external mode record here, and only for nodes without an agent loop of ours (our
+    loops record their own turns, model requests included). The call becomes an assistant message
+    with one tool call and a tool message with the answer the harness got (refusals included).
+    """
+    if ctx.run.agent_mode != AgentMode.EXTERNAL or AgentLoop.objects.filter(node=ctx.node).exists():
+        return
+    args = arguments if isinstance(arguments, dict) else {}
+    seq = TranscriptTurn.objects.filter(node=ctx.node).count() + 1
+    call_id = f"call_harness_{seq}"
+    body = answer if 200 <= status < 300 else {"status": status, **(answer if isinstance(answer, dict) else {})}
+    turn_record(
+        run=ctx.run, node=ctx.node, source="harness", step=0, index=seq, messages=[], tools=[],
+        response={"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": {
+            "name": tool, "arguments": canonical_json(storable(args))}}]},
+        tool_messages=[{"role": "tool", "tool_call_id": call_id, "content": canonical_json(storable(body))}],
+        calls=[{"name": tool, "arguments": storable(args), "result": {"status": status, "data": storable(body)}}],
+        model="harness", finish_reason="tool_calls",
+    )  # fmt: skip

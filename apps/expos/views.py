@@ -48,7 +48,7 @@ from apps.expos.models import IdempotencyRecord
 from apps.expos.payloads import etag_value
 from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
 from apps.expos.schemas import integers_coerced
-from apps.expos.services import tool_call_record
+from apps.expos.services import harness_turn_record, tool_call_record
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
 from apps.research.models import ResearchNode
 
@@ -278,6 +278,8 @@ def _record_refusal(ctx: ToolContext, tool: Tool, args: Any, exc: ApplicationErr
             idempotency_key=ctx.idempotency_key,
             error_path=str(exc.detail.get("json_path", "")),
         )
+        harness_turn_record(ctx=ctx, tool=tool.name, arguments=args, status=exc.status_code,
+                            answer=error_body(exc.code, exc.message, exc.detail or None))  # fmt: skip
     except Exception:  # the refusal itself must still reach the agent
         logger.exception("could not record the refused call of %s", tool)
 
@@ -424,6 +426,7 @@ class ToolCallView(APIView):
                     result_ref=result_ref,
                     idempotency_key=ctx.idempotency_key if tool.idempotent_create else None,
                 )
+                harness_turn_record(ctx=ctx, tool=tool.name, arguments=args, status=code, answer=result)
                 etag_node = ctx.etag_node
                 if etag_node is not None:
                     etag_node.refresh_from_db(fields=["version"])

@@ -29,6 +29,7 @@ from django.db.models import Q, QuerySet
 from apps.benchmarks.models import Split
 from apps.core.errors import PermissionDenied
 from apps.core.jsonsafe import storable
+from apps.core.people import is_person
 from apps.datapool.models import DataEntry
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Evaluation, Event, Experiment
@@ -291,3 +292,30 @@ def event_arguments_for(caller: Caller, event: Event) -> dict[str, Any]:
     if isinstance(caller, ToolContext) and caller.role == Role.MAIN and event.role == Role.REVIEWER:
         return {"redacted": True}
     return event.arguments if isinstance(event.arguments, dict) else {"value": event.arguments}
+
+
+# --- transcripts -----------------------------------------------------------------------------------
+
+
+def transcript_read_check(caller: Caller, node: ResearchNode) -> None:
+    """Who may read a node's transcript (apps.research.transcripts): the visibility rules, applied.
+
+    A Reviewer reads the transcripts of the Workers in its review scope (what they were shown is
+    Worker-visible by construction) and its own; operators and admins read every transcript. Workers
+    and the Main Agent read none: a Reviewer's transcript holds sealed prompts and model outputs, and
+    another Worker's is its private history. A transcript is never served to a plain viewer either.
+    """
+    if isinstance(caller, HumanCaller):
+        user = caller.user
+        if is_person(user) and (user.is_superuser or user.groups.filter(name__in=("operator", "admin")).exists()):
+            return
+        raise PermissionDenied("forbidden_role", "Transcripts are shown to operators and admins.")
+    if caller.role == Role.REVIEWER and node.run_id == caller.run.pk:
+        if node.pk == caller.node.pk or (node.kind == "worker" and in_review_scope(caller, node)):
+            return
+        raise PermissionDenied(
+            "out_of_scope", f"{node.handle} is not in your review scope; you may read the transcripts of "
+            "the Workers you review.")  # fmt: skip
+    raise PermissionDenied(
+        "forbidden_role", f"Transcripts are read by Reviewers (of the Workers in their scope) and operators, "
+        f"not by the {caller.role} role.")  # fmt: skip

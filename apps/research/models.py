@@ -309,3 +309,58 @@ class AgentLoop(UUIDModel):
 
     def __str__(self) -> str:
         return f"loop:{self.node_id}@{self.step}"
+
+
+class TranscriptBlob(models.Model):
+    """One JSON value of a transcript (a message, a tool list, a request), stored once by its sha256.
+
+    Content-addressed: the key is ``sha256(canonical_json(value))``, so a message repeated in every
+    later request of a conversation is stored once. Append-only (migration 0009's triggers).
+    """
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    value = models.JSONField()
+    size = models.PositiveIntegerField()  # bytes of the canonical JSON
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class TranscriptTurn(UUIDModel):
+    """One model turn of one agent: what it was asked, what it answered, and the tools' answers.
+
+    ``request`` names a blob ``{"messages": [message sha256...], "tools": sha256}``; ``response`` the
+    assistant message (OpenAI chat form, ``tool_calls`` included); ``tool_messages`` the ``tool``
+    messages that answered it; ``calls`` the REST calls behind them (name, arguments, status,
+    answer), which a replay plays back. ``source`` says who produced the turn: the LLM, the
+    heuristic policy (its tool calls written as assistant tool calls) or an external harness (the
+    tool-call side the server saw). ``segment`` grows at each context compaction; a compacting turn
+    carries the ``summary`` that replaced the older messages. Append-only (migration 0009).
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="transcript_turns")
+    node = models.ForeignKey(ResearchNode, on_delete=models.PROTECT, related_name="transcript_turns")
+    seq = models.PositiveIntegerField()  # 1, 2, ... per node
+    step = models.PositiveIntegerField()  # the agent loop's step (harness turns: 0)
+    index = models.PositiveIntegerField(default=0)  # the call index within the step
+    source = models.CharField(max_length=16)  # llm | heuristic | harness
+    segment = models.PositiveIntegerField(default=0)
+    summary = models.TextField(blank=True)  # the compaction summary this turn started with
+    request = models.CharField(max_length=64)  # TranscriptBlob sha256
+    response = models.CharField(max_length=64)
+    tool_messages = models.CharField(max_length=64)
+    calls = models.CharField(max_length=64)
+    inbox = models.JSONField(default=list, blank=True)  # the triggers this step saw (for replays)
+    model = models.CharField(max_length=200, blank=True)
+    finish_reason = models.CharField(max_length=32, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    latency_ms = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveSmallIntegerField(default=1)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "seq"], name="transcript_turn_seq_unique"),
+            models.UniqueConstraint(fields=["node", "step", "index"], name="transcript_turn_step_unique"),
+            models.CheckConstraint(
+                condition=Q(source__in=["llm", "heuristic", "harness"]), name="transcript_turn_source_valid"
+            ),  # fmt: skip
+        ]

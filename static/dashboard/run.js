@@ -508,6 +508,7 @@
       h("p", { class: "prewrap", text: node.task || "—" }),
       h("h3", { text: "Summary" }),
       h("p", { class: "prewrap", text: node.summary || (node.status === "active" ? "Not finalized yet." : "—") }),
+      node.transcript_url ? h("p", {}, h("a", { href: node.transcript_url, text: `Conversation (${node.transcript_turns} turns)` })) : null,
     ];
     if (node.upstream.length) {
       body.push(h("h3", { text: node.kind === "reviewer" ? "Reviews" : "Context from" }));

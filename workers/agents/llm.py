@@ -14,6 +14,7 @@ Retries are ours, not the SDK's (``max_retries=0`` there), so the policy is visi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ class ChatLLM:
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMTurn:
         """One model turn; retries 429/5xx/timeouts with backoff, then raises LLMUnavailable."""
         attempts = 0
+        started = time.monotonic()
         while True:
             attempts += 1
             try:
@@ -84,7 +86,8 @@ class ChatLLM:
                     self.sleep(min(self.config.backoff * 2 ** (attempts - 1), 60.0))
                     continue
                 raise
-            return self._turn(response, attempts)
+            turn = self._turn(response, attempts)
+            return dataclasses.replace(turn, latency_ms=int((time.monotonic() - started) * 1000))
 
     def _turn(self, response: Any, attempts: int) -> LLMTurn:
         choice = response.choices[0] if response.choices else None

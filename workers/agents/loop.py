@@ -24,6 +24,7 @@ reconciles the integrity checks, and ends the run with the final evaluation.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -45,6 +46,7 @@ from apps.integrity.choices import Subcategory
 from apps.integrity.models import IntegrityFinding
 from apps.integrity.services import integrity_on_experiment_finished, integrity_on_report
 from apps.research import services as research
+from apps.research import transcripts
 from apps.research.agent_config import LoopConfig, llm_config, loop_config, prompt_text
 from apps.research.agent_loops import (
     LostClaim,
@@ -114,6 +116,7 @@ class LoopStepView:
     context_tokens: int = 0
     _index: int = 0
     calls: list[ToolResult] = field(default_factory=list)
+    model_turns: list[dict[str, Any]] = field(default_factory=list)
 
     def idempotency_key(self, index: int) -> str:
         return f"{self.node_uuid}:{self.step}:{index}"
@@ -142,17 +145,23 @@ class LoopStepView:
         self.calls.append(result)
         return result
 
-    def llm(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMTurn:
+    def llm(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, segment: int = 0, summary: str = ""
+    ) -> LLMTurn:
         """One model turn; journaled with its usage, which is recorded against the node and run."""
         index = self._next_index()
         entry = self._replay(index, kind="llm", request=None)
         if entry is not None:
-            return LLMTurn.from_json(entry["result"])
-        if self._llm is None:
-            raise RuntimeError("this loop has no LLM configured")
-        turn: LLMTurn = self._llm().complete(messages, tools)
-        self._record(index, {"kind": "llm", "request": None, "result": turn.as_json()}, usage=turn)
-        self.tokens_left -= turn.total_tokens
+            turn = LLMTurn.from_json(entry["result"])
+        else:
+            if self._llm is None:
+                raise RuntimeError("this loop has no LLM configured")
+            turn = self._llm().complete(messages, tools)
+            self._record(index, {"kind": "llm", "request": None, "result": turn.as_json()}, usage=turn)
+            self.tokens_left -= turn.total_tokens
+        # Recorded in the transcript when the step ends, with the tool answers it got.
+        self.model_turns.append({"index": index, "messages": [dict(m) for m in messages], "tools": tools,
+                                 "turn": turn, "segment": segment, "summary": summary})  # fmt: skip
         return turn
 
     # --- the journal ------------------------------------------------------------------------------
@@ -385,9 +394,71 @@ def _act(loop: AgentLoop, run: Run, claim: str, config: LoopConfig) -> tuple[Out
             client.token = node_token(node, fresh=True)
             view = step_view(AgentLoop.objects.select_related("node").get(pk=loop.pk), run, claim, config, client)
             outcome = policy_for(loop.policy, view.role).step(view)
+        transcript_record_step(view, outcome, policy=loop.policy)
     finally:
         client.close()
     return outcome, [str(item.get("id")) for item in view.inbox]
+
+
+# --- transcripts -----------------------------------------------------------------------------------
+
+
+def transcript_record_step(view: LoopStepView, outcome: Outcome, *, policy: str) -> None:
+    """Record the step's model turns (apps.research.transcripts), in OpenAI chat-message form.
+
+    An LLM turn is its exact request, the assistant message and the tool messages the policy
+    wrote back. A heuristic step is written the same way: its tool calls as one assistant message's
+    ``tool_calls``, their answers as ``tool`` messages, after the opening messages of its role. A
+    step re-run after a crash replays its journal and records nothing twice.
+    """
+    calls = [
+        {"name": e["request"]["name"], "arguments": e["request"]["args"], "result": e["result"]}
+        for e in view._journal
+        if e.get("kind") == "tool"
+    ]
+    if view.model_turns:
+        messages_after = list((outcome.state or {}).get("messages") or [])
+        for number, item in enumerate(view.model_turns):
+            turn: LLMTurn = item["turn"]
+            start = len(item["messages"]) + 1
+            answers = [m for m in messages_after[start:] if m.get("role") == "tool"] if number == len(
+                view.model_turns) - 1 else []  # fmt: skip
+            transcripts.turn_record(
+                run=view._run, node=view._node, source="llm", step=view.step, index=item["index"],
+                messages=item["messages"], tools=item["tools"], response=turn.assistant_message(),
+                tool_messages=answers, calls=calls, inbox=view.inbox, segment=item["segment"],
+                summary=item["summary"], model=turn.model, finish_reason=turn.finish_reason,
+                prompt_tokens=turn.prompt_tokens, completion_tokens=turn.completion_tokens,
+                latency_ms=turn.latency_ms, attempts=turn.attempts,
+            )  # fmt: skip
+        return
+    if policy == AgentMode.LLM or not calls:
+        return
+    tool_calls, answers = [], []
+    for number, call in enumerate(calls):
+        call_id = f"call_{view.step}_{number}"
+        tool_calls.append(
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": json.dumps(call["arguments"], ensure_ascii=False, default=str),
+                },
+            }
+        )
+        answers.append({"role": "tool", "tool_call_id": call_id,
+                        "content": transcripts.tool_message_content(call["result"])})  # fmt: skip
+    opening = [
+        {"role": "system", "content": f"The deterministic heuristic {view.role} policy ({view.handle}); no LLM."},
+        {"role": "user", "content": view.briefing.get("task") or "The run has started. Plan the research."},
+    ]
+    transcripts.turn_record(
+        run=view._run, node=view._node, source="heuristic", step=view.step, index=0, messages=opening,
+        tools=view.definitions(), tool_messages=answers,
+        response={"role": "assistant", "content": outcome.note or "", "tool_calls": tool_calls},
+        calls=calls, inbox=view.inbox, model="heuristic", finish_reason="tool_calls",
+    )  # fmt: skip
 
 
 def _llm_factory(role: str, profile: str) -> Any:

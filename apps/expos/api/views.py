@@ -19,6 +19,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from apps.core.errors import ApplicationError
 from apps.datapool.models import DataEntry
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Event, Experiment
 from apps.expos.api import filters, serializers
@@ -32,6 +33,7 @@ from apps.expos.visibility import (
     evaluation_read_check,
     samples_read_check,
     sealed_denial_record,
+    transcript_read_check,
     visible_checkpoints,
     visible_datapool,
     visible_evaluations,
@@ -42,9 +44,11 @@ from apps.expos.visibility import (
     visible_runs,
 )
 from apps.research.models import ResearchEdge, ResearchNode, Run
+from apps.research.transcripts import node_turns
 from apps.reviews.models import ReviewReport
 
 logger = logging.getLogger(__name__)
+TRANSCRIPT_PAGE = 200  # turns per transcript page
 UUID_PATH = r"[^/]+"  # a malformed uuid reaches the view and gets a JSON 404, not the HTML one
 
 
@@ -131,6 +135,23 @@ class NodeViewSet(ScopedReadViewSet):
         response = super().retrieve(request, *args, **kwargs)
         response["ETag"] = response.data["etag"]
         return response
+
+    @extend_schema(
+        responses={200: {"type": "object", "properties": {"node": {"type": "string"},
+                                                            "turns": {"type": "array", "items": {"type": "object"}}}}},
+        filters=False,
+    )  # fmt: skip
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def transcript(self, request: Request, uuid: str | None = None) -> Response:
+        """The node's model turns in order (request, response, tool answers, usage); ``?after_seq=`` pages."""
+        node = self.get_object()
+        transcript_read_check(caller_of(request), node)
+        try:
+            after = max(0, int(request.query_params.get("after_seq", "0")))
+        except ValueError:
+            raise ApplicationError("invalid", "after_seq must be a whole number (the last seq you read).") from None
+        turns = node_turns(node, after_seq=after, limit=TRANSCRIPT_PAGE)
+        return Response({"node": node.handle, "turns": turns, "more": len(turns) == TRANSCRIPT_PAGE})
 
 
 class _ExperimentRows:

@@ -53,7 +53,12 @@ class StepView(Protocol):
 
     def call(self, name: str, args: dict[str, Any] | None = None, *, if_match: str | None = None) -> ToolResult: ...
 
-    def llm(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMTurn: ...
+    def llm(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, segment: int = 0, summary: str = ""
+    ) -> LLMTurn:
+        """One model turn. ``segment`` counts the compactions so far; ``summary`` is the one made
+        for this request, if any (both go into the recorded transcript)."""
+        ...
 
 
 class Policy(Protocol):

@@ -71,7 +71,7 @@ class LLMPolicy:
         messages, summary = compact_transcript(messages, budget_tokens=max(2000, budget))
         if summary:
             state["summaries"] = int(state.get("summaries", 0)) + 1
-        turn = view.llm(messages, tools)
+        turn = view.llm(messages, tools, segment=int(state.get("summaries", 0)), summary=summary)
         messages.append(turn.assistant_message())
         names = view.tool_names()
         called, finished = [], False
@@ -93,10 +93,7 @@ class LLMPolicy:
                         result.ok or result.error_code == "node_not_active"
                     ):
                         finished = True
-            text = json.dumps(content, ensure_ascii=False, default=str)
-            if len(text) > MAX_TOOL_CHARS:
-                text = text[:MAX_TOOL_CHARS] + "…[truncated]"
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": self.answer_text(content)})
         state["messages"] = messages
         if finished:
             return Outcome(state, "done")
@@ -115,6 +112,13 @@ class LLMPolicy:
             # Waiting for jobs: the supervisor wakes this loop when one of its experiments ends.
             return Outcome(state, "wait", view.wait_seconds if self.role == "worker" else view.poll_seconds)
         return Outcome(state)
+
+    def answer_text(self, content: Any) -> str:
+        """A tool's answer as the tool message the model reads (JSON, cut at ``MAX_TOOL_CHARS``)."""
+        text = json.dumps(content, ensure_ascii=False, default=str)
+        if len(text) > MAX_TOOL_CHARS:
+            text = text[:MAX_TOOL_CHARS] + "…[truncated]"
+        return text
 
     def _opening(self, view: StepView) -> str:
         if self.role == "main":

@@ -42,6 +42,7 @@ class LLMTurn:
     cost_usd: float = 0.0
     finish_reason: str = ""
     attempts: int = 1
+    latency_ms: int = 0  # the wall time of the call, retries included
 
     def assistant_message(self) -> dict[str, Any]:
         """The turn as the assistant message to append to the transcript."""
@@ -63,6 +64,7 @@ class LLMTurn:
             "cost_usd": self.cost_usd,
             "finish_reason": self.finish_reason,
             "attempts": self.attempts,
+            "latency_ms": self.latency_ms,
         }
 
     @classmethod
@@ -76,6 +78,7 @@ class LLMTurn:
             cost_usd=float(value.get("cost_usd", 0.0)),
             finish_reason=value.get("finish_reason", ""),
             attempts=int(value.get("attempts", 1)),
+            latency_ms=int(value.get("latency_ms", 0)),
         )
 
     @property
