@@ -5,8 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
 from django.db.models.functions import Length
+
+# pg_advisory_xact_lock keys serialising the numbering of handles no row scopes (global ones):
+# "datapool" and "ckptglob" in ASCII.
+GLOBAL_HANDLE_LOCKS = {"data": 0x64617461706F6F6C, "ckpt": 0x636B7074676C6F62}
 
 
 def next_handle(queryset: QuerySet[Any], prefix: str, *, field: str = "handle") -> str:
@@ -33,3 +38,16 @@ def next_handle(queryset: QuerySet[Any], prefix: str, *, field: str = "handle") 
         if match:
             highest = max(highest, int(match.group(1)))
     return f"{prefix}_{highest + 1:04d}"
+
+
+def lock_global_handles(prefix: str) -> None:
+    """Serialise the numbering of a global handle (``data_NNNN``, ``ckpt_NNNN``) until commit.
+
+    A run's lock scopes its own handles (exp_, worker_); a global handle has no such row, and two
+    runs numbering at once would pick the same one. PostgreSQL: a transaction-scoped advisory
+    lock, released at commit or rollback. SQLite: the IMMEDIATE transaction mode already holds
+    the database write lock from BEGIN.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [GLOBAL_HANDLE_LOCKS[prefix]])

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from apps.benchmarks.services import benchmark_resolve, benchmark_scanner
 from apps.core.errors import ApplicationError, Conflict
-from apps.core.handles import next_handle
+from apps.core.handles import lock_global_handles, next_handle
 from apps.core.jsonsafe import first_bad_value
 from apps.core.jsonsafe import loads as jsonsafe_loads
 from apps.datapool import transforms
@@ -49,8 +49,6 @@ MAX_DATA_BYTES = 1 << 30
 MAX_README_CHARS = 20_000
 FORMAT_COLUMNS = transforms.FORMAT_COLUMNS
 TRANSFORM_OPS = ("filter", "deduplicate", "mix", "convert", "decontaminate")
-# pg_advisory_xact_lock key serialising datapool handle numbering ("datapool" in ASCII).
-_HANDLE_LOCK = 0x64617461706F6F6C
 _CATALOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _COPY_CHUNK = 1 << 20
 
@@ -322,17 +320,6 @@ def _scope(run: Run | None, node: ResearchNode | None) -> Run | None:
     return run if run is not None else (node.run if node is not None else None)
 
 
-def _lock_handles() -> None:
-    """Serialise datapool handle numbering (``data_NNNN`` is global, so no row scopes it).
-
-    PostgreSQL: a transaction-scoped advisory lock, released at commit or rollback. SQLite: the
-    IMMEDIATE transaction mode already holds the database write lock from BEGIN.
-    """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_HANDLE_LOCK])
-
-
 def _reregistered(entry: DataEntry, *, actor: str, role: str, run: Run | None, what: str) -> DataEntry:
     """Identical bytes arrived again: keep the one entry, and let its readme say who and how."""
     with transaction.atomic():
@@ -375,7 +362,7 @@ def _register_staged(
         with transaction.atomic():
             # The lock is held from the check through the copy to the commit, so a failing
             # registration that removes its copy can never remove a concurrent one's file.
-            _lock_handles()
+            lock_global_handles("data")
             existing = DataEntry.objects.filter(sha256=staged.sha256).first()
             if existing is None:
                 was_there = store.exists(uri)
@@ -432,7 +419,7 @@ def _remove_unreferenced(uri: str) -> None:
     """Delete a just-copied artifact unless a committed entry points at it (under the handle lock)."""
     try:
         with transaction.atomic():
-            _lock_handles()
+            lock_global_handles("data")
             if not DataEntry.objects.filter(uri=uri).exists():
                 artifact_store().delete(uri)
     except DatabaseError:

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
-from apps.core.handles import next_handle
+from apps.core.handles import lock_global_handles, next_handle
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
 from apps.core.models import clean_new_row
 from apps.experiments.choices import EvaluationStatus, IntegrityStatus
@@ -63,9 +63,9 @@ def checkpoint_register(
         raise ApplicationError("empty_checkpoint", f"Checkpoint at {uri} has no files.")
     with transaction.atomic():
         if handle is None:
-            # Checkpoint handles are global; lock the table's scope through the run when there is one.
-            if run is not None:
-                Run.objects.select_for_update().get(pk=run.pk)
+            # Checkpoint handles are global: a run's lock would not keep two runs from numbering
+            # the same handle at once (seen with concurrent ablation runs), so the lock is global.
+            lock_global_handles("ckpt")
             handle = next_handle(Checkpoint.objects.all(), "ckpt")
         checkpoint = Checkpoint(
             handle=handle,
