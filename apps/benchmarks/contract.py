@@ -98,5 +98,11 @@ def build_contract(
         "evaluator": evaluator,
     }
     if adapter == "inspect":
-        contract["inspect"] = {"task": task["inspect_task"], "task_args": task.get("inspect_task_args") or {}}
+        contract["inspect"] = {
+            "task": task["inspect_task"],
+            "task_args": task.get("inspect_task_args") or {},
+            "task_function": str(task.get("inspect_task_function", "task")),
+        }
+        if not packages or not packages.get("task_source_sha256"):
+            raise ContractError("an Inspect task needs its packages and task source hash recorded")
     return contract

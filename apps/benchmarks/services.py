@@ -149,7 +149,8 @@ def benchmark_register(
     if task.get("inspect_task"):
         from apps.benchmarks.adapters import inspect_packages  # noqa: PLC0415 - only Inspect tasks need it
 
-        packages = inspect_packages()
+        task_file = task_dir / INSPECT_TASK_FILE if task.get("inspect_task") == "file" else None
+        packages = inspect_packages(task, task_file)
     try:
         contract = build_contract(
             task,
