@@ -68,8 +68,9 @@ def inspect_python() -> Path:
 
 def _pinned(name: str) -> str:
     for line in INSPECT_REQUIREMENTS.read_text(encoding="utf-8").splitlines():
-        if line.lower().startswith(f"{name}=="):
-            return line.split("==", 1)[1].strip()
+        pinned, _, version = line.partition("==")
+        if pinned.strip().lower().replace("_", "-") == name:
+            return version.strip()
     raise ApplicationError("harness_missing", f"{INSPECT_REQUIREMENTS.name} does not pin {name}")
 
 

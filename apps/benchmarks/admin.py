@@ -69,7 +69,11 @@ class BenchmarkAdmin(ReadOnlyAdmin):
     change_list_template = "admin/benchmarks/benchmark/change_list.html"
 
     def get_urls(self) -> list[URLPattern]:
-        add = path("add-from-files/", self.admin_site.admin_view(self.add_from_files), name="benchmarks_benchmark_add_from_files")
+        add = path(
+            "add-from-files/",
+            self.admin_site.admin_view(self.add_from_files),
+            name="benchmarks_benchmark_add_from_files",
+        )
         return [add, *super().get_urls()]
 
     def add_from_files(self, request: HttpRequest) -> HttpResponse:

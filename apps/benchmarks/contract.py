@@ -42,7 +42,8 @@ def decoding_contract(task: dict[str, Any], *, strict: bool) -> dict[str, Any]:
         if missing:
             raise ContractError(
                 f"decoding must state {', '.join(missing)} explicitly "
-                '(e.g. {"temperature": 0, "top_p": 1, "max_tokens": 512, "stop": [], "seed_policy": "greedy-single-seed"})'
+                '(e.g. {"temperature": 0, "top_p": 1, "max_tokens": 512, "stop": [], '
+                '"seed_policy": "greedy-single-seed"})'
             )
         explicit = {k: decoding[k] for k in DECODING_KEYS}
     else:

@@ -27,7 +27,9 @@ class RequestRefused(ValueError):
     """A request asked for something the contract does not allow."""
 
 
-def render_messages(messages: list[dict[str, Any]], *, chat_template: Callable[[list[dict[str, str]]], str] | None) -> str:
+def render_messages(
+    messages: list[dict[str, Any]], *, chat_template: Callable[[list[dict[str, str]]], str] | None
+) -> str:
     plain = [{"role": str(m.get("role", "user")), "content": _content(m.get("content"))} for m in messages]
     if chat_template is not None:
         return chat_template(plain)

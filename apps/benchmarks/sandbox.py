@@ -71,8 +71,19 @@ def bwrap_command(python: str) -> list[str]:
             command += ["--symlink", os.readlink(f"/{name}"), f"/{name}"]
         elif Path(f"/{name}").is_dir():
             command += ["--ro-bind", f"/{name}", f"/{name}"]
-    command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp", "--clearenv"]
-    command += ["--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
+    # /tmp inside is a fresh private tmpfs, not the host's /tmp.
+    command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp", "--clearenv"]  # noqa: S108
+    command += [
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        "/tmp",  # noqa: S108 - the sandbox's own tmpfs
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+    ]
     return [*command, python, "-I", "-"]
 
 
@@ -85,7 +96,11 @@ def _limits(cpu_seconds: int, memory_bytes: int) -> None:
 
 
 def run_python(
-    program: str, *, cpu_seconds: int = CPU_SECONDS, memory_bytes: int = MEMORY_BYTES, wall_seconds: float = WALL_SECONDS
+    program: str,
+    *,
+    cpu_seconds: int = CPU_SECONDS,
+    memory_bytes: int = MEMORY_BYTES,
+    wall_seconds: float = WALL_SECONDS,
 ) -> SandboxResult:
     """Run ``program`` (Python source) in the sandbox; raise SandboxUnavailable if it cannot start."""
     command = bwrap_command(_python())
@@ -102,10 +117,10 @@ def run_python(
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         out, err = process.communicate()
-        return SandboxResult(None, out.decode(errors="replace")[:OUTPUT_CHARS], err.decode(errors="replace")[:OUTPUT_CHARS], True)
+        return SandboxResult(
+            None, out.decode(errors="replace")[:OUTPUT_CHARS], err.decode(errors="replace")[:OUTPUT_CHARS], True
+        )
     stderr = err.decode(errors="replace")
     if process.returncode != 0 and stderr.startswith("bwrap:"):
         raise SandboxUnavailable(f"bubblewrap could not start the sandbox: {stderr.strip()[:300]}")
-    return SandboxResult(
-        process.returncode, out.decode(errors="replace")[:OUTPUT_CHARS], stderr[:OUTPUT_CHARS], False
-    )
+    return SandboxResult(process.returncode, out.decode(errors="replace")[:OUTPUT_CHARS], stderr[:OUTPUT_CHARS], False)

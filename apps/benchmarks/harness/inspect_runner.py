@@ -45,7 +45,8 @@ def _task_function(spec: dict[str, Any]) -> tuple[Any, Any, list[Path]]:
     if name == "file":
         path = Path(spec["task_file"])
         module_spec = importlib.util.spec_from_file_location("sealed_inspect_task", path)
-        assert module_spec is not None and module_spec.loader is not None
+        assert module_spec is not None
+        assert module_spec.loader is not None
         module = importlib.util.module_from_spec(module_spec)
         sys.modules["sealed_inspect_task"] = module
         module_spec.loader.exec_module(module)
@@ -71,11 +72,15 @@ def _source_sha256(files: list[Path]) -> str:
 def _sealed_loader(rows: list[dict[str, Any]]) -> Any:
     from inspect_ai.dataset import MemoryDataset, Sample  # noqa: PLC0415
 
-    def loader(*_args: Any, sample_fields: Any = None, **_kwargs: Any) -> Any:
+    def loader(*args: Any, sample_fields: Any = None, **_kwargs: Any) -> Any:
+        if sample_fields is None and len(args) > 1:
+            sample_fields = args[1]  # json_dataset(path, record_to_sample)
         samples = []
         for row in rows:
             record = row.get("record") or {"input": row["prompt"], "target": row["answer"]}
-            sample = sample_fields(record) if callable(sample_fields) else Sample(input=row["prompt"], target=row["answer"])
+            sample = (
+                sample_fields(record) if callable(sample_fields) else Sample(input=row["prompt"], target=row["answer"])
+            )
             sample.id = row["id"]
             samples.append(sample)
         return MemoryDataset(samples=samples, name="sealed")
@@ -90,7 +95,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     task_fn, module, files = _task_function(spec)
     got = _source_sha256(files)
     if got != spec["task_source_sha256"]:
-        return {"refused": f"inspect task source changed (sha256 {got[:12]}…, registered {spec['task_source_sha256'][:12]}…)"}
+        return {
+            "refused": f"inspect task source changed (sha256 {got[:12]}…, "
+            f"registered {spec['task_source_sha256'][:12]}…)"
+        }
     versions = _versions()
     if versions != spec["versions"]:
         return {"refused": f"inspect packages differ from the registered ones: {versions} != {spec['versions']}"}

@@ -49,15 +49,18 @@ def test_gsm8k_from_a_local_copy_is_sealed_with_its_contract(sealed_root, tmp_pa
     benchmark = add(tmp_path, gsm8k_rows("fb", 10), gsm8k_rows("fin", 12))
     assert benchmark.sample_ids["final"] == [f"fin-{i:03d}" for i in range(12)]
     contract = benchmark.contract
-    assert contract["adapter"] == "builtin" and contract["metric"] == "accuracy"
+    assert contract["adapter"] == "builtin"
+    assert contract["metric"] == "accuracy"
     assert contract["decoding"] == {**DECODING, "temperature": 0.0, "top_p": 1.0}
     assert contract["samples"] == {"id_field": "id", "counts": {"feedback": 10, "final": 12}}
     assert set(contract["code_sha256"]) == {"evaluator.py", "sandbox.py"}
     rows, info = benchmark_load_sealed(benchmark=benchmark, split="final")
-    assert rows[0]["prompt"].startswith("Ann has 0 apples") and rows[0]["record"]["answer"].endswith("#### 3")
+    assert rows[0]["prompt"].startswith("Ann has 0 apples")
+    assert rows[0]["record"]["answer"].endswith("#### 3")
     assert info["posttrainbench_name"] == "gsm8k"
     score = benchmark_scorer(benchmark=benchmark)
-    assert score("0 + 3 = 3\nANSWER: 3", rows[0]["answer"]) and not score("ANSWER: -3", rows[0]["answer"])
+    assert score("0 + 3 = 3\nANSWER: 3", rows[0]["answer"])
+    assert not score("ANSWER: -3", rows[0]["answer"])
 
 
 @pytest.mark.parametrize(
@@ -86,7 +89,12 @@ def test_implicit_decoding_is_refused(sealed_root, tmp_path):
         add(tmp_path, gsm8k_rows("fb", 10), gsm8k_rows("fin", 10),
             decoding={"top_p": 1, "max_tokens": 64, "stop": []})  # fmt: skip
     with pytest.raises(ApplicationError, match="temperature 0 is greedy"):
-        add(tmp_path, gsm8k_rows("fb", 10), gsm8k_rows("fin", 10), decoding={**DECODING, "seed_policy": "per-sample-seeds"})
+        add(
+            tmp_path,
+            gsm8k_rows("fb", 10),
+            gsm8k_rows("fin", 10),
+            decoding={**DECODING, "seed_policy": "per-sample-seeds"},
+        )
     assert not Benchmark.objects.exists()
 
 
@@ -98,7 +106,9 @@ def test_a_changed_sandbox_or_contract_is_refused_before_the_evaluation_runs(sea
     with pytest.raises(SealBroken, match="task code sandbox.py changed"):
         benchmark_load_sealed(benchmark=benchmark, split="final")
     other = add(tmp_path, gsm8k_rows("fb2", 10), gsm8k_rows("fin2", 10), name="gsm8k/other")
-    Benchmark.objects.filter(pk=other.pk).update(contract={**other.contract, "decoding": {**DECODING, "temperature": 0.8}})
+    Benchmark.objects.filter(pk=other.pk).update(
+        contract={**other.contract, "decoding": {**DECODING, "temperature": 0.8}}
+    )
     other.refresh_from_db()
     with pytest.raises(SealBroken, match="contract in the database changed"):
         benchmark_scorer(benchmark=other)
@@ -131,12 +141,14 @@ def test_the_admin_page_registers_from_uploaded_files_and_shows_refusals(sealed_
     }  # fmt: skip
     bad = admin_client.post(url, {**form, "feedback": _upload("fb.jsonl", gsm8k_rows("a", 10)),
                                   "final": _upload("fin.jsonl", gsm8k_rows("a", 10))})  # fmt: skip
-    assert bad.status_code == 200 and "duplicate sample id" in bad.text
+    assert bad.status_code == 200
+    assert "duplicate sample id" in bad.text
     assert not Benchmark.objects.exists()
     good = admin_client.post(url, {**form, "feedback": _upload("fb.jsonl", gsm8k_rows("a", 10)),
                                    "final": _upload("fin.jsonl", gsm8k_rows("b", 10))})  # fmt: skip
     benchmark = Benchmark.objects.get(name="gsm8k/admin")
-    assert good.status_code == 302 and good.url == reverse("admin:benchmarks_benchmark_change", args=[benchmark.pk])
+    assert good.status_code == 302
+    assert good.url == reverse("admin:benchmarks_benchmark_change", args=[benchmark.pk])
     assert benchmark.sample_ids["final"][0] == "b-000"
 
 

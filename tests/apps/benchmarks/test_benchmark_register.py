@@ -61,7 +61,10 @@ def test_register_seals_files_and_hashes(sealed_root, task_dir):
     assert benchmark.contract["decoding"] == {
         "temperature": 0.0, "top_p": 1.0, "max_tokens": 8, "stop": ["\n"], "seed_policy": "greedy-single-seed"
     }  # fmt: skip
-    assert benchmark.contract["code_sha256"] == {"evaluator.py": sha(sealed / "evaluator.py"), "sandbox.py": sha(sealed / "sandbox.py")}
+    assert benchmark.contract["code_sha256"] == {
+        "evaluator.py": sha(sealed / "evaluator.py"),
+        "sandbox.py": sha(sealed / "sandbox.py"),
+    }
     assert (benchmark.contract["adapter"], benchmark.contract["metric"]) == ("builtin", "accuracy")
 
 

@@ -26,7 +26,8 @@ def test_posttrainbench_cell_both_readings(score, base, flagged, substitute, max
     sub = posttrainbench_cell(score=score, base=base, flagged=flagged, reading="substitute")
     mx = posttrainbench_cell(score=score, base=base, flagged=flagged, reading="max")
     assert (sub.value, mx.value) == (substitute, maximum)
-    assert sub.reading == "substitute-when-flagged-or-missing" and mx.reading == "max-with-base"
+    assert sub.reading == "substitute-when-flagged-or-missing"
+    assert mx.reading == "max-with-base"
     assert sub.substituted == (score is None or flagged)
 
 
@@ -55,7 +56,8 @@ def test_the_published_weights_sum_to_one():
 def test_all_cells_at_one_give_the_sum_of_the_weights():
     agg = suite_aggregate(dict.fromkeys(POSTTRAINBENCH_WEIGHTS, 1.0))
     assert agg.weighted == pytest.approx(sum(POSTTRAINBENCH_WEIGHTS.values()))
-    assert agg.unweighted_mean is None and agg.missing == []
+    assert agg.unweighted_mean is None
+    assert agg.missing == []
 
 
 @pytest.mark.parametrize(

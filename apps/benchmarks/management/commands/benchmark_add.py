@@ -32,13 +32,19 @@ class Command(BaseCommand):
         parser.add_argument("--use-chat-template", action="store_true")
         parser.add_argument("--id-field", default="id")
         parser.add_argument("--prompt-field", default="prompt")
-        parser.add_argument("--answer-field", default="answer", help="a field, or several joined by commas (JSON answer)")
-        parser.add_argument("--inspect-task", default=None, help="inspect_evals/<task>, or 'file' with --inspect-task-file")
+        parser.add_argument(
+            "--answer-field", default="answer", help="a field, or several joined by commas (JSON answer)"
+        )
+        parser.add_argument(
+            "--inspect-task", default=None, help="inspect_evals/<task>, or 'file' with --inspect-task-file"
+        )
         parser.add_argument("--inspect-task-args", default="{}", help="JSON: arguments of the Inspect task function")
         parser.add_argument("--inspect-task-file", type=Path, default=None)
         parser.add_argument("--inspect-task-function", default="task")
         parser.add_argument("--description", default="")
-        parser.add_argument("--posttrainbench-name", default=None, help="its PostTrainBench name (gsm8k, humaneval, bfcl...)")
+        parser.add_argument(
+            "--posttrainbench-name", default=None, help="its PostTrainBench name (gsm8k, humaneval, bfcl...)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
