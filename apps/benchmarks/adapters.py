@@ -16,6 +16,7 @@ record per sample, ``correct`` decided by the benchmark's sealed evaluator:
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -100,16 +101,42 @@ def _task_spec(task: dict[str, Any], task_file: Path | None) -> dict[str, Any]:
     return spec
 
 
+def _runner_module() -> Any:
+    """The runner's own module, loaded here for its hashing function only (it imports only stdlib at the top)."""
+    spec = importlib.util.spec_from_file_location("rsiweb_inspect_runner", INSPECT_RUNNER)
+    if spec is None or spec.loader is None:
+        raise ApplicationError("harness_missing", f"cannot load {INSPECT_RUNNER}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def inspect_task_files(task: dict[str, Any], task_file: Path | None) -> list[Path]:
+    """The source files of an Inspect task as installed in the env (or the task module), sorted."""
+    name = str(task["inspect_task"])
+    if name == "file":
+        if task_file is None:
+            raise ApplicationError("invalid_task", 'inspect_task "file" needs its task module')
+        return [task_file]
+    package, _, function = name.partition("/")
+    folders = sorted((inspect_env_dir() / "lib").glob(f"python3*/site-packages/inspect_evals/{function}"))
+    if package != "inspect_evals" or not function.isidentifier() or not folders:
+        raise ApplicationError("invalid_task", f"no inspect_evals task {name!r} in {inspect_env_dir()}")
+    return sorted(folders[0].rglob("*.py"))
+
+
 def inspect_packages(task: dict[str, Any], task_file: Path | None) -> dict[str, Any]:
-    """What registration records of an Inspect task: pins, versions, the task source's sha256."""
-    described = _runner("describe", _task_spec(task, task_file), timeout=300)
-    versions = {"inspect-ai": _pinned("inspect-ai"), "inspect-evals": _pinned("inspect-evals")}
-    if described["versions"] != versions:
-        raise ApplicationError("harness_mismatch", f"the Inspect env has {described['versions']}, pins say {versions}")
+    """What registration records of an Inspect task: pins, versions, the task source's sha256.
+
+    Hashed from the files on disk with the runner's own function (no Inspect process start);
+    the runner re-hashes what it imports before every run and refuses on a difference.
+    """
+    inspect_python()  # the env must exist: the hashed files are the ones that will run
+    files = inspect_task_files(task, task_file)
     return {
         "requirements_sha256": _requirements_sha256(),
-        "versions": versions,
-        "task_source_sha256": described["task_source_sha256"],
+        "versions": {"inspect-ai": _pinned("inspect-ai"), "inspect-evals": _pinned("inspect-evals")},
+        "task_source_sha256": _runner_module()._source_sha256(files),
     }
 
 

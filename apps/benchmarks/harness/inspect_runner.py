@@ -62,9 +62,12 @@ def _task_function(spec: dict[str, Any]) -> tuple[Any, Any, list[Path]]:
 
 
 def _source_sha256(files: list[Path]) -> str:
+    """sha256 over (path relative to the task's folder, sha256 of the file) of every source file.
+
+    The folder is the common parent: the task package's, or the sealed module's."""
     digest = hashlib.sha256()
-    root = files[0].parent
-    for path in files:
+    root = Path(os.path.commonpath([p.parent for p in files]))
+    for path in sorted(files):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 
