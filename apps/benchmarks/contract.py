@@ -52,7 +52,9 @@ def decoding_contract(task: dict[str, Any], *, strict: bool) -> dict[str, Any]:
         explicit = {
             "temperature": float(decoding.get("temperature", 0.0)),
             "top_p": float(decoding.get("top_p", 1.0)),
-            "max_tokens": int(decoding.get("max_tokens", decoding.get("max_new_tokens", 32))),
+            "max_tokens": int(
+                decoding["max_tokens"] if "max_tokens" in decoding else decoding.get("max_new_tokens", 32)
+            ),
             "stop": list(decoding.get("stop", task.get("stop", []))),
             "seed_policy": str(decoding.get("seed_policy", "greedy-single-seed")),
         }

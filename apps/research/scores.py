@@ -277,10 +277,11 @@ def suite_aggregate(cells: dict[str, float | None], *, weights: dict[str, float]
     weights = POSTTRAINBENCH_WEIGHTS if weights is None else weights
     weighted_names = sorted(b for b in cells if b in weights)
     unweighted_names = sorted(b for b in cells if b not in weights)
-    present = [b for b in weighted_names if cells[b] is not None]
-    missing = [b for b in weighted_names if cells[b] is None]
-    weighted = sum(weights[b] * float(cells[b]) for b in present) if present else None  # type: ignore[arg-type]
-    loose = [float(cells[b]) for b in unweighted_names if cells[b] is not None]  # type: ignore[arg-type]
+    values = {b: float(v) for b, v in cells.items() if v is not None}
+    present = [b for b in weighted_names if b in values]
+    missing = [b for b in weighted_names if b not in values]
+    weighted = sum(weights[b] * values[b] for b in present) if present else None
+    loose = [values[b] for b in unweighted_names if b in values]
     return SuiteAggregate(
         weighted=weighted,
         weighted_benchmarks=present,

@@ -135,7 +135,7 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
                     generate=generate,
                     chat_template=chat_template,
                     scorer=score,
-                    log_dir=Path(settings.ARTIFACT_CACHE_DIR) / "inspect-logs" / str(job.uuid),
+                    log_dir=Path(settings.DATA_DIR) / "inspect-logs" / str(job.uuid),
                 )
             except HarnessRefused as exc:
                 job_refuse_evaluation(
