@@ -1,8 +1,19 @@
-"""Built-in evaluators: pure functions from (model output, gold answer) to correct/incorrect.
+"""The evaluator contract, and the built-in evaluators that implement it.
 
-Outputs arrive already truncated at the task's stop strings / EOS. Each evaluator is strict about
-format on purpose: a model that answers "The answer is 57." has not learned the task's format,
-and the benchmark must show that (the catalog's wrong-format dataset depends on it).
+**Contract.** An evaluator is a pure function ``(output, answer) -> bool``: the model's output,
+already truncated at the task's stop strings / EOS, and the sample's gold ``answer`` string
+(for a code task, a JSON object holding the tests: they stay with the scorer and never reach the
+model). Each is registered in ``CONTRACTS`` with the metric it feeds (``accuracy``: the mean of
+the per-sample booleans) and its kind. Every adapter (apps/benchmarks/adapters.py: the built-in
+HF-generate path, the out-of-process Inspect path) produces one ``{"id", "output", "correct"}``
+record per sealed sample through this contract, so evaluations from any adapter are scored,
+stored and compared the same way. An Inspect task's own scorer is recorded beside ours, for
+reference; ours decides (the sealed copy of this file, hash-verified before every evaluation).
+
+Each evaluator is strict about format on purpose: a model that answers "The answer is 57." to a
+minibench item has not learned the task's format, and the benchmark must show that (the catalog's
+wrong-format dataset depends on it). ``gsm8k_numeric`` is the exception by design: GSM8K answers
+are free text ending in a number, scored as leaderboards do (final number, exact, signed).
 No Django imports: the evaluation worker and the tests call these directly.
 """
 
@@ -12,7 +23,11 @@ import json
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
+
+from apps.benchmarks import sandbox as _sandbox
 
 _LETTER = re.compile(r"[A-D]")
 
@@ -63,10 +78,96 @@ def json_call(output: str, answer: str) -> bool:
     return got is not None and want is not None and got == want
 
 
+# A signed decimal with optional thousands separators: "-1,234.5", "+7", ".5". A minus sign glued
+# to the number counts ("-5" is not "5": a scorer that drops the sign passes wrong answers).
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?![\w])")
+_ANSWER_MARK = re.compile(r"(?:####|ANSWER\s*:|answer is)", re.IGNORECASE)
+
+
+def _numbers(text: str) -> list[Fraction]:
+    found = []
+    for match in _NUMBER.finditer(text):
+        token = match.group(0).replace(",", "")
+        if not any(c.isdigit() for c in token):
+            continue
+        found.append(Fraction(token))
+    return found
+
+
+def gsm8k_gold(answer: str) -> Fraction | None:
+    """The gold number of a GSM8K answer: the text after its last ``####``, else its last number."""
+    tail = answer.rsplit("####", 1)[-1]
+    numbers = _numbers(tail)
+    return numbers[-1] if numbers else None
+
+
+def gsm8k_numeric(output: str, answer: str) -> bool:
+    """Exact signed numeric match of the final answer, as GSM8K leaderboards score it.
+
+    The prediction is the first number after the output's last answer mark (``####``,
+    ``ANSWER:``, ``answer is``) or, with no mark, the output's last number. It must equal the gold
+    number exactly, as a rational (``72`` = ``72.0`` = ``72.00``; ``-5`` ≠ ``5``; ``1,000`` = ``1000``).
+    """
+    want = gsm8k_gold(answer)
+    if want is None:
+        return False
+    marks = list(_ANSWER_MARK.finditer(output))
+    if marks:
+        after = _numbers(output[marks[-1].end() :])
+        got = after[0] if after else None
+    else:
+        numbers = _numbers(output)
+        got = numbers[-1] if numbers else None
+    return got is not None and got == want
+
+
+def _code_tests(answer: str) -> tuple[str, str, str]:
+    spec = json.loads(answer)
+    return str(spec.get("prompt", "")), str(spec["test"]), str(spec["entry_point"])
+
+
+def code_tests(output: str, answer: str) -> bool:
+    """HumanEval-style: the prompt + the model's completion + the hidden tests pass in the sandbox.
+
+    ``answer`` is ``{"prompt", "test", "entry_point"}`` (HumanEval's own fields). The program runs
+    under apps/benchmarks/sandbox.py: no network, no sealed folder, CPU/memory/time limits; it
+    passes when ``check(entry_point)`` returns and the process exits 0.
+    """
+    try:
+        prompt, test, entry_point = _code_tests(answer)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return False
+    if not entry_point.isidentifier():
+        return False
+    program = f"{prompt}{output}\n\n{test}\n\ncheck({entry_point})\n"
+    return _sandbox.run_python(program).passed
+
+
 EVALUATORS: dict[str, Callable[[str, str], bool]] = {
     "exact_match": exact_match,
     "multiple_choice": multiple_choice,
     "json_call": json_call,
+    "gsm8k_numeric": gsm8k_numeric,
+    "code_tests": code_tests,
+}
+
+
+@dataclass(frozen=True)
+class EvaluatorSpec:
+    """One evaluator's registration: what it scores and the metric its booleans feed."""
+
+    name: str
+    kind: str  # "format" (strict string forms) | "numeric" | "code" (executed in the sandbox)
+    metric: str  # how per-sample booleans become the benchmark's score
+    answer_format: str
+
+
+CONTRACTS: dict[str, EvaluatorSpec] = {
+    "exact_match": EvaluatorSpec("exact_match", "format", "accuracy", "the gold number or string"),
+    "multiple_choice": EvaluatorSpec("multiple_choice", "format", "accuracy", "the gold letter A-D"),
+    "json_call": EvaluatorSpec("json_call", "format", "accuracy", 'JSON {"name", "arguments"}'),
+    "gsm8k_numeric": EvaluatorSpec("gsm8k_numeric", "numeric", "accuracy", "GSM8K answer text ending '#### N'"),
+    "code_tests": EvaluatorSpec("code_tests", "code", "accuracy", 'JSON {"prompt", "test", "entry_point"}'),
 }
 
 

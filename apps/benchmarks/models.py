@@ -27,6 +27,10 @@ class Benchmark(UUIDModel):
     sealed_path = models.CharField(max_length=1000)
     data_sha256 = models.JSONField()  # {"feedback": sha, "final": sha}
     sample_ids = models.JSONField()  # {"feedback": [...], "final": [...]}: sample-inclusion accounting
+    # The explicit contract (apps/benchmarks/contract.py): adapter, code and package hashes, prompt,
+    # decoding, sample ids, metric. Empty on rows registered before contracts existed.
+    contract = models.JSONField(default=dict, blank=True)
+    contract_sha256 = models.CharField(max_length=64, blank=True)
     reference_checkpoint = models.ForeignKey(
         "experiments.Checkpoint", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 import types
 import uuid
 from collections.abc import Callable
@@ -23,7 +24,8 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from apps.benchmarks import evaluators
+from apps.benchmarks import evaluators, sandbox
+from apps.benchmarks.contract import ContractError, build_contract
 from apps.benchmarks.models import Benchmark, Split
 from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
@@ -35,6 +37,8 @@ from apps.integrity.contamination import ContaminationScanner
 
 TASK_FILE = "task.json"
 EVALUATOR_FILE = "evaluator.py"
+SANDBOX_FILE = "sandbox.py"
+INSPECT_TASK_FILE = "inspect_task.py"  # a task module sealed with the benchmark (inspect_task: "file")
 SPLIT_FILES = {Split.FEEDBACK.value: "feedback.jsonl", Split.FINAL.value: "final.jsonl"}
 THETA0_HANDLE = "minibench/theta0"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}(/[a-z0-9][a-z0-9._-]{0,63}){0,3}$")
@@ -88,6 +92,8 @@ def _read_task_dir(task_dir: Path) -> tuple[dict[str, Any], dict[str, bytes], di
     template = task.get("prompt_template")
     if not isinstance(template, str) or "{question}" not in template:
         raise ApplicationError("invalid_task", "prompt_template must be a string with a {question} slot.")
+    if task.get("inspect_task") == "file" and not (task_dir / INSPECT_TASK_FILE).is_file():
+        raise ApplicationError("invalid_task", f'inspect_task "file" needs {INSPECT_TASK_FILE} in {task_dir}.')
     if not isinstance(task.get("decoding"), dict):
         raise ApplicationError("invalid_task", "decoding must be an object (max_new_tokens, do_sample, ...).")
     stop = task.get("stop", [])
@@ -121,17 +127,40 @@ def benchmark_register(
     task_dir: Path,
     version: int | None = None,
     reference_checkpoint: Checkpoint | None = None,
+    strict: bool = False,
 ) -> Benchmark:
     """Seal a task folder (task.json, feedback.jsonl, final.jsonl) plus the evaluator source.
 
-    Idempotent: registering the same content under the same name returns the existing version;
-    different content gets the next version (or ``version`` if given and free).
+    The sealed folder also holds the sandbox source and, for an Inspect task module, the module;
+    the contract (apps/benchmarks/contract.py) records all their hashes. ``strict`` (benchmark_add)
+    requires every decoding setting to be explicit. Idempotent: registering the same content under
+    the same name returns the existing version; different content gets the next version (or
+    ``version`` if given and free).
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ApplicationError("invalid_name", f"{name!r} is not a benchmark name (lowercase words joined by '/').")
     task_dir = Path(task_dir)
     task, raw, rows = _read_task_dir(task_dir)
     evaluator_source = Path(evaluators.__file__).read_bytes()
+    code = {EVALUATOR_FILE: evaluator_source, SANDBOX_FILE: Path(sandbox.__file__).read_bytes()}
+    if task.get("inspect_task") == "file":
+        code[INSPECT_TASK_FILE] = (task_dir / INSPECT_TASK_FILE).read_bytes()
+    packages = None
+    if task.get("inspect_task"):
+        from apps.benchmarks.adapters import inspect_packages  # noqa: PLC0415 - only Inspect tasks need it
+
+        task_file = task_dir / INSPECT_TASK_FILE if task.get("inspect_task") == "file" else None
+        packages = inspect_packages(task, task_file)
+    try:
+        contract = build_contract(
+            task,
+            code_sha256={filename: _sha256_bytes(data) for filename, data in code.items()},
+            sample_counts={split: len(split_rows) for split, split_rows in rows.items()},
+            packages=packages,
+            strict=strict,
+        )
+    except ContractError as exc:
+        raise ApplicationError("invalid_task", str(exc)) from None
     hashes = {
         "evaluator_sha256": _sha256_bytes(evaluator_source),
         "settings_sha256": _settings_digest(task),
@@ -145,6 +174,7 @@ def benchmark_register(
             for b in Benchmark.objects.select_for_update().filter(name=name).order_by("version")
             if (b.evaluator_sha256, b.settings_sha256, b.data_sha256)
             == (hashes["evaluator_sha256"], hashes["settings_sha256"], hashes["data_sha256"])
+            and b.contract == contract
             and (version is None or b.version == version)
         ]
         if same:
@@ -156,7 +186,7 @@ def benchmark_register(
             raise Conflict("benchmark_exists", f"{name}@{version} exists with different content; use a new version.")
 
         sealed_dir = _sealed_root() / name / str(version)
-        _write_sealed(sealed_dir, task_dir=task_dir, evaluator_source=evaluator_source)
+        _write_sealed(sealed_dir, task_dir=task_dir, code=code)
         try:
             benchmark = Benchmark(
                 name=name,
@@ -170,6 +200,8 @@ def benchmark_register(
                 sealed_path=str(sealed_dir),
                 data_sha256=hashes["data_sha256"],
                 sample_ids=sample_ids,
+                contract=contract,
+                contract_sha256=sha256_text(canonical_json(contract)),
                 reference_checkpoint=reference_checkpoint,
             )
             benchmark.full_clean()
@@ -182,6 +214,8 @@ def benchmark_register(
                     "name": name,
                     "version": version,
                     **hashes,
+                    "contract_sha256": benchmark.contract_sha256,
+                    "adapter": contract["adapter"],
                     "samples": {s: len(ids) for s, ids in sample_ids.items()},
                 },
                 result_ref=f"benchmark:{benchmark.uuid}",
@@ -202,7 +236,7 @@ def _attach_reference(benchmark: Benchmark, reference: Checkpoint | None) -> Ben
     return benchmark
 
 
-def _write_sealed(sealed_dir: Path, *, task_dir: Path, evaluator_source: bytes) -> None:
+def _write_sealed(sealed_dir: Path, *, task_dir: Path, code: dict[str, bytes]) -> None:
     """Copy the sealed files into place through a temporary folder and a rename."""
     sealed_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = sealed_dir.parent / f".{sealed_dir.name}.{uuid.uuid4().hex}.partial"
@@ -210,7 +244,8 @@ def _write_sealed(sealed_dir: Path, *, task_dir: Path, evaluator_source: bytes) 
     try:
         for filename in (TASK_FILE, *SPLIT_FILES.values()):
             shutil.copyfile(task_dir / filename, tmp / filename)
-        (tmp / EVALUATOR_FILE).write_bytes(evaluator_source)
+        for filename, data in code.items():
+            (tmp / filename).write_bytes(data)
         for path in tmp.iterdir():
             # Read-only is a guard against accidents, not the security boundary (OS users are).
             path.chmod(0o444)
@@ -263,7 +298,34 @@ def _verify_common(benchmark: Benchmark) -> bytes:
         raise _refuse(benchmark, f"inference settings in {TASK_FILE} changed since registration")
     if _settings_digest(benchmark.settings) != benchmark.settings_sha256:
         raise _refuse(benchmark, "inference settings in the database changed since registration")
+    _verify_contract(benchmark)
     return source
+
+
+def _verify_contract(benchmark: Benchmark) -> dict[str, bytes]:
+    """Check the contract's own hash and every sealed code file it names; return those files.
+
+    Rows registered before contracts existed (empty contract and hash) have only the checks of
+    ``_verify_common``; a row with one of the two emptied is refused.
+    """
+    if not benchmark.contract and not benchmark.contract_sha256:
+        return {}
+    if sha256_text(canonical_json(benchmark.contract)) != benchmark.contract_sha256:
+        raise _refuse(benchmark, "the benchmark contract in the database changed since registration")
+    files: dict[str, bytes] = {}
+    for filename, want in benchmark.contract.get("code_sha256", {}).items():
+        data = _sealed_bytes(benchmark, filename)
+        got = _sha256_bytes(data)
+        if got != want:
+            raise _refuse(benchmark, f"task code {filename} changed (sha256 {got[:12]}…, registered {want[:12]}…)")
+        files[filename] = data
+    return files
+
+
+def benchmark_verified_code(*, benchmark: Benchmark) -> dict[str, bytes]:
+    """Every sealed code file of the benchmark (evaluator, sandbox, task module), hash-verified."""
+    _verify_common(benchmark)
+    return _verify_contract(benchmark)
 
 
 def benchmark_load_sealed(*, benchmark: Benchmark, split: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -323,6 +385,18 @@ def benchmark_scanner(*, benchmark: Benchmark, **options: Any) -> ContaminationS
     return ContaminationScanner(benchmark_sealed_items(benchmark=benchmark), **options)
 
 
+def _exec_sealed(module_name: str, source: bytes, filename: str) -> types.ModuleType:
+    """Execute hash-verified sealed source as a module (listed in sys.modules while it runs,
+    which dataclasses need; removed after, so nothing else imports it by accident)."""
+    module = types.ModuleType(module_name)
+    sys.modules[module_name] = module
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - hash-verified sealed copy of our own code
+    finally:
+        sys.modules.pop(module_name, None)
+    return module
+
+
 def benchmark_scorer(*, benchmark: Benchmark) -> Callable[[str, str], bool]:
     """The benchmark's evaluator, executed from the verified sealed copy of its source.
 
@@ -330,8 +404,13 @@ def benchmark_scorer(*, benchmark: Benchmark) -> Callable[[str, str], bool]:
     code that was registered, even if ``apps/benchmarks/evaluators.py`` has changed since.
     """
     source = _verify_common(benchmark)
-    module = types.ModuleType(f"sealed_evaluator_{benchmark.evaluator_sha256[:12]}")
-    exec(compile(source, f"<sealed {benchmark.name}@{benchmark.version} evaluator>", "exec"), module.__dict__)  # noqa: S102 - hash-verified sealed copy of our own evaluator
+    code = _verify_contract(benchmark)
+    label = f"{benchmark.name}@{benchmark.version}"
+    module = _exec_sealed(f"sealed_evaluator_{benchmark.evaluator_sha256[:12]}", source, f"<sealed {label} evaluator>")
+    if SANDBOX_FILE in code:
+        # Code tasks run under the sandbox that was registered, not the worker's current one.
+        digest = benchmark.contract["code_sha256"][SANDBOX_FILE][:12]
+        module._sandbox = _exec_sealed(f"sealed_sandbox_{digest}", code[SANDBOX_FILE], f"<sealed {label} sandbox>")  # type: ignore[attr-defined]
     name = benchmark.evaluator
 
     def scorer(output: str, answer: str) -> bool:

@@ -196,3 +196,122 @@ def run_scores(
         seed=seed,
         confidence=confidence,
     )
+
+
+# --------------------------------------------------------------------------- leaderboard scores
+#
+# PostTrainBench (github.com/aisa-group/PostTrainBench, commit 9082063a, 2026-04-07) scores a
+# method per (model, benchmark) cell and sums the cells with per-benchmark weights:
+# scripts/aggregate_final.py replaces a cell by the base model's zero-shot score when the cell is
+# not a number (ERR, missing) or its contamination column is non-empty (flagged); RSI-Dojo's
+# write-up reads the same cell as max(s, base). scripts/compute_single_metrics.py then computes
+# sum_b weight_b * mean_models(cell_b) with the weights of scripts/factors.json, copied here.
+
+POSTTRAINBENCH_WEIGHTS_SOURCE = "aisa-group/PostTrainBench@9082063a scripts/factors.json"
+POSTTRAINBENCH_WEIGHTS: dict[str, float] = {
+    "aime2025": 0.226536549919078,
+    "arenahardwriting": 0.0903518275042778,
+    "bfcl": 0.0746078457817324,
+    "gpqamain": 0.22462215653948,
+    "gsm8k": 0.0935882347031865,
+    "healthbench": 0.184144830733019,
+    "humaneval": 0.106148554819225,
+}
+
+
+@dataclass(frozen=True)
+class CellValue:
+    """One (checkpoint, benchmark) cell as PostTrainBench's leaderboard would show it."""
+
+    value: float | None
+    reading: str  # "substitute-when-flagged-or-missing" | "max-with-base"
+    substituted: bool  # the base score stands in for the run's
+    note: str
+
+
+def posttrainbench_cell(
+    *, score: float | None, base: float | None, flagged: bool, reading: str = "substitute"
+) -> CellValue:  # fmt: skip
+    """The cell value, under either reading (both labelled; see the block comment above).
+
+    ``reading="substitute"`` is PostTrainBench's code: the base score replaces the run's only when
+    the run's is missing or the run is flagged (contamination/violation); a regression below base
+    stands. ``reading="max"`` is RSI-Dojo's formula max(s, base): a regression never shows, and a
+    flagged or missing run shows base.
+    """
+    if reading == "substitute":
+        if score is None or flagged:
+            why = "flagged" if flagged else "missing"
+            return CellValue(base, "substitute-when-flagged-or-missing", True, f"base substituted: run {why}")
+        return CellValue(score, "substitute-when-flagged-or-missing", False, "")
+    if reading == "max":
+        if score is None or flagged:
+            why = "flagged" if flagged else "missing"
+            return CellValue(base, "max-with-base", True, f"base: run {why}")
+        if base is None:
+            return CellValue(score, "max-with-base", False, "no base score: the run's score stands")
+        return CellValue(max(score, base), "max-with-base", base > score, "base is higher" if base > score else "")
+    raise ValueError(f"reading must be 'substitute' or 'max', not {reading!r}")
+
+
+@dataclass(frozen=True)
+class SuiteAggregate:
+    """A weighted suite score, and the benchmarks that had no published weight."""
+
+    weighted: float | None  # sum of weight * cell over benchmarks with a published weight
+    weighted_benchmarks: list[str]
+    unweighted_mean: float | None  # plain mean of the cells without a weight (reported apart)
+    unweighted_benchmarks: list[str]
+    missing: list[str]  # weighted benchmarks with no cell value (counted as absent, not 0)
+    source: str
+
+
+def suite_aggregate(cells: dict[str, float | None], *, weights: dict[str, float] | None = None) -> SuiteAggregate:
+    """sum_b w_b * cell_b with PostTrainBench's weights; unweighted cells are reported apart.
+
+    Keys are PostTrainBench benchmark names (``gsm8k``, ``humaneval``, ...). A cell that is None
+    is listed in ``missing`` and left out (PostTrainBench substitutes base before this step, so
+    pass the cell values from ``posttrainbench_cell``). Mean over models is the caller's: this
+    aggregates one model's row.
+    """
+    weights = POSTTRAINBENCH_WEIGHTS if weights is None else weights
+    weighted_names = sorted(b for b in cells if b in weights)
+    unweighted_names = sorted(b for b in cells if b not in weights)
+    values = {b: float(v) for b, v in cells.items() if v is not None}
+    present = [b for b in weighted_names if b in values]
+    missing = [b for b in weighted_names if b not in values]
+    weighted = sum(weights[b] * values[b] for b in present) if present else None
+    loose = [values[b] for b in unweighted_names if b in values]
+    return SuiteAggregate(
+        weighted=weighted,
+        weighted_benchmarks=present,
+        unweighted_mean=sum(loose) / len(loose) if loose else None,
+        unweighted_benchmarks=unweighted_names,
+        missing=missing,
+        source=POSTTRAINBENCH_WEIGHTS_SOURCE if weights is POSTTRAINBENCH_WEIGHTS else "caller-supplied weights",
+    )
+
+
+def run_leaderboard(*, run: Run, split: str = Split.FINAL) -> dict[str, Any]:
+    """The run's scores as the leaderboards compute them: Lite reward and both cell readings.
+
+    ``flagged`` is the run's adjudicated violation (run_scores' ``violation``); the base is θ0.
+    ``posttrainbench_name`` (the benchmark's settings key) places the cell in the suite.
+    """
+    scores = run_scores(run=run, split=split)
+    score = scores.raw.score if scores.raw else None
+    base = scores.theta0.score if scores.theta0 else None
+    cells = {
+        reading: asdict(posttrainbench_cell(score=score, base=base, flagged=scores.violation, reading=reading))
+        for reading in ("substitute", "max")
+    }
+    name = str((run.benchmark.settings or {}).get("posttrainbench_name") or "")
+    return {
+        "split": scores.split,
+        "lite_reward": scores.gain,
+        "lite_note": scores.gain_note,
+        "cell": cells,
+        "posttrainbench_name": name or None,
+        "weight": POSTTRAINBENCH_WEIGHTS.get(name),
+        "weight_source": POSTTRAINBENCH_WEIGHTS_SOURCE if name in POSTTRAINBENCH_WEIGHTS else "no published weight",
+    }

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import SealBroken, benchmark_load_sealed, benchmark_scorer
@@ -140,19 +141,41 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             return
         checkpoint_dir = checkpoint_verified_dir(checkpoint)
         running.log(f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, {backend})")
-        from apps.ml.inference import evaluate  # noqa: PLC0415 - torch takes seconds; beat first
+        if benchmark.contract.get("adapter") == "inspect":
+            # Out of process, in the Inspect env; the checkpoint is served to it on loopback.
+            from apps.benchmarks.adapters import HarnessRefused, hf_generate, inspect_evaluate  # noqa: PLC0415
 
-        rows = evaluate(
-            checkpoint_dir=checkpoint_dir,
-            samples=samples,
-            task=task_settings,
-            batch_size=int(spec.get("batch_size", 32)),
-            backend=backend,
-            vllm_url=os.environ.get("RSI_VLLM_URL") or None,
-            # The benchmark's sealed, hash-verified evaluator decides: the code that was
-            # registered, not whatever evaluators.py the worker happens to import.
-            scorer=score,
-        )
+            generate, chat_template = hf_generate(checkpoint_dir)
+            try:
+                rows = inspect_evaluate(
+                    contract=benchmark.contract,
+                    sealed_path=Path(benchmark.sealed_path),
+                    samples=samples,
+                    model_id=checkpoint.manifest_sha256,
+                    generate=generate,
+                    chat_template=chat_template,
+                    scorer=score,
+                    log_dir=Path(settings.DATA_DIR) / "inspect-logs" / str(job.uuid),
+                )
+            except HarnessRefused as exc:
+                job_refuse_evaluation(
+                    job=job, checkpoint=checkpoint, benchmark=benchmark, split=split, reason=exc.reason
+                )
+                return
+        else:
+            from apps.ml.inference import evaluate  # noqa: PLC0415 - torch takes seconds; beat first
+
+            rows = evaluate(
+                checkpoint_dir=checkpoint_dir,
+                samples=samples,
+                task=task_settings,
+                batch_size=int(spec.get("batch_size", 32)),
+                backend=backend,
+                vllm_url=os.environ.get("RSI_VLLM_URL") or None,
+                # The benchmark's sealed, hash-verified evaluator decides: the code that was
+                # registered, not whatever evaluators.py the worker happens to import.
+                scorer=score,
+            )
         if running.should_stop():
             running.finish_stopped()
             return

@@ -43,7 +43,9 @@ def test_register_seals_files_and_hashes(sealed_root, task_dir):
 
     sealed = Path(benchmark.sealed_path)
     assert sealed == sealed_root.resolve() / "test" / "addition" / "1"
-    assert sorted(p.name for p in sealed.iterdir()) == ["evaluator.py", "feedback.jsonl", "final.jsonl", "task.json"]
+    assert sorted(p.name for p in sealed.iterdir()) == [
+        "evaluator.py", "feedback.jsonl", "final.jsonl", "sandbox.py", "task.json"
+    ]  # fmt: skip
     assert not any(os.access(p, os.W_OK) and p.stat().st_mode & 0o222 for p in sealed.iterdir())
     assert benchmark.evaluator == "exact_match"
     assert benchmark.task == "addition"
@@ -55,6 +57,15 @@ def test_register_seals_files_and_hashes(sealed_root, task_dir):
     assert benchmark.settings == TASK_JSON
     assert benchmark.sample_ids == {"feedback": [r["id"] for r in FEEDBACK], "final": [r["id"] for r in FINAL]}
     assert Event.objects.filter(type="benchmark.registered", result_ref=f"benchmark:{benchmark.uuid}").exists()
+    # The contract writes the greedy decoding out explicitly and names every sealed code file.
+    assert benchmark.contract["decoding"] == {
+        "temperature": 0.0, "top_p": 1.0, "max_tokens": 8, "stop": ["\n"], "seed_policy": "greedy-single-seed"
+    }  # fmt: skip
+    assert benchmark.contract["code_sha256"] == {
+        "evaluator.py": sha(sealed / "evaluator.py"),
+        "sandbox.py": sha(sealed / "sandbox.py"),
+    }
+    assert (benchmark.contract["adapter"], benchmark.contract["metric"]) == ("builtin", "accuracy")
 
 
 def test_load_verifies_and_returns_the_split_with_its_seal(sealed_root, task_dir):

@@ -1,0 +1,215 @@
+"""Evaluator adapters: every way a sealed benchmark is run ends in the evaluators.py contract.
+
+An adapter turns (checkpoint, sealed samples, contract) into one ``{"id", "output", "correct"}``
+record per sample, ``correct`` decided by the benchmark's sealed evaluator:
+
+- ``builtin``: the evaluation worker renders the task's prompt template and decodes with
+  apps/ml/inference.py (batched HF generate; the engine is pluggable there);
+- ``inspect``: an inspect_evals task (``inspect_evals/gsm8k``) or a sealed task module runs out
+  of process in its own environment (``./dev inspect-env``: inspect-ai pins an fsspec the project
+  cannot install), with its datasets replaced by the sealed rows; the model is the checkpoint
+  under evaluation, served to it by apps/benchmarks/endpoint.py on loopback. Inspect's own
+  scorer value is kept beside ours as ``inspect_score`` (for a code task it is off: Inspect would
+  execute the code without our sandbox).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from apps.benchmarks import evaluators
+from apps.core.errors import ApplicationError
+
+HARNESS = Path(__file__).resolve().parent / "harness"
+INSPECT_REQUIREMENTS = HARNESS / "inspect-requirements.txt"
+INSPECT_RUNNER = HARNESS / "inspect_runner.py"
+INSPECT_TIMEOUT_SECONDS = 1_800
+
+
+class HarnessRefused(ApplicationError):
+    """The harness refused to run: its task source or packages differ from the registered ones."""
+
+    status_code = 409
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("harness_refused", f"Inspect harness refused: {reason}", reason=reason)
+        self.reason = reason
+
+
+def _requirements_sha256() -> str:
+    return hashlib.sha256(INSPECT_REQUIREMENTS.read_bytes()).hexdigest()
+
+
+def inspect_env_dir() -> Path:
+    """var/envs/inspect-<first 16 hex of the requirements' sha256>: a new pin set, a new env."""
+    root = Path(os.environ.get("RSI_ENVS_ROOT") or Path(settings.BASE_DIR) / "var" / "envs")
+    return root / f"inspect-{_requirements_sha256()[:16]}"
+
+
+def inspect_python() -> Path:
+    python = inspect_env_dir() / "bin" / "python"
+    if not (inspect_env_dir() / ".rsiweb-ready").exists():
+        raise ApplicationError(
+            "harness_missing",
+            f"the Inspect environment {inspect_env_dir()} is not built; run `./dev inspect-env` on this host",
+            status=503,
+        )
+    return python
+
+
+def _pinned(name: str) -> str:
+    for line in INSPECT_REQUIREMENTS.read_text(encoding="utf-8").splitlines():
+        pinned, _, version = line.partition("==")
+        if pinned.strip().lower().replace("_", "-") == name:
+            return version.strip()
+    raise ApplicationError("harness_missing", f"{INSPECT_REQUIREMENTS.name} does not pin {name}")
+
+
+def _runner(command: str, spec: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rsiweb-inspect-") as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        # A clean environment: the Inspect process needs none of the worker's secrets.
+        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        done = subprocess.run(  # noqa: S603 - fixed argv into our own runner
+            [str(inspect_python()), str(INSPECT_RUNNER), command, str(spec_path), str(out_path)],
+            capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp, check=False,
+        )  # fmt: skip
+        if done.returncode != 0 or not out_path.exists():
+            tail = (done.stderr or done.stdout)[-1500:]
+            raise ApplicationError("harness_failed", f"the Inspect runner exited {done.returncode}: {tail}", status=502)
+        result: dict[str, Any] = json.loads(out_path.read_text(encoding="utf-8"))
+        return result
+
+
+def _task_spec(task: dict[str, Any], task_file: Path | None) -> dict[str, Any]:
+    spec = {"task": task["inspect_task"], "task_args": task.get("inspect_task_args") or {}}
+    if task["inspect_task"] == "file":
+        if task_file is None:
+            raise ApplicationError("invalid_task", 'inspect_task "file" needs its task module')
+        spec |= {"task_file": str(task_file), "task_function": str(task.get("inspect_task_function", "task"))}
+    return spec
+
+
+def _runner_module() -> Any:
+    """The runner's own module, loaded here for its hashing function only (it imports only stdlib at the top)."""
+    spec = importlib.util.spec_from_file_location("rsiweb_inspect_runner", INSPECT_RUNNER)
+    if spec is None or spec.loader is None:
+        raise ApplicationError("harness_missing", f"cannot load {INSPECT_RUNNER}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def inspect_task_files(task: dict[str, Any], task_file: Path | None) -> list[Path]:
+    """The source files of an Inspect task as installed in the env (or the task module), sorted."""
+    name = str(task["inspect_task"])
+    if name == "file":
+        if task_file is None:
+            raise ApplicationError("invalid_task", 'inspect_task "file" needs its task module')
+        return [task_file]
+    package, _, function = name.partition("/")
+    folders = sorted((inspect_env_dir() / "lib").glob(f"python3*/site-packages/inspect_evals/{function}"))
+    if package != "inspect_evals" or not function.isidentifier() or not folders:
+        raise ApplicationError("invalid_task", f"no inspect_evals task {name!r} in {inspect_env_dir()}")
+    return sorted(folders[0].rglob("*.py"))
+
+
+def inspect_packages(task: dict[str, Any], task_file: Path | None) -> dict[str, Any]:
+    """What registration records of an Inspect task: pins, versions, the task source's sha256.
+
+    Hashed from the files on disk with the runner's own function (no Inspect process start);
+    the runner re-hashes what it imports before every run and refuses on a difference.
+    """
+    inspect_python()  # the env must exist: the hashed files are the ones that will run
+    files = inspect_task_files(task, task_file)
+    return {
+        "requirements_sha256": _requirements_sha256(),
+        "versions": {"inspect-ai": _pinned("inspect-ai"), "inspect-evals": _pinned("inspect-evals")},
+        "task_source_sha256": _runner_module()._source_sha256(files),
+    }
+
+
+def hf_generate(checkpoint_dir: Path) -> tuple[Callable[[str, int, Sequence[str]], str], Any]:
+    """The built-in engine (apps/ml/inference.py's greedy HF generate) as endpoint callbacks."""
+    from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415 - torch: only in the worker
+    from apps.ml.inference import generate_texts  # noqa: PLC0415
+
+    model, tokenizer = load_checkpoint(checkpoint_dir)
+
+    def generate(prompt: str, max_tokens: int, stop: Sequence[str]) -> str:
+        return generate_texts(model, tokenizer, [prompt], max_new_tokens=max_tokens, stop=stop, batch_size=1)[0]
+
+    def chat_template(messages: list[dict[str, str]]) -> str:
+        if not tokenizer.chat_template:
+            raise ValueError("the contract applies the chat template but the checkpoint's tokenizer has none")
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+
+    return generate, chat_template
+
+
+def inspect_evaluate(
+    *,
+    contract: dict[str, Any],
+    sealed_path: Path,
+    samples: list[dict[str, Any]],
+    model_id: str,
+    generate: Callable[[str, int, Sequence[str]], str],
+    chat_template: Callable[[list[dict[str, str]]], str] | None,
+    scorer: Callable[[str, str], bool],
+    log_dir: Path,
+) -> list[dict[str, Any]]:
+    """Run the contract's Inspect task on ``samples`` (already hash-verified) and score each output.
+
+    Raises HarnessRefused when the runner refuses (task source or package versions changed)
+    and ApplicationError when a sealed sample has no record (the harness lost or invented one).
+    """
+    from apps.benchmarks.endpoint import serve  # noqa: PLC0415
+
+    inspect = contract["inspect"]
+    task = {"inspect_task": inspect["task"], "inspect_task_args": inspect["task_args"]}
+    task |= {"inspect_task_function": inspect.get("task_function", "task")}
+    kind = evaluators.CONTRACTS[contract["evaluator"]].kind
+    with tempfile.TemporaryDirectory(prefix="rsiweb-inspect-data-") as tmp:
+        data = Path(tmp) / "samples.jsonl"
+        data.write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+        template = chat_template if contract["prompt"]["use_chat_template"] else None
+        with serve(model=model_id, decoding=contract["decoding"], generate=generate, chat_template=template) as served:
+            spec = _task_spec(task, sealed_path / "inspect_task.py") | {
+                "samples": str(data),
+                "task_source_sha256": contract["packages"]["task_source_sha256"],
+                "versions": contract["packages"]["versions"],
+                "decoding": contract["decoding"],
+                "base_url": served["base_url"],
+                "model": model_id,
+                "log_dir": str(log_dir),
+                "score": kind != "code",
+            }
+            result = _runner("run", spec, timeout=INSPECT_TIMEOUT_SECONDS)
+    if "refused" in result:
+        raise HarnessRefused(result["refused"])
+    by_id = {r["id"]: r for r in result["records"]}
+    missing = [s["id"] for s in samples if s["id"] not in by_id]
+    if missing or len(by_id) != len(samples):
+        raise ApplicationError("harness_failed", f"Inspect returned no record for {missing[:5]} (of {len(samples)})")
+    rows = []
+    for sample in samples:
+        record = by_id[sample["id"]]
+        if record.get("error"):
+            raise ApplicationError("harness_failed", f"sample {sample['id']} failed in Inspect: {record['error']}")
+        output = str(record["output"])
+        rows.append(
+            {"id": sample["id"], "output": output, "correct": bool(scorer(output, str(sample["answer"]))),
+             "inspect_score": record.get("inspect_score")}
+        )  # fmt: skip
+    return rows
