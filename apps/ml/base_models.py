@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,9 @@ def resolve_model(source: str) -> Path:
     from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415
 
     try:
-        return Path(snapshot_download(repo_id=source, local_files_only=True)).resolve()
+        # Read at call time (huggingface_hub fixes its default when first imported).
+        cache_dir = os.environ.get("HF_HUB_CACHE") or None
+        return Path(snapshot_download(repo_id=source, local_files_only=True, cache_dir=cache_dir)).resolve()
     except LocalEntryNotFoundError:
         raise ModelRefused(
             f"{source!r} is not in the local Hugging Face cache and nothing is downloaded at run time: "

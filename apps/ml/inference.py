@@ -13,7 +13,13 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from apps.benchmarks.evaluators import score
 from apps.ml.checkpoints import device, load_checkpoint
 from apps.ml.seeds import is_sampled, max_tokens_cascade, sample_seed
+from apps.ml.vllm_client import VLLMRefused
 from apps.ml.vllm_client import complete as vllm_complete
+
+# What the retry cascade retries: an engine refusing the request (vLLM's 400 when prompt +
+# max_tokens exceed the context) or running out of accelerator memory. Anything else (a server
+# that serves other weights, one that is down) is not helped by fewer tokens and stops the run.
+GENERATION_FAILURES: tuple[type[BaseException], ...] = (VLLMRefused, torch.OutOfMemoryError)
 
 
 def uses_special_tokens(task: dict[str, Any]) -> bool:
@@ -184,7 +190,7 @@ def generate_with_cascade(
             seeds = None if run_seed is None else [sample_seed(run_seed, i, epoch, call) for i in batch_ids]
             try:
                 out = generate(batch, limit, seeds)
-            except (RuntimeError, ValueError) as exc:  # VLLMError is a RuntimeError; so are CUDA OOMs
+            except GENERATION_FAILURES as exc:
                 errors.append(f"max_tokens={limit}: {exc}"[:300])
                 continue
             texts.extend(out)

@@ -19,6 +19,10 @@ class VLLMError(RuntimeError):
     """The server could not be reached, refused the request, or serves another model."""
 
 
+class VLLMRefused(VLLMError):
+    """The server answered 400 to a generation request (typically prompt + max_tokens over the context)."""
+
+
 def _request(url: str, payload: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
     # urllib would also open file:// and other schemes; only plain HTTP(S) is a vLLM server.
     if not url.startswith(("http://", "https://")):
@@ -30,7 +34,8 @@ def _request(url: str, payload: dict[str, Any] | None, timeout: float) -> dict[s
             body: dict[str, Any] = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:500]
-        raise VLLMError(f"{url}: HTTP {exc.code}: {detail}") from None
+        kind = VLLMRefused if exc.code == 400 and payload is not None else VLLMError
+        raise kind(f"{url}: HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
         raise VLLMError(f"{url}: {exc}") from None
     return body
