@@ -69,12 +69,16 @@ from apps.experiments.hparams import validate_train_config
 from apps.ml.inference import evaluate
 from apps.ml.training import train
 
-mb, out, steps, device = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+mb, out, steps, device, limit = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 assert (device == "cuda") == torch.cuda.is_available(), f"device {device} but cuda={torch.cuda.is_available()}"
 task = json.loads((mb / "tasks/arithmetic/task.json").read_text())
 samples = [json.loads(l) for l in (mb / "tasks/arithmetic/feedback.jsonl").read_text().splitlines()]
+samples = samples[:limit] if limit > 0 else samples
 report = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
-config = validate_train_config({**REFERENCE_HPARAMS, "max_steps": steps, "seed": 0, "num_threads": 4})
+warmup = min(REFERENCE_HPARAMS["warmup_steps"], steps // 4)
+config = validate_train_config(
+    {**REFERENCE_HPARAMS, "max_steps": steps, "warmup_steps": warmup, "seed": 0, "num_threads": 4}
+)
 t = time.monotonic()
 result = train(config, base_dir=mb / "theta0", data_files=[mb / "catalog/arithmetic-clean/data.jsonl"], out_dir=out)
 report["train"] = {"steps": result.steps, "seconds": round(time.monotonic() - t, 1),
@@ -93,8 +97,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default 400 on cuda, 5 on cpu)")
+    parser.add_argument("--samples", type=int, default=None, help="feedback samples (default all on cuda, 32 on cpu)")
     args = parser.parse_args()
     steps = args.steps or (400 if args.device == "cuda" else 5)
+    limit = args.samples if args.samples is not None else (0 if args.device == "cuda" else 32)
     started = time.monotonic()
     import torch  # noqa: PLC0415 - the host's own
 
@@ -104,6 +110,7 @@ def main() -> int:
         print("no CUDA device here: run with --device cpu to check the script on CPU", file=sys.stderr)
         return 2
     site = LUGGAGE / "site"
+    sys.path.insert(0, str(site))  # what an earlier run installed there counts as present
     brought = bring_wheels(LUGGAGE / "wheels", site) if (LUGGAGE / "wheels").is_dir() else []
     print(f"wheels installed into {site.relative_to(ROOT)}: {brought or 'none needed'}", flush=True)
     minibench = LUGGAGE / "minibench"
@@ -114,10 +121,10 @@ def main() -> int:
     if args.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     with tempfile.TemporaryDirectory() as tmp:
+        argv = [str(minibench), str(Path(tmp) / "trained"), str(steps), args.device, str(limit)]
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, str(minibench), str(Path(tmp) / "trained"), str(steps), args.device],
-            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [sys.executable, "-c", CHILD, *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=540
+        )
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-6000:], sep="\n", file=sys.stderr)
         return 1
