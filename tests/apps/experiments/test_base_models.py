@@ -141,7 +141,7 @@ def test_a_pinned_chat_template_replaces_the_models_and_is_recorded(tiny_qwen: P
     [
         (lambda d: _edit_config(d, auto_map={"AutoModelForCausalLM": "modeling.Evil"}), "needs remote code"),
         (lambda d: (d / "pytorch_model.bin").write_bytes(b"pickle"), "pickle weights"),
-        (lambda d: _edit_config(d, model_type="bert"), "not a causal LM"),
+        (lambda d: _edit_config(d, model_type="vit"), "not a causal LM"),
         (lambda d: (d / "config.json").unlink(), "no config.json"),
     ],
     ids=["remote-code", "pickle", "not-causal", "no-config"],
