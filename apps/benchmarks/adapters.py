@@ -18,17 +18,15 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
-
 from apps.benchmarks import evaluators
 from apps.core.errors import ApplicationError
+from apps.ml.engines import envs_root
 
 HARNESS = Path(__file__).resolve().parent / "harness"
 INSPECT_REQUIREMENTS = HARNESS / "inspect-requirements.txt"
@@ -51,9 +49,8 @@ def _requirements_sha256() -> str:
 
 
 def inspect_env_dir() -> Path:
-    """var/envs/inspect-<first 16 hex of the requirements' sha256>: a new pin set, a new env."""
-    root = Path(os.environ.get("RSI_ENVS_ROOT") or Path(settings.BASE_DIR) / "var" / "envs")
-    return root / f"inspect-{_requirements_sha256()[:16]}"
+    """<envs root>/inspect-<first 16 hex of the requirements' sha256>: a new pin set, a new env."""
+    return envs_root() / f"inspect-{_requirements_sha256()[:16]}"
 
 
 def inspect_python() -> Path:

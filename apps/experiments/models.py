@@ -24,6 +24,8 @@ class Checkpoint(UUIDModel):
     )
     is_base = models.BooleanField(default=False)  # θ0 of some benchmark
     is_reference = models.BooleanField(default=False)  # the sealed "instruct" reference
+    # A registered model's family, chat template sha256 and EOS handling (apps.ml.base_models).
+    model_profile = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [
@@ -158,7 +160,10 @@ class Evaluation(UUIDModel):
     evaluator_sha256 = models.CharField(max_length=64, blank=True)
     settings_sha256 = models.CharField(max_length=64, blank=True)
     data_sha256 = models.CharField(max_length=64, blank=True)
-    backend = models.CharField(max_length=16, default="hf")
+    backend = models.CharField(max_length=16, default="hf")  # the engine: hf, vllm, vllm-external
+    # What ran it: engine, weight_provenance (verified | trusted | unknown), server, startup_seconds,
+    # and seeds (run seeds, the succeeded and failed ones, per-seed scores, mean, bootstrap CI).
+    inference = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [

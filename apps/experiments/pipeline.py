@@ -69,7 +69,7 @@ def evaluation_spec(*, checkpoint: Checkpoint, benchmark: Any, split: str = FEED
         "benchmark": str(benchmark.uuid),
         "split": split,
         "batch_size": EVAL_BATCH_SIZE,
-        "backend": "hf",
+        # No "backend": the evaluation worker's configuration chooses the engine (apps.ml.engines).
     }
 
 

@@ -53,8 +53,13 @@ def checkpoint_register(
     run: Run | None = None,
     is_base: bool = False,
     is_reference: bool = False,
+    model_profile: dict[str, Any] | None = None,
 ) -> Checkpoint:
-    """Record a checkpoint with the sha256 manifest of every file in ``directory`` (or given)."""
+    """Record a checkpoint with the sha256 manifest of every file in ``directory`` (or given).
+
+    ``model_profile`` is a registered base or reference model's family, chat template and EOS
+    handling (`apps.ml.base_models`); a trained checkpoint inherits its parent's tokenizer.
+    """
     if manifest is None:
         if directory is None:
             raise ApplicationError("no_manifest", "Give the checkpoint directory or its manifest.")
@@ -77,6 +82,7 @@ def checkpoint_register(
             run=run,
             is_base=is_base,
             is_reference=is_reference,
+            model_profile=model_profile or {},
         )
         checkpoint.full_clean()
         checkpoint.save()
@@ -189,6 +195,7 @@ def evaluation_record(
     seal: dict[str, Any] | None = None,
     backend: str = "hf",
     refusal_reason: str = "",
+    inference: dict[str, Any] | None = None,
 ) -> Evaluation:
     """Record the evaluation a job ran (``rows`` and the ``seal`` it verified) or refused (``refusal_reason``).
 
@@ -196,6 +203,9 @@ def evaluation_record(
     benchmark_load_sealed verified just before it ran and the id of every sample scored
     (sample-inclusion accounting). A refused one records that nothing was run, and why. The
     caller holds the job's lock; the experiment's score is the pipeline's to set from this row.
+    ``inference`` records the engine and weight provenance and, for a final evaluation over several
+    seeds, their aggregate (``apps.experiments.final_eval``): the score is then the mean over the
+    seeds that succeeded, and ``rows`` are the first succeeded seed's.
     """
     if (rows is None) == (not refusal_reason):
         raise ApplicationError("invalid_evaluation", "An evaluation has result rows or a refusal reason, not both.")
@@ -207,6 +217,7 @@ def evaluation_record(
         job=job,
         split=split,
         backend=backend,
+        inference=inference or {},
     )
     if rows is None:
         evaluation.status = EvaluationStatus.REFUSED
@@ -217,6 +228,9 @@ def evaluation_record(
         evaluation.correct = sum(1 for row in rows if row["correct"])
         evaluation.sample_count = len(rows)
         evaluation.score = evaluation.correct / len(rows) if rows else 0.0
+        seeds = (inference or {}).get("seeds") or {}
+        if len(seeds.get("succeeded", [])) > 1:
+            evaluation.score = float(seeds["mean"])
         evaluation.evaluator_sha256 = seal["evaluator_sha256"]
         evaluation.settings_sha256 = seal["settings_sha256"]
         evaluation.data_sha256 = seal["data_sha256"]

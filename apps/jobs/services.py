@@ -707,15 +707,24 @@ def job_succeed_with_evaluation(
     rows: list[dict[str, Any]],
     backend: str,
     seal: dict[str, Any],
+    inference: dict[str, Any] | None = None,
 ) -> Job:
     """Record the evaluation (aggregate + sealed per-sample rows) with the hashes it verified, and succeed.
 
     ``seal`` is what benchmark_load_sealed verified just before the run; those are the hashes recorded.
+    ``inference`` is what ran it (engine, weight provenance, seeds and their mean; Evaluation.inference).
     """
     with transaction.atomic():
         locked = _lock_own_running(job, what="its result")
         evaluation = evaluation_record(
-            job=locked, checkpoint=checkpoint, benchmark=benchmark, split=split, rows=rows, seal=seal, backend=backend
+            job=locked,
+            checkpoint=checkpoint,
+            benchmark=benchmark,
+            split=split,
+            rows=rows,
+            seal=seal,
+            backend=backend,
+            inference=inference,
         )
         return job_succeed(
             job=locked,

@@ -1,4 +1,5 @@
-"""Sealed evaluation: render the task's prompts, decode greedily (HF or vLLM), score each output."""
+"""Sealed evaluation: render the task's prompts, decode (HF or vLLM; greedy, or sampled under per-sample
+seeds), retry failed generations with fewer max tokens, score each output."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from apps.benchmarks.evaluators import score
 from apps.ml.checkpoints import device, load_checkpoint
+from apps.ml.seeds import is_sampled, max_tokens_cascade, sample_seed
+from apps.ml.vllm_client import VLLMRefused
 from apps.ml.vllm_client import complete as vllm_complete
+
+# What the retry cascade retries: an engine refusing the request (vLLM's 400 when prompt +
+# max_tokens exceed the context) or running out of accelerator memory. Anything else (a server
+# that serves other weights, one that is down) is not helped by fewer tokens and stops the run.
+GENERATION_FAILURES: tuple[type[BaseException], ...] = (VLLMRefused, torch.OutOfMemoryError)
 
 
 def uses_special_tokens(task: dict[str, Any]) -> bool:
@@ -107,58 +115,202 @@ def generate_texts(
     return outputs
 
 
+class GenerationFailed(RuntimeError):
+    """Every step of the max-tokens retry cascade failed for some prompts."""
+
+
+def sampling_settings(decoding: dict[str, Any]) -> dict[str, float] | None:
+    """Explicit sampling settings (temperature, top_p, top_k), or None for greedy decoding.
+
+    Nothing is left to an engine's or a checkpoint's defaults: HF would apply top_k=50 and vLLM
+    would read generation_config.json for whatever is unset.
+    """
+    if not is_sampled(decoding):
+        return None
+    return {
+        "temperature": float(decoding["temperature"]),
+        "top_p": float(decoding.get("top_p", 1.0)),
+        # 0 disables top-k filtering in HF; vLLM takes 0 or -1 for the same.
+        "top_k": int(decoding.get("top_k", 0)),
+    }
+
+
+@torch.inference_mode()
+def sample_texts(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    *,
+    seeds: Sequence[int],
+    sampling: dict[str, float],
+    max_new_tokens: int,
+    stop: Sequence[str] = (),
+    add_special_tokens: bool = True,
+) -> list[str]:
+    """Sampled continuations, one prompt at a time, each under its own seed (reproducible per sample)."""
+    target = device()
+    model.to(target)  # type: ignore[arg-type]  # transformers' stub wraps .to() oddly
+    model.train(False)
+    outputs: list[str] = []
+    for prompt, seed in zip(prompts, seeds, strict=True):
+        enc = tokenizer([prompt], return_tensors="pt", add_special_tokens=add_special_tokens).to(target)
+        torch.manual_seed(int(seed))
+        generated: torch.Tensor = model.generate(  # type: ignore[operator]
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=True,
+            temperature=sampling["temperature"],
+            top_p=sampling["top_p"],
+            top_k=int(sampling["top_k"]),
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            stop_strings=[s for s in stop if s] or None,
+            tokenizer=tokenizer,
+        )
+        row = generated[0, enc["input_ids"].shape[1] :].tolist()
+        if tokenizer.eos_token_id in row:
+            row = row[: row.index(tokenizer.eos_token_id)]
+        outputs.append(truncate_at_stop(str(tokenizer.decode(row, skip_special_tokens=True)), stop))
+    return outputs
+
+
+# (prompts, max_tokens, seeds or None) -> texts; one engine call, which may raise.
+GenerateFn = Callable[[list[str], int, "list[int] | None"], list[str]]
+
+
+def generate_with_cascade(
+    generate: GenerateFn,
+    prompts: Sequence[str],
+    ids: Sequence[str],
+    *,
+    max_tokens: int,
+    batch_size: int,
+    run_seed: int | None,
+    epoch: int = 0,
+) -> tuple[list[str], list[int]]:
+    """Generate every prompt, retrying a failed batch with fewer max tokens (the retry cascade).
+
+    Returns the texts and, per prompt, the cascade step that produced it (0: the benchmark's own
+    max tokens). With a `run_seed` (sampled decoding) each prompt gets the per-sample seed of
+    (run seed, sample id, epoch, call = cascade step). Raises GenerationFailed when the last step
+    fails too.
+    """
+    limits = max_tokens_cascade(max_tokens)
+    texts: list[str] = []
+    steps: list[int] = []
+    for start in range(0, len(prompts), batch_size):
+        batch = list(prompts[start : start + batch_size])
+        batch_ids = list(ids[start : start + batch_size])
+        errors: list[str] = []
+        for call, limit in enumerate(limits):
+            seeds = None if run_seed is None else [sample_seed(run_seed, i, epoch, call) for i in batch_ids]
+            try:
+                out = generate(batch, limit, seeds)
+            except GENERATION_FAILURES as exc:
+                errors.append(f"max_tokens={limit}: {exc}"[:300])
+                continue
+            texts.extend(out)
+            steps.extend([call] * len(batch))
+            break
+        else:
+            raise GenerationFailed(f"samples {batch_ids[:3]}…: every retry failed: " + " | ".join(errors))
+    return texts, steps
+
+
 def evaluate(
     *,
     checkpoint_dir: Path,
     samples: list[dict[str, Any]],
     task: dict[str, Any],
     batch_size: int = 32,
-    backend: Literal["hf", "vllm"] = "hf",
+    backend: Literal["hf", "vllm", "vllm-external"] = "hf",
     vllm_url: str | None = None,
+    served_dir: Path | None = None,
     scorer: Callable[[str, str], bool] | None = None,
+    run_seed: int = 0,
+    epoch: int = 0,
 ) -> list[dict[str, Any]]:
     """Run the sealed samples through the checkpoint with the task's fixed inference settings.
 
     `samples` are rows `{"id", "prompt", "answer"}`; `task` is the task.json dict. Returns one
-    `{"id", "output", "correct"}` per sample, in order. Both backends render the same prompts and
-    apply the same decoding and stop strings, so their results are interchangeable. `scorer`
-    (output, answer) -> correct is the benchmark's sealed evaluator when the caller has one (the
-    evaluation job always does); without it the task's evaluator is looked up by name.
+    `{"id", "output", "correct", "retries"}` per sample, in order (plus `"seed"`, the per-sample
+    seed, under sampled decoding). Every engine renders the same prompts and applies the same
+    decoding and stop strings, so their results are interchangeable. `scorer` (output, answer) ->
+    correct is the benchmark's sealed evaluator when the caller has one (the evaluation job always
+    does); without it the task's evaluator is looked up by name. For vLLM, `vllm_url` is the
+    server and `served_dir` the folder it serves (a managed server's private copy; by default
+    `checkpoint_dir`). A generation that fails is retried with fewer max tokens; when every retry
+    fails, GenerationFailed is raised (the caller counts that seed as failed).
     """
     decoding = task.get("decoding", {})
-    if decoding.get("do_sample"):
-        raise ValueError("sealed evaluation decodes greedily; task has do_sample=true")
+    sampling = sampling_settings(decoding)
+    if decoding.get("do_sample") and sampling is None:
+        raise ValueError("do_sample=true needs an explicit temperature above 0 (or set do_sample=false)")
     max_new_tokens = int(decoding.get("max_new_tokens", 32))
     stop = list(task.get("stop", []))
+    specials = uses_special_tokens(task)
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)
     prompts = [render_prompt(task, str(s["prompt"]), tokenizer) for s in samples]
+    ids = [str(s["id"]) for s in samples]
+    generate: GenerateFn
     if backend == "hf":
         model, _ = load_checkpoint(checkpoint_dir)
-        outputs = generate_texts(
-            model,
-            tokenizer,
-            prompts,
-            max_new_tokens=max_new_tokens,
-            stop=stop,
-            batch_size=batch_size,
-            add_special_tokens=uses_special_tokens(task),
-        )
-    elif backend == "vllm":
+
+        def generate(batch: list[str], limit: int, seeds: list[int] | None) -> list[str]:
+            if sampling is None or seeds is None:
+                return generate_texts(
+                    model,
+                    tokenizer,
+                    batch,
+                    max_new_tokens=limit,
+                    stop=stop,
+                    batch_size=len(batch),
+                    add_special_tokens=specials,
+                )
+            return sample_texts(
+                model,
+                tokenizer,
+                batch,
+                seeds=seeds,
+                sampling=sampling,
+                max_new_tokens=limit,
+                stop=stop,
+                add_special_tokens=specials,
+            )
+
+    elif backend in ("vllm", "vllm-external"):
         if not vllm_url:
-            raise ValueError("backend='vllm' needs vllm_url (the base URL of a `vllm serve` process)")
-        raw = vllm_complete(
-            vllm_url,
-            model=str(checkpoint_dir),
-            prompts=prompts,
-            max_tokens=max_new_tokens,
-            stop=stop,
-            batch_size=batch_size,
-            add_special_tokens=uses_special_tokens(task),
-        )
-        outputs = [truncate_at_stop(text, stop) for text in raw]
+            raise ValueError("a vLLM engine needs vllm_url (the base URL of a `vllm serve` process)")
+        url = vllm_url
+        served = str(served_dir or checkpoint_dir)
+
+        def generate(batch: list[str], limit: int, seeds: list[int] | None) -> list[str]:
+            raw = vllm_complete(
+                url,
+                model=served,
+                prompts=batch,
+                max_tokens=limit,
+                stop=stop,
+                batch_size=len(batch),
+                add_special_tokens=specials,
+                sampling=sampling,
+                seeds=seeds,
+            )
+            return [truncate_at_stop(text, stop) for text in raw]
+
     else:
-        raise ValueError(f"unknown backend {backend!r}; use 'hf' or 'vllm'")
+        raise ValueError(f"unknown backend {backend!r}; use 'hf', 'vllm' or 'vllm-external'")
+
+    outputs, steps = generate_with_cascade(
+        generate,
+        prompts,
+        ids,
+        max_tokens=max_new_tokens,
+        batch_size=batch_size,
+        run_seed=None if sampling is None else run_seed,
+        epoch=epoch,
+    )
 
     if scorer is None:
         evaluator = str(task["evaluator"])
@@ -166,7 +318,27 @@ def evaluate(
         def scorer(output: str, answer: str) -> bool:
             return score(evaluator, output, answer)
 
-    return [
-        {"id": s["id"], "output": out, "correct": bool(scorer(out, str(s["answer"])))}
-        for s, out in zip(samples, outputs, strict=True)
-    ]
+    rows: list[dict[str, Any]] = []
+    for s, out, step in zip(samples, outputs, steps, strict=True):
+        row = {"id": s["id"], "output": out, "correct": bool(scorer(out, str(s["answer"]))), "retries": step}
+        if sampling is not None:
+            row["seed"] = sample_seed(run_seed, str(s["id"]), epoch, step)
+        rows.append(row)
+    return rows
+
+
+def evaluate_seeds(*, seeds: Sequence[int], **kwargs: Any) -> list[dict[str, Any]]:
+    """The final evaluation under each run seed: `{"seed", "status": "ok" | "failed", "rows" | "error"}`.
+
+    A seed whose generation failed through the whole retry cascade is recorded as failed and left
+    out of the mean (`apps.experiments.final_eval`); it is never silently dropped.
+    """
+    results: list[dict[str, Any]] = []
+    for seed in seeds:
+        try:
+            rows = evaluate(run_seed=int(seed), **kwargs)
+        except GenerationFailed as exc:
+            results.append({"seed": int(seed), "status": "failed", "error": str(exc)[:1000]})
+        else:
+            results.append({"seed": int(seed), "status": "ok", "rows": rows})
+    return results

@@ -11,11 +11,16 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
 class VLLMError(RuntimeError):
     """The server could not be reached, refused the request, or serves another model."""
+
+
+class VLLMRefused(VLLMError):
+    """The server answered 400 to a generation request (typically prompt + max_tokens over the context)."""
 
 
 def _request(url: str, payload: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
@@ -29,7 +34,8 @@ def _request(url: str, payload: dict[str, Any] | None, timeout: float) -> dict[s
             body: dict[str, Any] = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:500]
-        raise VLLMError(f"{url}: HTTP {exc.code}: {detail}") from None
+        kind = VLLMRefused if exc.code == 400 and payload is not None else VLLMError
+        raise kind(f"{url}: HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
         raise VLLMError(f"{url}: {exc}") from None
     return body
@@ -55,30 +61,50 @@ def complete(
     batch_size: int = 32,
     add_special_tokens: bool = True,
     timeout: float = 600.0,
+    sampling: dict[str, float] | None = None,
+    seeds: Sequence[int] | None = None,
+    concurrency: int = 8,
 ) -> list[str]:
-    """Greedy completions for `prompts`, in order, batched `batch_size` prompts per request."""
+    """Completions for `prompts`, in order.
+
+    Greedy (no `sampling`): batched `batch_size` prompts per request. Sampled: `sampling` gives
+    temperature, top_p and top_k explicitly (an unset one would fall back to the checkpoint's
+    generation_config.json), and `seeds` one seed per prompt; each prompt is then its own request
+    with its own seed, since a request's seed is shared by all its prompts.
+    """
     model_id = served_model(base_url, model, timeout=timeout)
     url = f"{base_url.rstrip('/')}/v1/completions"
-    texts: list[str] = []
-    for start in range(0, len(prompts), batch_size):
-        batch = list(prompts[start : start + batch_size])
-        body = _request(
-            url,
-            {
-                "model": model_id,
-                "prompt": batch,
-                "max_tokens": max_tokens,
-                "temperature": 0.0,
-                "top_p": 1.0,
-                "n": 1,
-                "stop": [s for s in stop if s],
-                # vLLM's extension (default true): whether to add BOS to the already-rendered prompt.
-                "add_special_tokens": add_special_tokens,
-            },
-            timeout,
-        )
-        choices = sorted(body.get("choices", []), key=lambda c: int(c["index"]))
-        if len(choices) != len(batch):
-            raise VLLMError(f"{url}: asked for {len(batch)} completions, got {len(choices)}")
-        texts.extend(str(c["text"]) for c in choices)
-    return texts
+    base: dict[str, Any] = {
+        "model": model_id,
+        "max_tokens": max_tokens,
+        "n": 1,
+        "stop": [s for s in stop if s],
+        # vLLM's extension (default true): whether to add BOS to the already-rendered prompt.
+        "add_special_tokens": add_special_tokens,
+    }
+    if sampling is None:
+        base.update(temperature=0.0, top_p=1.0)
+        texts: list[str] = []
+        for start in range(0, len(prompts), batch_size):
+            batch = list(prompts[start : start + batch_size])
+            body = _request(url, {**base, "prompt": batch}, timeout)
+            choices = sorted(body.get("choices", []), key=lambda c: int(c["index"]))
+            if len(choices) != len(batch):
+                raise VLLMError(f"{url}: asked for {len(batch)} completions, got {len(choices)}")
+            texts.extend(str(c["text"]) for c in choices)
+        return texts
+    if seeds is None or len(seeds) != len(prompts):
+        raise VLLMError("sampled completions need exactly one seed per prompt")
+    base.update(
+        temperature=float(sampling["temperature"]), top_p=float(sampling["top_p"]), top_k=int(sampling["top_k"])
+    )
+
+    def one(index: int) -> str:
+        body = _request(url, {**base, "prompt": prompts[index], "seed": int(seeds[index])}, timeout)
+        choices = body.get("choices", [])
+        if len(choices) != 1:
+            raise VLLMError(f"{url}: asked for 1 completion, got {len(choices)}")
+        return str(choices[0]["text"])
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        return list(pool.map(one, range(len(prompts))))

@@ -10,7 +10,6 @@ and a worker that dies mid-job is noticed by the reaper, which queues attempt N+
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -130,7 +129,6 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
     checkpoint = Checkpoint.objects.get(uuid=spec["checkpoint"])
     benchmark = Benchmark.objects.get(uuid=spec["benchmark"])
     split = spec["split"]
-    backend = spec.get("backend", "hf")
     with RunningJob(job) as running:
         try:
             # Verifies evaluator, settings and data hashes before anything is run.
@@ -140,8 +138,19 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             job_refuse_evaluation(job=job, checkpoint=checkpoint, benchmark=benchmark, split=split, reason=exc.reason)
             return
         checkpoint_dir = checkpoint_verified_dir(checkpoint)
-        running.log(f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, {backend})")
+        from apps.experiments.final_eval import seeds_aggregate  # noqa: PLC0415 - numpy; beat first
+        from apps.ml.engines import VLLMServer, choose_engine  # noqa: PLC0415
+        from apps.ml.inference import evaluate_seeds  # noqa: PLC0415 - torch takes seconds; beat first
+        from apps.ml.seeds import run_seeds  # noqa: PLC0415
+
+        # The engine is the worker host's configuration (RSI_EVAL_ENGINE, RSI_VLLM_*) unless
+        # the job names one; the seeds are the final evaluation's (1 for greedy decoding).
+        choice = choose_engine(requested=spec.get("backend"))
+        engine = choice.engine
         if benchmark.contract.get("adapter") == "inspect":
+            running.log(
+                f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, Inspect over hf)"
+            )
             # Out of process, in the Inspect env; the checkpoint is served to it on loopback.
             from apps.benchmarks.adapters import HarnessRefused, hf_generate, inspect_evaluate  # noqa: PLC0415
 
@@ -162,20 +171,44 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
                     job=job, checkpoint=checkpoint, benchmark=benchmark, split=split, reason=exc.reason
                 )
                 return
+            engine = "hf"
+            inference: dict[str, object] = {"engine": "hf", "adapter": "inspect", "weight_provenance": "verified"}
         else:
-            from apps.ml.inference import evaluate  # noqa: PLC0415 - torch takes seconds; beat first
-
-            rows = evaluate(
-                checkpoint_dir=checkpoint_dir,
-                samples=samples,
-                task=task_settings,
-                batch_size=int(spec.get("batch_size", 32)),
-                backend=backend,
-                vllm_url=os.environ.get("RSI_VLLM_URL") or None,
+            decoding = task_settings.get("decoding", {})
+            seeds = run_seeds(decoding, spec.get("seeds")) if split == "final" else [0]
+            running.log(
+                f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, "
+                f"{choice.engine}, seeds {seeds})"
+            )
+            kwargs = {
+                "checkpoint_dir": checkpoint_dir,
+                "samples": samples,
+                "task": task_settings,
+                "batch_size": int(spec.get("batch_size", 32)),
                 # The benchmark's sealed, hash-verified evaluator decides: the code that was
                 # registered, not whatever evaluators.py the worker happens to import.
-                scorer=score,
-            )
+                "scorer": score,
+            }
+            inference = {"engine": choice.engine, "weight_provenance": choice.provenance}
+            if choice.engine == "vllm":
+                server_python = str(choice.python)  # choose_engine names the vLLM environment's python
+                with VLLMServer(
+                    checkpoint_dir=checkpoint_dir, manifest=checkpoint.manifest, python=server_python
+                ) as server:
+                    running.log(f"vllm serve answered after {server.startup_seconds:.0f} s")
+                    results = evaluate_seeds(
+                        seeds=seeds, backend="vllm", vllm_url=server.url, served_dir=server.model_dir, **kwargs
+                    )
+                    server.verify()  # the files it served are still the manifest's
+                inference["startup_seconds"] = round(server.startup_seconds, 1)
+            else:
+                results = evaluate_seeds(seeds=seeds, backend=choice.engine, vllm_url=choice.url, **kwargs)
+                if choice.url:
+                    inference["server"] = choice.url
+            aggregate = seeds_aggregate(results)
+            inference["seeds"] = aggregate
+            # Per-sample rows: the first seed that succeeded (sealed; Reviewers compare them by id).
+            rows = next(r["rows"] for r in results if r["status"] == "ok")
         if running.should_stop():
             running.finish_stopped()
             return
@@ -187,8 +220,9 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
                     benchmark=benchmark,
                     split=split,
                     rows=rows,
-                    backend=backend,
+                    backend=engine,
                     seal=task_settings["seal"],
+                    inference=inference,
                 )
             )
         except Conflict:

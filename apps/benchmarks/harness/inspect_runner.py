@@ -1,7 +1,7 @@
 """Run one Inspect task on sealed samples; executed by the Inspect environment's Python, never imported.
 
 The evaluation worker (apps/benchmarks/adapters.py) starts this script with
-``var/envs/inspect-<hash>/bin/python inspect_runner.py describe|run SPEC.json OUT.json``.
+``<envs>/inspect-<hash>/bin/python inspect_runner.py describe|run SPEC.json OUT.json``.
 It imports nothing of rsiweb: its inputs are the spec file, its output one JSON file.
 
 - ``describe``: the task's source hash (every ``.py`` of an inspect_evals task's package, or the

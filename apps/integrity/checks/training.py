@@ -53,6 +53,15 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
                 }
             )
     expected = subject.evaluated_checkpoint
+    unproven = [e for e in subject.evaluations if (e.inference or {}).get("weight_provenance") == "unknown"]
+    if unproven:
+        # An external vLLM server the operator did not mark trusted: nothing shows which weights it
+        # scored, so the check cannot say they were these (fail closed).
+        raise CheckCannotRun(
+            f"evaluation {unproven[0].uuid} ran on an external vLLM server ({unproven[0].inference.get('server')}) "
+            "that cannot prove its weights; set RSI_VLLM_TRUSTED=1 for a server you vouch for, or let the "
+            "worker start its own"
+        )
     for evaluation in subject.evaluations:
         if expected is None or evaluation.checkpoint_id != expected.pk:
             problems.append(

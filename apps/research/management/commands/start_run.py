@@ -22,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from apps.benchmarks.services import benchmark_resolve
 from apps.core.errors import ApplicationError
+from apps.experiments.models import Checkpoint
 from apps.expos.harness import claude_code_config, codex_config, harness_run_start
 from apps.research.agent_config import DEFAULT_PROFILE
 from apps.research.choices import RUN_TERMINAL_STATES
@@ -55,6 +56,9 @@ class Command(BaseCommand):
             "--llm-profile", default=DEFAULT_PROFILE, help="llm policy: endpoint profile (README, RSI_LLM_PROFILES)"
         )
         parser.add_argument("--seed", type=int, default=0, help="first training seed of the heuristic's recipes")
+        parser.add_argument(
+            "--base", default="", help="θ0's checkpoint handle (manage.py model_add); default minibench's"
+        )
         parser.add_argument("--name", default="")
         parser.add_argument("--wall-seconds", type=int, default=3600, help="wall-clock budget")
         parser.add_argument("--accelerator-seconds", type=int, default=3600, help="accelerator-seconds budget")
@@ -84,7 +88,7 @@ class Command(BaseCommand):
                 llm_tokens=options["llm_tokens"], parallel=options["parallel"], gate=options["gate"],
                 reviewer=not options["no_reviewer"], serial_workers=options["serial_workers"],
                 max_workers=options["max_workers"], screen_steps=options["screen_steps"],
-                train_steps=options["train_steps"], actor="cli",
+                train_steps=options["train_steps"], actor="cli", base_checkpoint=self._base(options),
             )  # fmt: skip
         except ApplicationError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
@@ -93,10 +97,19 @@ class Command(BaseCommand):
             run = wait_for_result(run, write=self.stdout.write)
             self.stdout.write(json.dumps(run_final_result(run=run), indent=2, default=str))
 
+    def _base(self, options: dict[str, Any]) -> Checkpoint | None:
+        if not options["base"]:
+            return None
+        found = Checkpoint.objects.filter(handle=options["base"]).first()
+        if found is None:
+            raise CommandError(f"No checkpoint {options['base']!r}; register it with `manage.py model_add`.")
+        return found
+
     def _harness(self, options: dict[str, Any]) -> None:
         try:
             started = harness_run_start(
-                benchmark=benchmark_resolve(options["benchmark"]), base_checkpoint=base_checkpoint_default(),
+                benchmark=benchmark_resolve(options["benchmark"]),
+                base_checkpoint=self._base(options) or base_checkpoint_default(),
                 name=options["name"], task=options["task"], wall_seconds=options["wall_seconds"],
                 accelerator_seconds=options["accelerator_seconds"],
                 reserved_final_seconds=min(FINAL_EVAL_SECONDS * 3, options["accelerator_seconds"] // 4),
