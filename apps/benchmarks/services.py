@@ -28,6 +28,7 @@ from apps.benchmarks import evaluators, sandbox
 from apps.benchmarks.contract import ContractError, build_contract
 from apps.benchmarks.models import Benchmark, Split
 from apps.core.errors import ApplicationError, Conflict, NotFound
+from apps.core.files import copy_tree_once
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.events import event_append
@@ -486,19 +487,7 @@ def _register_or_get(
 
 def _seal_reference(directory: Path, *, task: str, digest: str) -> str:
     """Copy a reference checkpoint under SEALED_ROOT (write-once, content-addressed); return its URI."""
-    target = _sealed_root() / "minibench" / task / "references" / digest
-    if not target.exists():
-        tmp = target.parent / f".{digest}.{uuid.uuid4().hex}.partial"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            shutil.copytree(directory, tmp)
-            tmp.rename(target)
-        except OSError:
-            if not target.exists():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target.as_uri()
+    return copy_tree_once(directory, _sealed_root() / "minibench" / task / "references" / digest).as_uri()
 
 
 def minibench_install(*, root: Path) -> dict[str, Any]:

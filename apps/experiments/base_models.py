@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError
 
 from apps.core.errors import ApplicationError, Conflict
+from apps.core.files import copy_tree_once
 from apps.core.hashing import sha256_tree
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.models import Checkpoint
@@ -38,19 +38,7 @@ def _stage(directory: Path, target: Path, chat_template: str | None) -> None:
 
 def _seal(directory: Path, digest: str) -> str:
     """A write-once, content-addressed copy under SEALED_ROOT/models; its file:// URI."""
-    target = Path(settings.SEALED_ROOT).resolve() / "models" / digest
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".{digest}.{uuid.uuid4().hex}.partial"
-        try:
-            shutil.copytree(directory, tmp)
-            tmp.rename(target)
-        except OSError:
-            if not target.exists():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target.as_uri()
+    return copy_tree_once(directory, Path(settings.SEALED_ROOT).resolve() / "models" / digest).as_uri()
 
 
 def model_register(
