@@ -110,6 +110,7 @@ _DROPPED_REFERENCES = {"producing_job_id", "job_id", "created_by_id"}
 _BENCHMARK_FIELDS = (
     "uuid", "name", "version", "task", "description", "evaluator", "evaluator_sha256", "settings",
     "settings_sha256", "sealed_path", "data_sha256", "sample_ids", "reference_checkpoint_id", "created_at",
+    "contract", "contract_sha256",
 )  # fmt: skip
 
 
@@ -281,6 +282,11 @@ def bundle_read(path: Path) -> dict[str, Any]:
 def _instance(model: type[models.Model], row: dict[str, Any]) -> models.Model:
     values = {}
     for field in model._meta.concrete_fields:
+        if field.attname not in row:
+            # A column newer than the bundle (a bundle written before it existed): its default
+            # ("" for a text column without one; a required column without any still fails).
+            values[field.attname] = field.get_default()
+            continue
         value = row.get(field.attname)
         # JSON columns hold the value as is; every other column parses its text form.
         values[field.attname] = (

@@ -187,3 +187,26 @@ def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_
     assert "already exists" in again.stderr
     assert table_count(url, "research_run") == 1
     assert table_count(url, "experiments_event") == events
+
+
+def test_a_bundle_written_before_newer_columns_imports_with_their_defaults(sealed_world, empty_instance, tmp_path):
+    # A bundle from before the benchmark contract, the evaluation's engine record and the
+    # checkpoint's model profile existed: those columns take their defaults, nothing else changes.
+    world, _ = sealed_world
+    path = tmp_path / "bundle.zip"
+    call_command("export_run", str(world.run.uuid), str(path), stdout=io.StringIO())
+    old = bundle_read(path)
+    for key in ("contract", "contract_sha256"):
+        del old["benchmark"][key]
+    for label, column in (("experiments.evaluation", "inference"), ("experiments.checkpoint", "model_profile")):
+        assert old["tables"][label], label
+        for row in old["tables"][label]:
+            del row[column]
+    old_path = tmp_path / "old.json"
+    old_path.write_text(json.dumps(old), encoding="utf-8")
+    imported = manage(empty_instance, "import_run", str(old_path))
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    with psycopg.connect(empty_instance["DATABASE_URL"], autocommit=True) as conn:
+        benchmarks = conn.execute("SELECT contract::text, contract_sha256 FROM benchmarks_benchmark").fetchall()
+        assert benchmarks == [("{}", "")]
+        assert {r[0] for r in conn.execute("SELECT inference::text FROM experiments_evaluation")} == {"{}"}
