@@ -81,7 +81,7 @@ def _column_sql(vendor: str, table: str, column: str, *, once_set: bool) -> tupl
         when = f"OLD.{column} IS NOT NULL AND {when}"
     return (
         [
-            f"CREATE TRIGGER {name} BEFORE UPDATE OF {column} ON {table} "
+            f"CREATE TRIGGER IF NOT EXISTS {name} BEFORE UPDATE OF {column} ON {table} "
             f"WHEN {when} BEGIN SELECT RAISE(ABORT, '{message}'); END;"
         ],
         [f"DROP TRIGGER IF EXISTS {name};"],
@@ -104,6 +104,21 @@ def freeze_column(table: str, column: str, *, once_set: bool = False) -> migrati
             schema_editor.execute(sql)
 
     return migrations.RunPython(forward, backward)
+
+
+def on_sqlite_after_rebuild(operation: migrations.RunPython) -> migrations.RunPython:
+    """Run a guard's installer again on SQLite only, after a migration rebuilt its table there.
+
+    SQLite alters a table (a new column with a default, a changed choice constraint) by copying
+    it into a new one, and the copy has no triggers; PostgreSQL's ALTER keeps them, so there this
+    does nothing. Going back leaves the guard in place: it belongs to the migration that made it.
+    """
+
+    def forward(apps: Any, schema_editor: Any) -> None:
+        if schema_editor.connection.vendor == "sqlite":
+            operation.code(apps, schema_editor)
+
+    return migrations.RunPython(forward, migrations.RunPython.noop)
 
 
 def _seal_once_sql(

@@ -10,10 +10,14 @@ build; a cache built by another version of the builder is rebuilt.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from apps.benchmarks.minibench.build import MANIFEST_VERSION, build_minibench, source_digest
 
@@ -46,6 +50,41 @@ def ci_minibench(tmp_path_factory) -> Path:
             staging = root.parent / f".{root.name}.building-{os.getpid()}"
             shutil.rmtree(staging, ignore_errors=True)
             build_minibench(staging, seed=SEED, profile=PROFILE)
+            shutil.rmtree(root, ignore_errors=True)
+            staging.rename(root)
+    return root
+
+
+def trained_once(tmp_path_factory, what: dict[str, Any], train: Callable[[Path], None]) -> Path:
+    """A folder ``train(folder)`` fills with checkpoints, made once per machine like the minibench.
+
+    Kept beside ``RSI_MINIBENCH_CACHE`` (in ``<cache>.trained/``), named by a digest of ``what``
+    (the recipes and data), the minibench builder's source digest (which covers the training
+    core) and the training libraries' versions: changed training code, recipe or pin trains
+    anew; an unchanged one (a fresh clone of the same commit, CI) reads the earlier checkpoints.
+    Without the cache variable the training runs in the session's temp folder.
+    """
+    cache = os.environ.get("RSI_MINIBENCH_CACHE")
+    if not cache:
+        out = tmp_path_factory.mktemp("trained")
+        train(out)
+        return out
+    libraries = {name: version(name) for name in ("torch", "transformers", "trl", "peft")}
+    key = json.dumps({"what": what, "minibench": source_digest(), "libraries": libraries}, sort_keys=True)
+    root = Path(cache + ".trained") / hashlib.sha256(key.encode()).hexdigest()[:16]
+    done = root / ".complete"
+    if done.is_file():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            staging = root.parent / f".{root.name}.building-{os.getpid()}"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            train(staging)
+            (staging / "what.json").write_text(key, encoding="utf-8")
+            (staging / ".complete").write_text("", encoding="utf-8")
             shutil.rmtree(root, ignore_errors=True)
             staging.rename(root)
     return root
