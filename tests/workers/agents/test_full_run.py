@@ -23,6 +23,7 @@ from apps.integrity.selectors import hacking_rate
 from apps.research.choices import RunStatus
 from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, ResearchEdge, ResearchNode, Run
 from apps.research.services import guidance_post, run_create, run_final_result, run_launch
+from apps.research.transcripts import node_turns, segment_conversations, turn_links
 from apps.reviews.models import ReviewReport
 from tests.workers.agents.stack import install, run_status, wait_for
 from workers.agents.client import ExposClient
@@ -181,3 +182,29 @@ def test_the_heuristic_run_is_recorded_as_such_and_its_event_chain_verifies(comm
     report = chain_verify(str(run.uuid))
     assert report.ok, report.reason
     print(f"full heuristic run: {committed.seconds:.0f}s, result {committed.result}")  # noqa: T201
+
+
+def test_every_agent_turn_of_the_run_is_on_the_record_and_names_what_it_created(committed):
+    """Issue 17 on the whole run: each agent's turns are recorded, chained, and link to its work."""
+    run = committed.run
+    agents = ResearchNode.objects.filter(run=run, agent_loop__step__gte=1)
+    assert agents.filter(kind="worker").count() >= 2
+    for node in agents:
+        turns = node_turns(node, limit=100_000)
+        assert turns, f"{node.handle} took steps but has no transcript"
+        assert {t["source"] for t in turns} == {"heuristic"}
+        assert [t["seq"] for t in turns] == list(range(1, len(turns) + 1))
+        events = run.events.filter(type="transcript.turn", actor=node.handle)
+        assert events.count() == len(turns)
+        # Each turn's event names the blobs the turn row names (rewriting one breaks the chain).
+        by_seq = {e.arguments["seq"]: e.arguments for e in events}
+        assert all(by_seq[t["seq"]]["response"] == t["hashes"]["response"] for t in turns)
+        conversation = segment_conversations(node)
+        assert conversation
+        assert conversation[0]["messages"][0]["role"] == "system"
+    # Every experiment a Worker created is named by the answer of the turn that created it.
+    for worker in agents.filter(kind="worker", experiments__isnull=False).distinct():
+        linked: set[str] = set()
+        for turn in node_turns(worker, limit=100_000):
+            linked |= set(turn_links(run, turn)["experiments"])
+        assert set(worker.experiments.values_list("handle", flat=True)) <= linked, worker.handle
