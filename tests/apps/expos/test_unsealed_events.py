@@ -10,6 +10,7 @@ are certain to exist during the reads; the writers' appends that follow the rele
 from __future__ import annotations
 
 import threading
+import time
 
 from django.db import connection, connections, transaction
 
@@ -68,6 +69,11 @@ def test_concurrent_writers_never_expose_unsealed_events(api, world, settings):
     for writer in writers:
         writer.start()
     try:
+        # Each writer's first append commits unsealed and then waits for the stalled sealer: the
+        # reads start once such rows exist (on a loaded machine the threads take a while to start).
+        deadline = time.monotonic() + 60
+        while not Event.objects.filter(chain=chain, seq__isnull=True).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         last_seq = 0
         unsealed_seen = 0
         for index in range(READS):
