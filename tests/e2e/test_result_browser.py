@@ -239,7 +239,9 @@ def test_guidance_whose_decision_was_refused_reads_not_carried_out(transactional
         assert answer.status_code == 409
         assert answer.json()["error"]["code"] == "worker_limit"
 
-    failed = page.locator("li.guidance.failed", has_text=text)
+    # Each refusal re-announces the guidance: wait for the second (under load the page can show
+    # the first, "not carried out" already, before the second arrives).
+    failed = page.locator("li.guidance.failed", has_text=text).filter(has_text="refused 2×")
     failed.wait_for(timeout=WAIT_MS)
     assert failed.locator(".badge").inner_text() == "not carried out"
     assert "failed: state_add_new_worker refused 2× (409 worker_limit)" in failed.inner_text()

@@ -58,7 +58,8 @@ def data_job_task(self: JobTask, *, job_id: int) -> None:
             running.finish_stopped()
             return
         try:
-            job_succeed(job=job, result={"entry": str(entry.uuid), "handle": entry.handle, "rows": entry.rows})
+            result = {"entry": str(entry.uuid), "handle": entry.handle, "rows": entry.rows}
+            running.record(lambda: job_succeed(job=job, result=result))
         except Conflict:
             logger.warning("job %s ended elsewhere; data entry %s stays registered", job.uuid, entry.handle)
 

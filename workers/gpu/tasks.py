@@ -97,7 +97,6 @@ def _train_and_register(job: Job, *, parent_uuid: str, run: Callable[..., Any]) 
             "tokens_per_second": result.tokens_per_second,
             "train_seconds": result.seconds,
         }
-        running.flush()  # the last loss lines before the success that ends the log
         try:
             # Stored under its manifest digest and registered (a short database outage is waited
             # out); the scratch copy goes either way.
@@ -255,7 +254,6 @@ def dojo_build_job_task(self: JobTask, *, job_id: int) -> None:
         if running.should_stop():
             running.finish_stopped()
             return
-        running.flush()
         try:
             running.record(lambda: job_succeed(job=job, result={"build": str(build.uuid), **build.summary}))
         except Conflict:
