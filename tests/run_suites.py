@@ -34,11 +34,13 @@ EXPECTED_SECONDS = {
     "workers/agents": 2400,
     "apps/ml": 900,
     "faults": 330,
+    "apps/expos": 320,
     "apps/jobs": 315,
     "e2e": 275,
     "apps/benchmarks/inspect": 240,
     "apps/integrity/redteam": 200,
     "apps/integrity": 150,
+    "apps/dashboard": 110,
     "apps/dojo": 100,
     "vllm": 80,
 }

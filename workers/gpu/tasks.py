@@ -146,6 +146,17 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
         # the job names one; the seeds are the final evaluation's (1 for greedy decoding).
         choice = choose_engine(requested=spec.get("backend"))
         engine = choice.engine
+        if split == "final" and choice.provenance == "unknown":
+            # The final split decides the run's result: a score from weights nobody can name is
+            # not run at all (feedback evaluations on such a server run, and their experiments'
+            # integrity checks fail closed).
+            reason = (
+                f"the final split is not evaluated on an external vLLM server ({choice.url}) that cannot prove "
+                "its weights; set RSI_VLLM_TRUSTED=1 for a server you vouch for, or unset RSI_VLLM_URL so the "
+                "worker starts its own"
+            )
+            job_refuse_evaluation(job=job, checkpoint=checkpoint, benchmark=benchmark, split=split, reason=reason)
+            return
         if benchmark.contract.get("adapter") == "inspect":
             running.log(
                 f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, Inspect over hf)"

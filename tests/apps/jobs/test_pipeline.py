@@ -22,7 +22,7 @@ from apps.core.hashing import sha256_tree
 from apps.datapool.models import DataUsage
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Event, Experiment
-from apps.experiments.pipeline import experiment_start
+from apps.experiments.pipeline import evaluation_spec, experiment_start
 from apps.experiments.services import experiment_create
 from apps.jobs import services
 from apps.jobs.choices import JobKind, JobStatus
@@ -292,3 +292,27 @@ def test_the_evaluation_job_scores_with_the_sealed_evaluator_copy(
         == benchmark.evaluator_sha256
         != hashlib.sha256(Path(evaluators.__file__).read_bytes()).hexdigest()
     )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_final_split_is_not_evaluated_on_an_external_server_that_cannot_prove_its_weights(
+    celery_worker, theta0, benchmark
+):
+    # Nothing listens on that port: the refusal must come before any request is made.
+    worker = celery_worker(RSI_EVAL_ENGINE="vllm", RSI_VLLM_URL="http://127.0.0.1:9/")
+    run = make_run(base_checkpoint=theta0, benchmark=benchmark)
+    spec = {**evaluation_spec(checkpoint=theta0, benchmark=benchmark, split="final"), "roles": ["theta0"]}
+    job = services.job_enqueue(kind=JobKind.FINAL_EVAL, spec=spec, run=run)
+
+    done = wait_for(
+        lambda: (j := Job.objects.get(pk=job.pk)).status in (JobStatus.SUCCEEDED, JobStatus.FAILED) and j,
+        timeout=240, what="the final evaluation job to end", logs=worker.log,
+    )  # fmt: skip
+
+    assert done.status == JobStatus.FAILED
+    refused = Evaluation.objects.get(job=done)
+    assert (refused.status, refused.split, refused.score) == (EvaluationStatus.REFUSED, "final", None)
+    assert "http://127.0.0.1:9" in refused.refusal_reason and "RSI_VLLM_TRUSTED=1" in refused.refusal_reason
+    assert not EvaluationSample.objects.filter(evaluation=refused).exists()
+    assert "evaluation refused" in done.error
