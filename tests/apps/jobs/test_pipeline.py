@@ -313,6 +313,7 @@ def test_the_final_split_is_not_evaluated_on_an_external_server_that_cannot_prov
     assert done.status == JobStatus.FAILED
     refused = Evaluation.objects.get(job=done)
     assert (refused.status, refused.split, refused.score) == (EvaluationStatus.REFUSED, "final", None)
-    assert "http://127.0.0.1:9" in refused.refusal_reason and "RSI_VLLM_TRUSTED=1" in refused.refusal_reason
+    assert "http://127.0.0.1:9" in refused.refusal_reason
+    assert "RSI_VLLM_TRUSTED=1" in refused.refusal_reason
     assert not EvaluationSample.objects.filter(evaluation=refused).exists()
     assert "evaluation refused" in done.error
