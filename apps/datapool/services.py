@@ -213,8 +213,10 @@ def _check_chat_row(value: dict[str, Any], *, shown: str, lineno: int) -> None:
                 raise bad(f"message {j}: only an assistant message has tool_calls, as a list")
             for call in calls:
                 function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(function, dict) or not isinstance(call.get("id"), str) or not all(
-                    isinstance(function.get(k), str) for k in ("name", "arguments")
+                if (
+                    not isinstance(function, dict)
+                    or not isinstance(call.get("id"), str)
+                    or not all(isinstance(function.get(k), str) for k in ("name", "arguments"))
                 ):
                     raise bad(f"message {j}: a tool call is {{id, type, function: {{name, arguments (JSON text)}}}}")
         if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):

@@ -49,6 +49,9 @@ _BLOB_CHUNK = 2000
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 _STATUS_PREFIX = re.compile(r'^\s*\{\s*"status"\s*:\s*(\d{3})')
 FILTER_GROUPS = {"all", "none", BEHAVIOUR, OUTCOME}
+# What the report counts while conversations are built.
+COUNTS = ("nodes", "turns", "segments", "segments_without_trained_turn", "segments_unexportable",
+          "assistant_messages_refused", "masked_assistant_messages")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,22 +121,40 @@ def _blobs(shas: set[str]) -> dict[str, Any]:
     return out
 
 
-def _run_turns(run: Run) -> tuple[list[TranscriptTurn], dict[str, Any]]:
-    """The run's non-reviewer turns in node and seq order, with every blob they name (a few queries)."""
+def _needed(turns: list[TranscriptTurn]) -> set[int]:
+    """The turns whose request and answers make up the exported conversations (by pk).
+
+    An LLM turn's request repeats the whole conversation so far, so a segment's conversation is its
+    last LLM turn's request plus that turn's answers: the earlier requests are never read (reading
+    them all would be quadratic in the segment's length). Heuristic and harness turns are
+    concatenated, so each of them is needed.
+    """
+    needed: set[int] = set()
+    for i, turn in enumerate(turns):
+        following = turns[i + 1] if i + 1 < len(turns) else None
+        last_llm = following is None or following.node_id != turn.node_id or following.segment != turn.segment or (
+            following.source != "llm"
+        )  # fmt: skip
+        if turn.source != "llm" or last_llm:
+            needed.add(turn.pk)
+    return needed
+
+
+def _run_turns(run: Run) -> tuple[list[TranscriptTurn], set[int], dict[str, Any]]:
+    """The run's non-reviewer turns in node and seq order, the ones needed, and their blobs (a few queries)."""
     turns = list(
         TranscriptTurn.objects.filter(run=run)
         .exclude(node__kind=NodeKind.REVIEWER)
         .select_related("node")
         .order_by("node_id", "seq")
     )
-    top = _blobs({sha for t in turns for sha in (t.request, t.response, t.tool_messages)})
+    needed = _needed(turns)
+    top = _blobs({sha for t in turns if t.pk in needed for sha in (t.request, t.response, t.tool_messages)})
     inner: set[str] = set()
     for turn in turns:
-        request = top.get(turn.request) or {}
-        inner.update(request.get("messages") or [])
-        if request.get("tools"):
-            inner.add(request["tools"])
-    return turns, top | _blobs(inner - set(top))
+        if turn.pk in needed:
+            inner.update((top.get(turn.request) or {}).get("messages") or [])
+    return turns, needed, top | _blobs(inner - set(top))
 
 
 def _answer_refused(content: Any) -> bool:
@@ -143,7 +164,7 @@ def _answer_refused(content: Any) -> bool:
         value = json.loads(text)
     except ValueError:
         match = _STATUS_PREFIX.match(text)  # an answer cut at the policy's length limit
-        return bool(match) and int(match.group(1)) >= 400
+        return match is not None and int(match.group(1)) >= 400
     if not isinstance(value, dict):
         return False
     status = value.get("status")
@@ -181,7 +202,7 @@ class _Segment:
     summary: str
 
 
-def _node_segments(turns: list[TranscriptTurn], blobs: dict[str, Any]) -> list[_Segment]:
+def _node_segments(turns: list[TranscriptTurn], needed: set[int], blobs: dict[str, Any]) -> list[_Segment]:
     """One conversation per compaction segment (as research.transcripts.segment_conversations builds
     it), each message paired with the turn that produced it (None: not produced by a recorded turn)."""
     by_response = {turn.response: turn for turn in turns}
@@ -191,11 +212,17 @@ def _node_segments(turns: list[TranscriptTurn], blobs: dict[str, Any]) -> list[_
             out.append(_Segment(turn.segment, [], [], turn.summary))
         current = out[-1]
         current.turns.append(turn)
+        if turn.pk not in needed:
+            continue  # an LLM turn that a later request of its segment repeats
         request = blobs.get(turn.request) or {}
         shas = list(request.get("messages") or [])
         response = blobs.get(turn.response)
-        answers = [(m, turn) for m in (blobs.get(turn.tool_messages) or []) if isinstance(m, dict)]
-        produced = [(response, turn)] if isinstance(response, dict) else []
+        answers: list[tuple[dict[str, Any], TranscriptTurn | None]] = [
+            (m, turn) for m in (blobs.get(turn.tool_messages) or []) if isinstance(m, dict)
+        ]
+        produced: list[tuple[dict[str, Any], TranscriptTurn | None]] = (
+            [(response, turn)] if isinstance(response, dict) else []
+        )
         if turn.source == "llm":
             context = [(blobs.get(sha), by_response.get(sha)) for sha in shas]
             current.messages = [(m, t) for m, t in context if isinstance(m, dict)] + produced + answers
@@ -238,13 +265,13 @@ def _messages(segment: _Segment) -> tuple[list[dict[str, Any]], int]:
 
 
 def _outcome(run: Run, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
-    evidence = next((v["evidence"] for v in verdicts if v["detector"] == "outcome_beats_base"), {})
+    evidence: dict[str, Any] = next((v["evidence"] for v in verdicts if v["detector"] == "outcome_beats_base"), {})
     return {
         "run_status": run.status,
         "final_score": evidence.get("final"),
         "theta0_score": evidence.get("theta0"),
         "gain": evidence.get("difference"),
-        "returned_checkpoint": run.result_checkpoint.handle if run.result_checkpoint_id else None,
+        "returned_checkpoint": run.result_checkpoint.handle if run.result_checkpoint is not None else None,
     }
 
 
@@ -257,11 +284,11 @@ def _examples(
     tools_text: dict[str, str],
     counts: dict[str, int],
 ) -> list[dict[str, Any]]:
-    turns, blobs = _run_turns(run)
+    turns, needed, blobs = _run_turns(run)
     counts["turns"] += len(turns)
     filters = [{k: v[k] for k in ("detector", "version", "kind", "passed", "reason")} for v in verdicts]
     base = run.base_checkpoint
-    shared = {
+    shared: dict[str, Any] = {
         "run": str(run.uuid),
         "run_name": run.name,
         "benchmark": f"{run.benchmark.name}@{run.benchmark.version}",
@@ -280,39 +307,36 @@ def _examples(
         counts["nodes"] += 1
         if node.kind not in tools_text:
             tools_text[node.kind] = json.dumps(tool_definitions(node.kind), ensure_ascii=False, sort_keys=True)
-        for index, segment in enumerate(_node_segments(node_turns, blobs)):
+        for index, segment in enumerate(_node_segments(node_turns, needed, blobs)):
             counts["segments"] += 1
             try:
                 messages, refused = _messages(segment)
             except ValueError:
                 counts["segments_unexportable"] += 1
                 continue
-            counts["refused_or_unanswered_calls"] += refused
+            counts["assistant_messages_refused"] += refused
             if not any(m["train"] for m in messages):
                 counts["segments_without_trained_turn"] += 1
                 continue
             counts["masked_assistant_messages"] += sum(
                 1 for m in messages if m["role"] == "assistant" and not m["train"]
             )
-            out.append({
-                "messages": messages,
-                "tools": tools_text[node.kind],
-                "metadata": {
-                    **shared,
-                    "node": node.handle,
-                    "node_uuid": str(node.uuid),
-                    "role": node.kind,
-                    "task": node.task,
-                    "segment": segment.segment,
-                    "segment_index": index,
-                    "compaction_summary": segment.summary,
-                    "source_turns": [
-                        {"seq": t.seq, "source": t.source, "request": t.request, "response": t.response,
-                         "tool_messages": t.tool_messages, "calls": t.calls}
-                        for t in segment.turns
-                    ],  # fmt: skip
-                },
+            metadata: dict[str, Any] = dict(shared)
+            metadata.update({
+                "node": node.handle,
+                "node_uuid": str(node.uuid),
+                "role": node.kind,
+                "task": node.task,
+                "segment": segment.segment,
+                "segment_index": index,
+                "compaction_summary": segment.summary,
+                "source_turns": [
+                    {"seq": t.seq, "source": t.source, "request": t.request, "response": t.response,
+                     "tool_messages": t.tool_messages, "calls": t.calls}
+                    for t in segment.turns
+                ],
             })  # fmt: skip
+            out.append({"messages": messages, "tools": tools_text[node.kind], "metadata": metadata})
     return out
 
 
@@ -369,8 +393,7 @@ def trajectory_export(
         raise ApplicationError("invalid_name", "Give the dataset a name of 1-200 characters.")
     report = trajectory_filter_report([Trajectory(run=run) for run in runs])  # every detector, for comparison
     applied = {f"{d.name}@{d.version}" for d in detectors}
-    counts = dict.fromkeys(("nodes", "turns", "segments", "segments_without_trained_turn", "segments_unexportable",
-                            "refused_or_unanswered_calls", "masked_assistant_messages"), 0)  # fmt: skip
+    counts = dict.fromkeys(COUNTS, 0)
     reviewers = TranscriptTurn.objects.filter(run__in=runs, node__kind=NodeKind.REVIEWER)
     counts["reviewer_nodes_excluded"] = reviewers.values("node").distinct().count()
     counts["reviewer_turns_excluded"] = reviewers.count()
@@ -385,7 +408,7 @@ def trajectory_export(
         selected.append(str(run.uuid))
         rows += _examples(run, verdicts=verdicts, passed=passed, tool_definitions=tool_definitions,
                           tools_text=tools_text, counts=counts)  # fmt: skip
-    summary = {
+    summary: dict[str, Any] = {
         "exporter_version": EXPORTER_VERSION,
         "runs": [str(r.uuid) for r in runs],
         "filters_applied": sorted(applied),
@@ -410,7 +433,5 @@ def trajectory_export(
         f"{sorted(applied) or 'none'}.\nReport: {json.dumps({k: summary[k] for k in ('removed_by', 'kept')})}\n"
         "Training data for an agent model (agent_sft), not for a run's base model."
     )
-    entry = data_register_export(
-        rows=rows, name=name.strip(), source=summary, readme=readme, scan=_scan, actor=actor
-    )
+    entry = data_register_export(rows=rows, name=name.strip(), source=summary, readme=readme, scan=_scan, actor=actor)
     return ExportResult(entry=entry, report=summary)

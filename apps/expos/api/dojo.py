@@ -48,7 +48,7 @@ class IsOperator(BasePermission):
         return is_human_operator(request.user)
 
 
-class TrajectoryExportInput(serializers.Serializer):
+class TrajectoryExportInput(serializers.Serializer[dict[str, Any]]):
     runs = serializers.ListField(child=serializers.UUIDField(), required=False, max_length=1000)
     all_finished = serializers.BooleanField(required=False, default=False)
     filters = serializers.ListField(
@@ -63,7 +63,7 @@ class TrajectoryExportInput(serializers.Serializer):
         return attrs
 
 
-class TrajectoryExportOutput(serializers.Serializer):
+class TrajectoryExportOutput(serializers.Serializer[dict[str, Any]]):
     entry = DataEntrySerializer()
     report = serializers.DictField()
 

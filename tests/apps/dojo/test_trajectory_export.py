@@ -50,8 +50,9 @@ URL = "/api/v1/dojo/trajectory-exports"
 
 
 def _call(call_id: str, name: str, **arguments) -> dict:
-    return {"role": "assistant", "content": "", "tool_calls": [
-        {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}  # fmt: skip
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    calls = [{"id": call_id, "type": "function", "function": function}]
+    return {"role": "assistant", "content": "", "tool_calls": calls}
 
 
 def _answer(call_id: str, body: dict) -> dict:
@@ -62,14 +63,16 @@ def _heuristic(world, node, step, calls: list[tuple[str, dict, int, dict]]) -> N
     tool_calls, answers, recorded = [], [], []
     for i, (name, args, status, body) in enumerate(calls):
         call_id = f"call_{step}_{i}"
-        tool_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}})
+        function = {"name": name, "arguments": json.dumps(args)}
+        tool_calls.append({"id": call_id, "type": "function", "function": function})
         answers.append(_answer(call_id, body if status < 400 else {"status": status, **body}))
         recorded.append({"name": name, "arguments": args, "result": {"status": status, "data": body}})
     opening = [{"role": "system", "content": f"The deterministic heuristic worker policy ({node.handle}); no LLM."},
                {"role": "user", "content": node.task}]  # fmt: skip
+    response = {"role": "assistant", "content": "", "tool_calls": tool_calls}
     turn_record(run=world.run, node=node, source="heuristic", step=step, index=0, messages=opening,
-                tools=tool_definitions("worker"), response={"role": "assistant", "content": "", "tool_calls": tool_calls},
-                tool_messages=answers, calls=recorded, model="heuristic", finish_reason="tool_calls")  # fmt: skip
+                tools=tool_definitions("worker"), response=response, tool_messages=answers, calls=recorded,
+                model="heuristic", finish_reason="tool_calls")  # fmt: skip
 
 
 def _llm(world, node, step, messages, response, answers, *, segment=0, summary="", role="worker") -> None:
@@ -160,7 +163,8 @@ def test_the_export_is_one_masked_conversation_per_segment_with_tools_and_metada
     assert meta["benchmark"] == f"{run.benchmark.name}@{run.benchmark.version}"
     assert meta["base_model"] == {"handle": run.base_checkpoint.handle,
                                   "manifest_sha256": run.base_checkpoint.manifest_sha256}  # fmt: skip
-    assert meta["outcome"]["final_score"] == 0.55 and meta["outcome"]["theta0_score"] == 0.25
+    assert meta["outcome"]["final_score"] == 0.55
+    assert meta["outcome"]["theta0_score"] == 0.25
     assert meta["compaction_summary"].startswith("Summary so far")
     assert {f["detector"]: f["passed"] for f in meta["filters"]}["outcome_beats_base"] is True
     assert {f["detector"]: f["passed"] for f in meta["filters"]}["no_executed_violation"] is False
@@ -172,7 +176,7 @@ def test_the_export_is_one_masked_conversation_per_segment_with_tools_and_metada
     # Reviewer transcripts are never exported (the scan would refuse them: they carry sealed prompts).
     assert all(r["metadata"]["role"] != "reviewer" for r in rows)
     assert (result.report["reviewer_nodes_excluded"], result.report["reviewer_turns_excluded"]) == (1, 1)
-    assert result.report["refused_or_unanswered_calls"] == 2
+    assert result.report["assistant_messages_refused"] == 2
 
     # Loadable with datasets from its folder, the same rows back.
     path = _local_path(entry)
@@ -198,7 +202,8 @@ def test_the_filter_report_counts_removals_and_nothing_is_registered_when_none_s
     with pytest.raises(ApplicationError, match="No trajectory filter 'outcome_beats_bas'"):
         _export(world, filters="outcome_beats_bas")
     unfiltered = _export(world, filters="none")
-    assert unfiltered.report["filters_applied"] == [] and unfiltered.entry.rows == 3
+    assert unfiltered.report["filters_applied"] == []
+    assert unfiltered.entry.rows == 3
 
 
 def test_an_export_containing_sealed_items_is_refused_and_nothing_is_registered(world):
@@ -211,7 +216,8 @@ def test_an_export_containing_sealed_items_is_refused_and_nothing_is_registered(
     with pytest.raises(Conflict) as caught:
         _export(world, filters="none")
     assert caught.value.code == "contains_sealed_items"
-    assert "worker_0003 segment 0" in caught.value.message and "nothing was registered" in caught.value.message
+    assert "worker_0003 segment 0" in caught.value.message
+    assert "nothing was registered" in caught.value.message
     assert DataEntry.objects.count() == entries
     assert Event.objects.filter(type="data.exported").count() == events
     assert not list(Path(artifact_store().root).rglob("*.jsonl"))
@@ -233,7 +239,8 @@ def test_the_command_prints_the_filter_table_and_the_entry_and_refuses_bad_input
     text = out.getvalue()
     entry = DataEntry.objects.get(name="cli")
     assert f"registered {entry.handle} ({entry.uuid})" in text
-    assert "no_executed_violation@1" in text and "outcome_beats_base@1" in text
+    assert "no_executed_violation@1" in text
+    assert "outcome_beats_base@1" in text
     assert "kept with behaviour filters only 0, outcome only 1, both 0" in text
     with pytest.raises(CommandError, match="not a uuid: nope"):
         call_command("export_trajectories", "--run", "nope")
@@ -252,11 +259,13 @@ def test_the_endpoint_is_for_operators_and_answers_bad_input_with_400(world, cli
     assert client.post(URL, body, content_type="application/json").status_code == 403
     client.force_login(world.people["viewer"])
     denied = client.post(URL, body, content_type="application/json")
-    assert denied.status_code == 403 and "operator" in denied.json()["error"]["message"]
+    assert denied.status_code == 403
+    assert "operator" in denied.json()["error"]["message"]
     client.force_login(world.people["operator"])
     for bad, code in (({}, "invalid"), ({"runs": ["x"]}, "invalid"),
                       ({"runs": [str(world.run.uuid)], "all_finished": True}, "invalid"),
-                      ({**body, "filters": ["cheating"]}, "unknown_filter"), ({**body, "filters": []}, "unknown_filter"),
+                      ({**body, "filters": ["cheating"]}, "unknown_filter"),
+                      ({**body, "filters": []}, "unknown_filter"),
                       ({"all_finished": True}, "nothing_to_export")):  # fmt: skip
         answer = client.post(URL, bad, content_type="application/json")
         assert (answer.status_code, answer.json()["error"]["code"]) == (400, code), (bad, answer.json())
@@ -266,7 +275,8 @@ def test_the_endpoint_is_for_operators_and_answers_bad_input_with_400(world, cli
     made = client.post(URL, body, content_type="application/json")
     assert made.status_code == 201, made.json()
     entry = DataEntry.objects.get(name="rest")
-    assert made.json()["entry"]["handle"] == entry.handle and made.json()["report"]["examples"] == 3
+    assert made.json()["entry"]["handle"] == entry.handle
+    assert made.json()["report"]["examples"] == 3
     assert "dojo_trajectory_export" in client.get("/api/v1/schema/").content.decode()
 
 

@@ -61,8 +61,10 @@ class Command(BaseCommand):
             except ApplicationError as exc:
                 raise CommandError(exc.message) from exc
         try:
-            result = trajectory_export(runs=runs, name=options["name"], filters=options["filters"],
-                                       tool_definitions=tool_definitions, actor="manage.py export_trajectories")  # fmt: skip
+            result = trajectory_export(
+                runs=runs, name=options["name"], filters=options["filters"], tool_definitions=tool_definitions,
+                actor="manage.py export_trajectories",
+            )  # fmt: skip
         except ApplicationError as exc:
             if "report" in exc.detail:
                 self.stdout.write("\n".join(_table(exc.detail["report"])))
