@@ -29,6 +29,7 @@ caller passes ``tool_definitions(role)``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -236,13 +237,9 @@ def _node_segments(turns: list[TranscriptTurn], needed: set[int], blobs: dict[st
 def _messages(segment: _Segment) -> tuple[list[dict[str, Any]], int]:
     """The segment's messages in the exported form, with train flags; returns (messages, refused)."""
     raw = segment.messages
-    answers: dict[str, list[Any]] = {}
-    for message, _ in raw:
-        if message.get("role") == "tool" and message.get("tool_call_id") is not None:
-            answers.setdefault(str(message["tool_call_id"]), []).append(message.get("content"))
     out: list[dict[str, Any]] = []
     refused = 0
-    for message, origin in raw:
+    for j, (message, origin) in enumerate(raw):
         role = _ROLES.get(str(message.get("role")))
         if role is None:
             raise ValueError(f"role {message.get('role')!r} has no place in a chat dataset")
@@ -251,6 +248,10 @@ def _messages(segment: _Segment) -> tuple[list[dict[str, Any]], int]:
             calls = [c for c in (_tool_call(c, i) for i, c in enumerate(message.get("tool_calls") or [])) if c]
             if calls:
                 item["tool_calls"] = calls
+            # The answers are the tool messages right after it (call ids repeat across turns).
+            answers: dict[str, list[Any]] = {}
+            for reply, _ in itertools.takewhile(lambda pair: pair[0].get("role") == "tool", raw[j + 1 :]):
+                answers.setdefault(str(reply.get("tool_call_id")), []).append(reply.get("content"))
             answered = [answers.get(c["id"]) for c in calls]
             bad = any(a is None or any(_answer_refused(x) for x in a) for a in answered)
             refused += bad

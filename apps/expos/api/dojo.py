@@ -76,12 +76,16 @@ class TrajectoryExportView(APIView):
 
     @extend_schema(
         request=TrajectoryExportInput,
+        # 400 (bad input, an unknown filter, a run not ended, nothing to export), 403 (not an operator)
+        # and 404 (no such run) get the Error body from apps.expos.openapi.postprocess.
         responses={
             201: TrajectoryExportOutput,
-            400: OpenApiResponse(description="Bad input, an unknown filter, a run not ended, nothing to export."),
-            403: OpenApiResponse(description="Not an operator."),
-            404: OpenApiResponse(description="A named run does not exist."),
-            409: OpenApiResponse(description="The contamination scan refused the data; nothing was registered."),
+            411: OpenApiResponse(description="length_required: a chunked body; send Content-Length."),
+            413: OpenApiResponse(description="request_too_large: the body exceeds RSI_MAX_REQUEST_BYTES."),
+            409: OpenApiResponse(
+                description="contains_sealed_items or contamination_unverifiable: the contamination scan refused "
+                "the data; nothing was registered."
+            ),
         },
         operation_id="dojo_trajectory_export",
     )

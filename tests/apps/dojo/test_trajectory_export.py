@@ -97,8 +97,9 @@ def record_transcripts(world, sealed) -> None:
     refused = _call("b1", "worker_submit", recipe="dpo")
     refused_answer = _answer("b1", {"status": 409, "error": {"code": "quota", "message": "over quota"}})
     _llm(world, w2, 3, [system, summary], refused, [refused_answer], segment=1, summary=summary["content"])
-    ok = _call("b2", "worker_submit", recipe="dpo", max_steps=20)
-    ok_answer = _answer("b2", {"experiment": "exp_0006"})
+    # The model reuses its call id (some do): each call is answered by the tool messages after it.
+    ok = _call("b1", "worker_submit", recipe="dpo", max_steps=20)
+    ok_answer = _answer("b1", {"experiment": "exp_0006"})
     _llm(world, w2, 4, [system, summary, refused, refused_answer], ok, [ok_answer], segment=1,
          summary=summary["content"])  # fmt: skip
     # The Reviewer reads per-sample rows whose prompts are sealed items: its transcript carries them.
@@ -144,6 +145,7 @@ def test_the_export_is_one_masked_conversation_per_segment_with_tools_and_metada
     assert [m["tool_call_id"] for m in heuristic if m["role"] == "tool"] == ["call_1_0", "call_1_1", "call_2_0"]
     assert json.loads(heuristic[5]["tool_calls"][0]["function"]["arguments"]) == {"data": ["data_0001"]}
 
+    assert [m["tool_call_id"] for m in by_key[("worker_0002", 1)]["messages"] if m["role"] == "tool"] == ["b1", "b1"]
     llm0 = by_key[("worker_0002", 0)]["messages"]
     assert [(m["role"], m["train"]) for m in llm0] == [
         ("system", False), ("user", False), ("assistant", True), ("tool", False), ("assistant", True)]  # fmt: skip
