@@ -27,7 +27,7 @@ from apps.core.errors import ApplicationError, Conflict
 from apps.core.hashing import sha256_tree
 from apps.datapool.models import AGENT_FORMATS, DataEntry
 from apps.datapool.selectors import data_entry_list
-from apps.datapool.services import data_load_rows
+from apps.datapool.services import data_load_rows, data_register_export
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.dojo.export import trajectory_export
 from apps.dojo.services import agent_sft_enqueue
@@ -223,6 +223,22 @@ def test_an_export_containing_sealed_items_is_refused_and_nothing_is_registered(
     assert DataEntry.objects.count() == entries
     assert Event.objects.filter(type="data.exported").count() == events
     assert not list(Path(artifact_store().root).rglob("*.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": "[]"}, "message 0 needs train"),
+        ({"messages": [{"role": "user", "content": "hi", "train": False}], "tools": []}, "tools must be the JSON text"),
+        ({"messages": [{"role": "tool", "content": "{}", "train": False}], "tools": "[]"}, "names the call it answers"),
+        ({"messages": [], "tools": "[]"}, "messages must be a non-empty list"),
+    ],
+)
+def test_the_datapool_refuses_a_malformed_chat_row_and_keeps_nothing(artifact_root, row, why):
+    with pytest.raises(ApplicationError, match=why) as caught:
+        data_register_export(rows=[row], name="bad", source={}, readme="r", scan=lambda rows, sha: None)
+    assert caught.value.code == "bad_chat_row"
+    assert not DataEntry.objects.exists()
 
 
 def test_agents_never_see_chat_entries(world):
