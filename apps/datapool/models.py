@@ -11,6 +11,12 @@ from apps.core.models import BaseModel, UUIDModel
 class DataFormat(models.TextChoices):
     SFT = "sft"  # {"prompt", "completion"}
     DPO = "dpo"  # {"prompt", "chosen", "rejected"}
+    CHAT = "chat"  # {"messages", "tools", "metadata"}: agent trajectories (apps.dojo.export), TRL conversational
+
+
+# What research agents may list and train the base model on: a chat entry is an agent's own
+# trajectory (RSI-Dojo), training data for an agent model, never for the run's base model.
+AGENT_FORMATS = (DataFormat.SFT, DataFormat.DPO)
 
 
 class SourceKind(models.TextChoices):
@@ -18,6 +24,7 @@ class SourceKind(models.TextChoices):
     CATALOG = "catalog"
     JOB = "job"
     HUB = "hub"
+    EXPORT = "export"  # trajectories exported from recorded transcripts (apps.dojo.export)
 
 
 class DataEntry(UUIDModel):

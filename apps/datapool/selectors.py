@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import QuerySet
@@ -17,10 +18,17 @@ MAX_ROWS = 1000
 
 
 def data_entry_list(
-    *, format: str | None = None, source_kind: str | None = None, search: str | None = None
+    *,
+    format: str | None = None,
+    source_kind: str | None = None,
+    search: str | None = None,
+    formats: Sequence[str] | None = None,
 ) -> QuerySet[DataEntry]:
-    """Datapool entries, oldest first. The pool is shared across runs (DESIGN.md)."""
-    entries = DataEntry.objects.all()
+    """Datapool entries, oldest first. The pool is shared across runs (DESIGN.md).
+
+    ``formats`` limits the list to those formats (agents get ``AGENT_FORMATS``: never chat).
+    """
+    entries = DataEntry.objects.all() if formats is None else DataEntry.objects.filter(format__in=formats)
     if format:
         entries = entries.filter(format=format)
     if source_kind:
@@ -30,9 +38,9 @@ def data_entry_list(
     return entries.order_by("created_at", "id")
 
 
-def data_entry_get(handle_or_uuid: str) -> DataEntry:
-    """One entry by its handle (``data_0007``) or its uuid."""
-    entries = DataEntry.objects.all()
+def data_entry_get(handle_or_uuid: str, *, formats: Sequence[str] | None = None) -> DataEntry:
+    """One entry by its handle (``data_0007``) or its uuid (404 when not one of ``formats``)."""
+    entries = DataEntry.objects.all() if formats is None else DataEntry.objects.filter(format__in=formats)
     try:
         key = uuid.UUID(str(handle_or_uuid))
     except ValueError:

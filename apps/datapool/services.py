@@ -24,6 +24,7 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -181,9 +182,59 @@ def _parse_row(text: str, *, shown: str, lineno: int) -> Any:
     return value
 
 
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def _check_chat_row(value: dict[str, Any], *, shown: str, lineno: int) -> None:
+    """One conversation of a ``chat`` entry: TRL's conversational form with tools and per-message masks.
+
+    ``messages``: objects with a role, text content, ``train`` (true/false), assistant
+    ``tool_calls`` ({id, type: function, function: {name, arguments: JSON text}}) and the
+    ``tool_call_id`` of every tool message; ``tools``: the JSON text of the tool definitions (as TRL
+    reads it: one Arrow type whatever the schemas); ``metadata``: an object.
+    """
+
+    def bad(what: str) -> ApplicationError:
+        return ApplicationError("bad_chat_row", f"{shown} line {lineno}: {what}", line=lineno)
+
+    messages = value.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages must be a non-empty list")
+    for j, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+            raise bad(f"message {j} needs a role, one of {', '.join(CHAT_ROLES)}")
+        if not isinstance(message.get("content"), str):
+            raise bad(f"message {j} content must be text")
+        if not isinstance(message.get("train"), bool):
+            raise bad(f"message {j} needs train: true or false")
+        calls = message.get("tool_calls")
+        if calls is not None:
+            if message["role"] != "assistant" or not isinstance(calls, list):
+                raise bad(f"message {j}: only an assistant message has tool_calls, as a list")
+            for call in calls:
+                function = call.get("function") if isinstance(call, dict) else None
+                if (
+                    not isinstance(function, dict)
+                    or not isinstance(call.get("id"), str)
+                    or not all(isinstance(function.get(k), str) for k in ("name", "arguments"))
+                ):
+                    raise bad(f"message {j}: a tool call is {{id, type, function: {{name, arguments (JSON text)}}}}")
+        if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
+            raise bad(f"message {j}: a tool message names the call it answers (tool_call_id)")
+    tools = value.get("tools")
+    try:
+        parsed = json.loads(tools) if isinstance(tools, str) else None
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, list):
+        raise bad("tools must be the JSON text of a list of tool definitions")
+    if not isinstance(value.get("metadata", {}), dict):
+        raise bad("metadata must be an object")
+
+
 def _inspect_jsonl(path: Path, *, format: str | None, shown: str) -> tuple[int, str, dict[str, str]]:
     """Validate a JSONL file row by row; return (rows, format, schema). Names the first bad line."""
-    if format is not None and format not in FORMAT_COLUMNS:
+    if format is not None and format not in FORMAT_COLUMNS and format != DataFormat.CHAT:
         raise ApplicationError("unknown_format", f"format must be one of {sorted(FORMAT_COLUMNS)}, got {format!r}.")
     rows = 0
     types: dict[str, set[str]] = {}
@@ -215,6 +266,12 @@ def _inspect_jsonl(path: Path, *, format: str | None, shown: str) -> tuple[int, 
                         f"{shown} line {lineno} has columns {sorted(value)}; expected sft (prompt, completion) "
                         "or dpo (prompt, chosen, rejected).",
                     )
+            if format == DataFormat.CHAT:
+                _check_chat_row(value, shown=shown, lineno=lineno)
+                for key, item in value.items():
+                    types.setdefault(key, set()).add(_json_type(item))
+                rows += 1
+                continue
             required = FORMAT_COLUMNS[format]
             missing = [c for c in required if c not in value]
             if missing:
@@ -567,6 +624,43 @@ def data_register_from_job(
         staged.discard()
 
 
+def data_register_export(
+    *,
+    rows: list[dict[str, Any]],
+    name: str,
+    source: dict[str, Any],
+    readme: str,
+    scan: Callable[[list[dict[str, Any]], str], None],
+    actor: str = "system",
+) -> DataEntry:
+    """Register exported agent trajectories (format chat, source export) once ``scan`` lets them in.
+
+    The rows are written as canonical JSONL and staged; ``scan(rows, sha256)`` then sees the rows
+    read back from the staged bytes (exactly what would be stored) and raises to refuse them, in
+    which case nothing is stored or recorded. Identical bytes return the existing entry.
+    """
+    name = _check_name(name)
+    staged = _stage_rows(rows, shown="trajectory export", format=DataFormat.CHAT)
+    try:
+        with staged.path.open("r", encoding="utf-8") as handle:
+            stored = [json.loads(line) for line in handle]
+        scan(stored, staged.sha256)
+        entry = _register_staged(
+            staged,
+            name=name,
+            source_kind=SourceKind.EXPORT,
+            source=source,
+            what=f"trajectory export {name!r} by {actor}",
+            readme=f"{readme}\n\nRegistered by {actor} ({staged.rows} conversations, chat).",
+            run=None,
+            node=None,
+            event_type="data.exported",
+        )
+    finally:
+        staged.discard()
+    return entry
+
+
 # --------------------------------------------------------------------------- readme and usage
 
 
@@ -752,6 +846,7 @@ __all__ = [
     "DataFormat",
     "data_load_rows",
     "data_readme_append",
+    "data_register_export",
     "data_register_from_catalog",
     "data_register_from_job",
     "data_register_from_workspace",

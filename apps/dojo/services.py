@@ -21,7 +21,7 @@ from django.db import transaction
 
 from apps.core.errors import ApplicationError
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
-from apps.datapool.models import DataEntry
+from apps.datapool.models import DataEntry, DataFormat
 from apps.dojo.choices import BuildStatus, EnvironmentStatus
 from apps.dojo.models import EnvironmentBuild, TaskEnvironment
 from apps.dojo.registry import task_sources
@@ -231,6 +231,12 @@ def agent_sft_enqueue(
 
     if not datasets:
         raise ApplicationError("no_trajectories", "agent_sft needs at least one trajectory dataset.")
+    wrong = [f"{e.handle} ({e.format})" for e in datasets if e.format != DataFormat.CHAT]
+    if wrong:
+        raise ApplicationError(
+            "not_trajectories",
+            f"agent_sft trains on chat entries (exported trajectories: manage.py export_trajectories), not {wrong}.",
+        )
     try:
         config = agent_sft_config(hyperparameters)
     except ValueError as exc:

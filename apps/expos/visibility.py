@@ -30,7 +30,7 @@ from apps.benchmarks.models import Split
 from apps.core.errors import PermissionDenied
 from apps.core.jsonsafe import storable
 from apps.core.people import is_person
-from apps.datapool.models import DataEntry
+from apps.datapool.models import AGENT_FORMATS, DataEntry
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Evaluation, Event, Experiment
 from apps.experiments.scores import score_decimals, score_rounded
@@ -236,8 +236,12 @@ def visible_checkpoints(caller: Caller) -> QuerySet[Checkpoint]:
 
 
 def visible_datapool(caller: Caller) -> QuerySet[DataEntry]:
-    """The datapool is shared across runs and open to every role (DESIGN.md)."""
-    return DataEntry.objects.all()
+    """The datapool is shared across runs and open to every role (DESIGN.md), except that agents
+    never see exported agent trajectories (format chat): those train agent models, not θ0."""
+    entries = DataEntry.objects.all()
+    if isinstance(caller, ToolContext):
+        return entries.filter(format__in=AGENT_FORMATS)
+    return entries
 
 
 def visible_reports(caller: Caller) -> QuerySet[ReviewReport]:

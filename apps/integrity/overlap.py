@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +161,26 @@ def _layer(status: str, *, required: bool, detail: str = "", matches: int = 0) -
 
 
 def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, Any] | None = None) -> dict[str, Any]:
-    """How a datapool entry overlaps a benchmark's sealed items: counts, layers, matches for reviewers.
+    """How a datapool entry overlaps a benchmark's sealed items (:func:`rows_overlap` on its stored rows)."""
+    return rows_overlap(
+        rows=None, load=lambda: data_load_rows(entry=entry), sha256=entry.sha256, label=entry.handle,
+        benchmark=benchmark, policy=policy,
+    )  # fmt: skip
+
+
+def rows_overlap(
+    *,
+    rows: list[dict[str, Any]] | None,
+    sha256: str,
+    label: str,
+    benchmark: Benchmark,
+    policy: dict[str, Any] | None = None,
+    load: Callable[[], list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """How rows (a datapool entry's, or data about to be registered) overlap a benchmark's sealed items.
+
+    ``sha256`` is the rows' bytes' digest (the cache key), ``label`` names them in logs; ``load``
+    reads the rows when ``rows`` is None and the answer is not cached.
 
     ``policy`` is the run's (its ``contamination_layers`` and embedding threshold); None means the
     defaults. ``matches`` carry sample ids and the matching span of the sealed *prompt* (never an
@@ -174,7 +193,7 @@ def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, An
     wanted = [*layers["required"], *layers["optional"]]
     judge = judge_config() if "llm_judge" in wanted else None
     key = (
-        entry.sha256,
+        sha256,
         benchmark.pk,
         _sealed_key(benchmark),
         canonical_json(layers),
@@ -184,7 +203,10 @@ def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, An
     cached = _OVERLAPS.get(key)
     if cached is not None:
         return cached
-    rows = data_load_rows(entry=entry)
+    if rows is None:
+        if load is None:
+            raise ValueError("rows_overlap needs the rows or a way to load them")
+        rows = load()
     required = set(layers["required"])
     status: dict[str, dict[str, Any]] = {}
     matches: list[Any] = []
@@ -198,7 +220,7 @@ def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, An
             status[name] = _layer(RAN, required=name in required, matches=sum(1 for m in lexical if m.kind == name))
         matches += lexical
     except Exception as exc:  # noqa: BLE001 - a crashed layer is a status, and fails closed if required
-        logger.exception("contamination scanner failed on %s", entry.handle)
+        logger.exception("contamination scanner failed on %s", label)
         for name in scanner_wanted:
             status[name] = _layer("failed", required=name in required, detail=f"{type(exc).__name__}: {exc}")
 
@@ -226,7 +248,7 @@ def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, An
             matches += semantic
             matched_rows |= {m.row_index for m in semantic}
         except Exception as exc:  # noqa: BLE001
-            logger.exception("embedding layer failed on %s", entry.handle)
+            logger.exception("embedding layer failed on %s", label)
             status["embedding"] = _layer(
                 "failed", required="embedding" in required, detail=f"{type(exc).__name__}: {exc}"
             )
@@ -248,7 +270,7 @@ def data_overlap(*, entry: DataEntry, benchmark: Benchmark, policy: dict[str, An
             except JudgeError as exc:
                 status["llm_judge"] = _layer("failed", required="llm_judge" in required, detail=str(exc))
             except Exception as exc:  # noqa: BLE001 - a status, never a silent pass
-                logger.exception("LLM judge layer failed on %s", entry.handle)
+                logger.exception("LLM judge layer failed on %s", label)
                 detail = f"{type(exc).__name__}: {exc}"
                 status["llm_judge"] = _layer("failed", required="llm_judge" in required, detail=detail)
     for name in wanted:

@@ -5,7 +5,10 @@ A trajectory example is TRL's conversational format with tools and per-message m
     {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": ...,
                    "tool_calls": [{"type": "function", "function": {"name", "arguments"}}],
                    "train": false}],          # optional on assistant turns: do not learn this one
-     "tools": [<JSON schema of each tool>]}
+     "tools": [<JSON schema of each tool>]}   # or its JSON text, as a datapool chat entry stores it
+
+Datapool ``chat`` entries (apps.dojo.export) are read as they are: tools as JSON text, tool-call
+arguments as JSON text (parsed here), a ``metadata`` column (ignored) (`normalize_example`).
 
 `tokenize_example` renders the conversation with the tokenizer's chat template and marks the
 tokens of every assistant turn that is trained (its content, its tool calls and its end-of-turn
@@ -114,6 +117,42 @@ def _check_example(index: int, example: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
+def normalize_example(example: dict[str, Any]) -> dict[str, Any]:
+    """An exported conversation (a datapool ``chat`` row, or one read back by ``datasets``) as the
+    chat template wants it: ``tools`` parsed from its JSON text, keys that Arrow filled with null
+    dropped, and tool-call arguments parsed from JSON text to objects (as HF chat templates expect)."""
+    tools = example.get("tools")
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"'tools' is not JSON text: {exc}") from exc
+    messages = []
+    for message in example.get("messages") or []:
+        if not isinstance(message, dict):
+            messages.append(message)
+            continue
+        message = {k: v for k, v in message.items() if v is not None}
+        calls = []
+        for call in message.get("tool_calls") or []:
+            function = dict(call.get("function") or {}) if isinstance(call, dict) else {}
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    parsed = json.loads(arguments)
+                except json.JSONDecodeError:
+                    parsed = None
+                if isinstance(parsed, dict):
+                    function["arguments"] = parsed
+            calls.append({**call, "function": function} if isinstance(call, dict) else call)
+        if calls:
+            message["tool_calls"] = calls
+        else:
+            message.pop("tool_calls", None)
+        messages.append(message)
+    return {**example, "messages": messages, "tools": tools}
+
+
 def _render(
     tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], tools: Any, *, prompt: bool
 ) -> list[int]:
@@ -141,6 +180,7 @@ def tokenize_example(
     (with the generation prompt) and the conversation through it. The template must render
     prefixes stably; one that does not is refused, since its spans would be wrong.
     """
+    example = normalize_example(example)
     messages = _check_example(index, example)
     tools = example.get("tools")
     eot = end_of_turn_id(tokenizer, config)

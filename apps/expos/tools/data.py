@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from apps.benchmarks.models import Benchmark
 from apps.core.errors import ApplicationError
-from apps.datapool.models import DataEntry, DataFormat, DataUsage, SourceKind
+from apps.datapool.models import AGENT_FORMATS, DataEntry, DataUsage, SourceKind
 from apps.datapool.selectors import data_entry_get, data_entry_list, data_readme, data_rows
 from apps.datapool.services import data_readme_append, data_register_from_catalog, data_register_from_workspace
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
@@ -36,8 +36,8 @@ ANSWER_COLUMNS = ("completion", "chosen", "rejected", "answer", "response", "out
 HANDLE = {"type": "string", "minLength": 1, "maxLength": 64, "description": "Datapool handle (data_0007) or uuid."}
 LIST_IN = obj(
     {
-        "format": {"type": "string", "enum": list(DataFormat.values)},
-        "source_kind": {"type": "string", "enum": list(SourceKind.values)},
+        "format": {"type": "string", "enum": [str(f) for f in AGENT_FORMATS]},
+        "source_kind": {"type": "string", "enum": [s for s in SourceKind.values if s != SourceKind.EXPORT]},
         "search": {"type": "string", "maxLength": 200, "description": "Part of the entry name."},
         "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50},
         "offset": {"type": "integer", "minimum": 0, "maximum": 1_000_000, "default": 0},
@@ -191,7 +191,7 @@ ADD_IN = obj(
         },
         "format": {
             "type": "string",
-            "enum": list(DataFormat.values),
+            "enum": [str(f) for f in AGENT_FORMATS],
             "description": "Default: inferred from the rows.",
         },
         "teacher": {
@@ -246,7 +246,9 @@ def _readme(entry: DataEntry) -> list[dict[str, Any]]:
 
 
 def _page(args: dict[str, Any]) -> tuple[Any, int, int, int]:
-    entries = data_entry_list(format=args.get("format"), source_kind=args.get("source_kind"), search=args.get("search"))
+    entries = data_entry_list(
+        format=args.get("format"), source_kind=args.get("source_kind"), search=args.get("search"), formats=AGENT_FORMATS
+    )
     limit, offset = args.get("limit", 50), args.get("offset", 0)
     count = entries.count()
     return entries, count, limit, offset
@@ -320,7 +322,7 @@ def reviewer_show_datapool(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     errors=("data_not_found", "data_unreadable"),
 )
 def worker_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    entry = data_entry_get(args["data"])
+    entry = data_entry_get(args["data"], formats=AGENT_FORMATS)
     rows = data_rows(entry, limit=args.get("rows", 5))
     sealed = _sealed_row_indices(rows)
     # Fail closed: when the sealed items cannot be checked, no row is known to be safe to show.
@@ -348,7 +350,7 @@ def worker_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
     errors=("data_not_found", "data_unreadable", "seal_broken"),
 )
 def reviewer_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    entry = data_entry_get(args["data"])
+    entry = data_entry_get(args["data"], formats=AGENT_FORMATS)
     overlap = data_overlap(entry=entry, benchmark=ctx.run.benchmark, policy=ctx.run.policy)
     rows = data_rows(entry, limit=args.get("rows", 5))
     matched_rows = {m["row"] for m in overlap["matches"]} if not overlap["truncated"] else None
@@ -469,7 +471,7 @@ def _catalog_root() -> Path:
     errors=("data_not_found", "empty_text", "text_too_long"),
 )
 def worker_update_readme(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    entry = data_entry_get(args["data"])
+    entry = data_entry_get(args["data"], formats=AGENT_FORMATS)
     data_readme_append(entry=entry, author=ctx.actor, text=args["text"], node=ctx.node)
     ctx.result_ref = f"data:{entry.uuid}"
     return {"data": entry.handle, "readme": _readme(entry)}

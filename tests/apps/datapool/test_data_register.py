@@ -6,6 +6,7 @@ import ctypes
 import hashlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,7 @@ from apps.experiments.services import experiment_create
 from apps.research.models import ResearchNode
 from apps.research.services import node_create
 from tests.apps.benchmarks.minibench_fixture import write_jsonl
+from tests.support.procs import run_python, sqlite_env
 
 pytestmark = pytest.mark.django_db
 
@@ -363,3 +365,34 @@ def test_a_file_over_the_limit_is_refused_before_any_byte_is_copied(artifact_roo
     assert list(staging_root.iterdir()) == []  # not even a staging folder: nothing was copied
     assert stored_files(artifact_root) == before
     assert not DataEntry.objects.exists()
+
+
+SQLITE_GUARDS = """
+import os
+from pathlib import Path
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from apps.datapool.services import data_register_from_workspace
+workspace = Path(os.environ["RSI_DATA_DIR"]) / "ws"
+workspace.mkdir()
+(workspace / "d.jsonl").write_text('{"prompt": "a", "completion": "b"}\\n')
+print(data_register_from_workspace(workspace=workspace, path="d.jsonl", name="d").pk)
+"""
+
+
+def test_sqlite_keeps_the_entry_guards_after_the_chat_format_migration(tmp_path: Path):
+    # datapool 0005 changes the format and source constraints: SQLite rebuilds the table, and the
+    # guards of 0003 and 0004 are installed again on the copy.
+    made = run_python(SQLITE_GUARDS, env=sqlite_env(tmp_path), timeout=180)
+    pk = int(made.stdout.strip().splitlines()[-1])
+    db = sqlite3.connect(tmp_path / "rsiweb.sqlite3")
+    for statement in ("UPDATE datapool_dataentry SET name = 'renamed'", "DELETE FROM datapool_dataentry"):
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            db.execute(statement)
+    assert db.execute("SELECT count(*) FROM datapool_dataentry WHERE id = ?", (pk,)).fetchone() == (1,)
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint"):
+        db.execute(
+            "INSERT INTO datapool_dataentry (uuid, created_at, updated_at, handle, name, uri, sha256, rows, size_bytes,"
+            " format, schema, source_kind, source, teacher) VALUES ('u', datetime('now'), datetime('now'), 'h', 'n',"
+            " 'x', 's', 1, 1, 'csv', '{}', 'export', '{}', '')"
+        )

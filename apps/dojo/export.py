@@ -1,0 +1,438 @@
+"""Trajectory export (RSI-Dojo): recorded transcripts -> a TRL conversational dataset in the datapool.
+
+One example per compaction segment of every non-reviewer node of the chosen runs:
+
+    {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str, "train": bool,
+                   "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": JSON text}}],
+                   "tool_call_id": str}],                     # tool_calls: assistant; tool_call_id: tool
+     "tools": JSON text of the role's tool definitions (the registry's schemas, OpenAI form),
+     "metadata": {run, node, role, segment, segment_index, task, benchmark, base_model, outcome,
+                  filters, passed_filters, source_turns}}
+
+``train`` is true only on an assistant message that a recorded turn produced and whose every tool
+call was answered without a refusal (a 4xx/5xx status, or the policy's unknown/malformed-call
+error); everything else is context, not learned. ``tools`` is JSON text because the tool schemas
+differ in shape and one Arrow column must have one type (TRL's SFTTrainer and agent_sft parse
+it). A segment without a trained assistant message is left out.
+
+Reviewer transcripts are never exported: a Reviewer reads sealed-adjacent evidence (prompts of
+matched sealed items, model outputs) and there is no redaction. Trajectories are judged by the
+filters (apps.dojo.filters) first; the report counts what each removed and what survives
+behaviour-only, outcome-only and both. Before the dataset is registered it is scanned against the
+sealed items of every benchmark with the same overlap function the submission review uses
+(apps.integrity.overlap.rows_overlap); any match, or a required layer that could not run, refuses
+the export and nothing is registered.
+
+The tool registry lives in the interface layer (apps.expos), which domain apps may not import: the
+caller passes ``tool_definitions(role)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apps.benchmarks.models import Benchmark
+from apps.core.errors import ApplicationError, Conflict
+from apps.datapool.models import DataEntry
+from apps.datapool.services import data_register_export
+from apps.dojo.filters import BEHAVIOUR, DETECTORS, OUTCOME, Detector, Trajectory, trajectory_filter_report
+from apps.integrity.overlap import rows_overlap
+from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, RunStatus
+from apps.research.models import Run, TranscriptBlob, TranscriptTurn
+
+EXPORTER_VERSION = 1
+_BLOB_CHUNK = 2000
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+_STATUS_PREFIX = re.compile(r'^\s*\{\s*"status"\s*:\s*(\d{3})')
+FILTER_GROUPS = {"all", "none", BEHAVIOUR, OUTCOME}
+# What the report counts while conversations are built.
+COUNTS = ("nodes", "turns", "segments", "segments_without_trained_turn", "segments_unexportable",
+          "assistant_messages_refused", "masked_assistant_messages")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    entry: DataEntry
+    report: dict[str, Any]
+
+
+def resolve_filters(spec: str | Sequence[str] | None) -> tuple[Detector, ...]:
+    """The detectors to apply: ``all`` (default), ``none``, ``behaviour``, ``outcome`` or detector names.
+
+    Names may carry their version (``outcome_beats_base@1``); a comma-separated string works too.
+    """
+    if spec is None:
+        return DETECTORS
+    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    items = [s for s in items if s]
+    if not items:
+        raise ApplicationError("unknown_filter", "Name at least one filter, or 'none' to apply none.")
+    by_name = {d.name: d for d in DETECTORS} | {f"{d.name}@{d.version}": d for d in DETECTORS}
+    chosen: list[Detector] = []
+    for item in items:
+        if item == "all":
+            found = list(DETECTORS)
+        elif item == "none":
+            found = []
+        elif item in (BEHAVIOUR, OUTCOME):
+            found = [d for d in DETECTORS if d.kind == item]
+        elif item in by_name:
+            found = [by_name[item]]
+        else:
+            names = ", ".join(sorted(FILTER_GROUPS) + [f"{d.name}@{d.version}" for d in DETECTORS])
+            raise ApplicationError("unknown_filter", f"No trajectory filter {item!r}; choose from {names}.")
+        chosen += [d for d in found if d not in chosen]
+    return tuple(chosen)
+
+
+def finished_runs() -> list[Run]:
+    """Every finished run (ended with its final evaluation), oldest first."""
+    return list(Run.objects.filter(status=RunStatus.FINISHED).order_by("created_at", "pk"))
+
+
+def _check_runs(runs: Sequence[Run]) -> list[Run]:
+    if not runs:
+        raise ApplicationError("no_runs", "Name at least one run to export (or every finished run).")
+    unique = list({run.pk: run for run in runs}.values())
+    active = [r for r in unique if r.status not in RUN_TERMINAL_STATES]
+    if active:
+        listed = ", ".join(f"{r.uuid} ({r.status})" for r in active)
+        raise ApplicationError(
+            "run_not_ended",
+            f"Runs still in progress cannot be exported (their transcripts still grow): {listed}. "
+            "Export them once they have finished, stopped or failed.",
+        )
+    return unique
+
+
+# --------------------------------------------------------------------------- reading transcripts
+
+
+def _blobs(shas: set[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    ordered = sorted(shas)
+    for i in range(0, len(ordered), _BLOB_CHUNK):
+        chunk = ordered[i : i + _BLOB_CHUNK]
+        out.update(TranscriptBlob.objects.filter(sha256__in=chunk).values_list("sha256", "value"))
+    return out
+
+
+def _needed(turns: list[TranscriptTurn]) -> set[int]:
+    """The turns whose request and answers make up the exported conversations (by pk).
+
+    An LLM turn's request repeats the whole conversation so far, so a segment's conversation is its
+    last LLM turn's request plus that turn's answers: the earlier requests are never read (reading
+    them all would be quadratic in the segment's length). Heuristic and harness turns are
+    concatenated, so each of them is needed.
+    """
+    needed: set[int] = set()
+    for i, turn in enumerate(turns):
+        following = turns[i + 1] if i + 1 < len(turns) else None
+        last_llm = following is None or following.node_id != turn.node_id or following.segment != turn.segment or (
+            following.source != "llm"
+        )  # fmt: skip
+        if turn.source != "llm" or last_llm:
+            needed.add(turn.pk)
+    return needed
+
+
+def _run_turns(run: Run) -> tuple[list[TranscriptTurn], set[int], dict[str, Any]]:
+    """The run's non-reviewer turns in node and seq order, the ones needed, and their blobs (a few queries)."""
+    turns = list(
+        TranscriptTurn.objects.filter(run=run)
+        .exclude(node__kind=NodeKind.REVIEWER)
+        .select_related("node")
+        .order_by("node_id", "seq")
+    )
+    needed = _needed(turns)
+    top = _blobs({sha for t in turns if t.pk in needed for sha in (t.request, t.response, t.tool_messages)})
+    inner: set[str] = set()
+    for turn in turns:
+        if turn.pk in needed:
+            inner.update((top.get(turn.request) or {}).get("messages") or [])
+    return turns, needed, top | _blobs(inner - set(top))
+
+
+def _answer_refused(content: Any) -> bool:
+    """A tool answer that refused the call: a 4xx/5xx status, or the policy's own call error."""
+    text = content if isinstance(content, str) else json.dumps(content, default=str)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        match = _STATUS_PREFIX.match(text)  # an answer cut at the policy's length limit
+        return match is not None and int(match.group(1)) >= 400
+    if not isinstance(value, dict):
+        return False
+    status = value.get("status")
+    if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
+        return True
+    error = value.get("error")
+    return isinstance(error, dict) and "code" in error
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _tool_call(call: Any, index: int) -> dict[str, Any] | None:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return None
+    function = call["function"]
+    arguments = function.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
+    return {
+        "id": str(call.get("id") or f"call_{index}"),
+        "type": "function",
+        "function": {"name": str(function.get("name", "")), "arguments": arguments},
+    }
+
+
+@dataclass
+class _Segment:
+    segment: int
+    messages: list[tuple[dict[str, Any], TranscriptTurn | None]]
+    turns: list[TranscriptTurn]
+    summary: str
+
+
+def _node_segments(turns: list[TranscriptTurn], needed: set[int], blobs: dict[str, Any]) -> list[_Segment]:
+    """One conversation per compaction segment (as research.transcripts.segment_conversations builds
+    it), each message paired with the turn that produced it (None: not produced by a recorded turn)."""
+    by_response = {turn.response: turn for turn in turns}
+    out: list[_Segment] = []
+    for turn in turns:
+        if not out or out[-1].segment != turn.segment:
+            out.append(_Segment(turn.segment, [], [], turn.summary))
+        current = out[-1]
+        current.turns.append(turn)
+        if turn.pk not in needed:
+            continue  # an LLM turn that a later request of its segment repeats
+        request = blobs.get(turn.request) or {}
+        shas = list(request.get("messages") or [])
+        response = blobs.get(turn.response)
+        answers: list[tuple[dict[str, Any], TranscriptTurn | None]] = [
+            (m, turn) for m in (blobs.get(turn.tool_messages) or []) if isinstance(m, dict)
+        ]
+        produced: list[tuple[dict[str, Any], TranscriptTurn | None]] = (
+            [(response, turn)] if isinstance(response, dict) else []
+        )
+        if turn.source == "llm":
+            context = [(blobs.get(sha), by_response.get(sha)) for sha in shas]
+            current.messages = [(m, t) for m, t in context if isinstance(m, dict)] + produced + answers
+        else:
+            if not current.messages:
+                current.messages = [(m, None) for m in (blobs.get(sha) for sha in shas) if isinstance(m, dict)]
+            current.messages += produced + answers
+    return out
+
+
+def _messages(segment: _Segment) -> tuple[list[dict[str, Any]], int]:
+    """The segment's messages in the exported form, with train flags; returns (messages, refused)."""
+    raw = segment.messages
+    out: list[dict[str, Any]] = []
+    refused = 0
+    for j, (message, origin) in enumerate(raw):
+        role = _ROLES.get(str(message.get("role")))
+        if role is None:
+            raise ValueError(f"role {message.get('role')!r} has no place in a chat dataset")
+        item: dict[str, Any] = {"role": role, "content": _text(message.get("content")), "train": False}
+        if role == "assistant":
+            calls = [c for c in (_tool_call(c, i) for i, c in enumerate(message.get("tool_calls") or [])) if c]
+            if calls:
+                item["tool_calls"] = calls
+            # The answers are the tool messages right after it (call ids repeat across turns).
+            answers: dict[str, list[Any]] = {}
+            for reply, _ in itertools.takewhile(lambda pair: pair[0].get("role") == "tool", raw[j + 1 :]):
+                answers.setdefault(str(reply.get("tool_call_id")), []).append(reply.get("content"))
+            answered = [answers.get(c["id"]) for c in calls]
+            bad = any(a is None or any(_answer_refused(x) for x in a) for a in answered)
+            refused += bad
+            item["train"] = origin is not None and not bad and bool(calls or item["content"].strip())
+        elif role == "tool":
+            item["tool_call_id"] = str(message.get("tool_call_id") or "")
+        out.append(item)
+    return out, refused
+
+
+# --------------------------------------------------------------------------- the export
+
+
+def _outcome(run: Run, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    evidence: dict[str, Any] = next((v["evidence"] for v in verdicts if v["detector"] == "outcome_beats_base"), {})
+    return {
+        "run_status": run.status,
+        "final_score": evidence.get("final"),
+        "theta0_score": evidence.get("theta0"),
+        "gain": evidence.get("difference"),
+        "returned_checkpoint": run.result_checkpoint.handle if run.result_checkpoint is not None else None,
+    }
+
+
+def _examples(
+    run: Run,
+    *,
+    verdicts: list[dict[str, Any]],
+    passed: bool,
+    tool_definitions: Callable[[str], list[dict[str, Any]]],
+    tools_text: dict[str, str],
+    counts: dict[str, int],
+) -> list[dict[str, Any]]:
+    turns, needed, blobs = _run_turns(run)
+    counts["turns"] += len(turns)
+    filters = [{k: v[k] for k in ("detector", "version", "kind", "passed", "reason")} for v in verdicts]
+    base = run.base_checkpoint
+    shared: dict[str, Any] = {
+        "run": str(run.uuid),
+        "run_name": run.name,
+        "benchmark": f"{run.benchmark.name}@{run.benchmark.version}",
+        "target_capability": run.target_capability,
+        "base_model": {"handle": base.handle, "manifest_sha256": base.manifest_sha256},
+        "outcome": _outcome(run, verdicts),
+        "filters": filters,
+        "passed_filters": passed,
+    }
+    by_node: dict[int, list[TranscriptTurn]] = {}
+    for turn in turns:
+        by_node.setdefault(turn.node_id, []).append(turn)
+    out = []
+    for node_turns in by_node.values():
+        node = node_turns[0].node
+        counts["nodes"] += 1
+        if node.kind not in tools_text:
+            tools_text[node.kind] = json.dumps(tool_definitions(node.kind), ensure_ascii=False, sort_keys=True)
+        for index, segment in enumerate(_node_segments(node_turns, needed, blobs)):
+            counts["segments"] += 1
+            try:
+                messages, refused = _messages(segment)
+            except ValueError:
+                counts["segments_unexportable"] += 1
+                continue
+            counts["assistant_messages_refused"] += refused
+            if not any(m["train"] for m in messages):
+                counts["segments_without_trained_turn"] += 1
+                continue
+            counts["masked_assistant_messages"] += sum(
+                1 for m in messages if m["role"] == "assistant" and not m["train"]
+            )
+            metadata: dict[str, Any] = dict(shared)
+            metadata.update({
+                "node": node.handle,
+                "node_uuid": str(node.uuid),
+                "role": node.kind,
+                "task": node.task,
+                "segment": segment.segment,
+                "segment_index": index,
+                "compaction_summary": segment.summary,
+                "source_turns": [
+                    {"seq": t.seq, "source": t.source, "request": t.request, "response": t.response,
+                     "tool_messages": t.tool_messages, "calls": t.calls}
+                    for t in segment.turns
+                ],
+            })  # fmt: skip
+            out.append({"messages": messages, "tools": tools_text[node.kind], "metadata": metadata})
+    return out
+
+
+def _scan(rows: list[dict[str, Any]], sha256: str) -> None:
+    """Refuse rows that overlap any benchmark's sealed items, or that could not be fully checked."""
+    for benchmark in Benchmark.objects.order_by("pk"):
+        label = f"trajectory export {sha256[:12]}"
+        try:
+            result = rows_overlap(rows=rows, sha256=sha256, label=label, benchmark=benchmark, policy=None)
+        except ApplicationError as exc:
+            raise Conflict(
+                "contamination_unverifiable",
+                f"The export could not be checked against {benchmark.name}@{benchmark.version} ({exc.message}); "
+                "nothing was registered.",
+            ) from None
+        if result["required_missing"]:
+            raise Conflict(
+                "contamination_unverifiable",
+                f"Required contamination layers {result['required_missing']} did not run on the export against "
+                f"{benchmark.name}@{benchmark.version} ({result['layers']}); nothing was registered. Install or "
+                "repair them and export again.",
+            )
+        if result["rows_matched"]:
+            where = sorted({
+                f"{rows[m['row']]['metadata']['run']} {rows[m['row']]['metadata']['node']} "
+                f"segment {rows[m['row']]['metadata']['segment']}"
+                for m in result["matches"]
+            })  # fmt: skip
+            raise Conflict(
+                "contains_sealed_items",
+                f"{result['rows_matched']} exported conversation(s) contain sealed items of "
+                f"{benchmark.name}@{benchmark.version} ({result['items_matched']} item(s), by {result['by_kind']}); "
+                f"nothing was registered. Conversations: {where[:20]}. Leave those runs out of the export.",
+                conversations=where,
+            )
+
+
+def trajectory_export(
+    *,
+    runs: Sequence[Run],
+    name: str,
+    tool_definitions: Callable[[str], list[dict[str, Any]]],
+    filters: str | Sequence[str] | None = None,
+    actor: str = "system",
+) -> ExportResult:
+    """Export the runs' transcripts that pass ``filters`` as one datapool entry (format chat).
+
+    Raises ApplicationError (400) for bad input or an empty result, Conflict (409) when the
+    contamination scan refuses the data; in both cases nothing is registered.
+    """
+    detectors = resolve_filters(filters)
+    runs = _check_runs(runs)
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise ApplicationError("invalid_name", "Give the dataset a name of 1-200 characters.")
+    report = trajectory_filter_report([Trajectory(run=run) for run in runs])  # every detector, for comparison
+    applied = {f"{d.name}@{d.version}" for d in detectors}
+    counts = dict.fromkeys(COUNTS, 0)
+    reviewers = TranscriptTurn.objects.filter(run__in=runs, node__kind=NodeKind.REVIEWER)
+    counts["reviewer_nodes_excluded"] = reviewers.values("node").distinct().count()
+    counts["reviewer_turns_excluded"] = reviewers.count()
+    rows: list[dict[str, Any]] = []
+    selected: list[str] = []
+    tools_text: dict[str, str] = {}
+    for run in runs:
+        verdicts = report["verdicts"][str(run.uuid)]
+        passed = all(v["passed"] for v in verdicts if f"{v['detector']}@{v['version']}" in applied)
+        if not passed:
+            continue
+        selected.append(str(run.uuid))
+        rows += _examples(run, verdicts=verdicts, passed=passed, tool_definitions=tool_definitions,
+                          tools_text=tools_text, counts=counts)  # fmt: skip
+    summary: dict[str, Any] = {
+        "exporter_version": EXPORTER_VERSION,
+        "runs": [str(r.uuid) for r in runs],
+        "filters_applied": sorted(applied),
+        "trajectories": report["trajectories"],
+        "removed_by": report["removed_by"],
+        "kept": report["kept"],
+        "exported_runs": selected,
+        "examples": len(rows),
+        **counts,
+    }
+    if not rows:
+        why = "no run passed the filters" if not selected else "the runs that passed have no trainable segment"
+        raise ApplicationError(
+            "nothing_to_export",
+            f"Nothing to export: {why} (filters {sorted(applied) or 'none'}; removed by each: "
+            f"{report['removed_by']}). Choose other runs or filters (--filters none exports unfiltered).",
+            report=summary,
+        )
+    readme = (
+        f"Agent trajectories exported from {len(selected)} of {len(runs)} run(s), one conversation per "
+        f"compaction segment ({len(rows)} conversations, reviewer transcripts excluded). Filters applied: "
+        f"{sorted(applied) or 'none'}.\nReport: {json.dumps({k: summary[k] for k in ('removed_by', 'kept')})}\n"
+        "Training data for an agent model (agent_sft), not for a run's base model."
+    )
+    entry = data_register_export(rows=rows, name=name.strip(), source=summary, readme=readme, scan=_scan, actor=actor)
+    return ExportResult(entry=entry, report=summary)

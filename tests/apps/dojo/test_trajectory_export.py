@@ -1,0 +1,325 @@
+"""Trajectory export (apps.dojo.export): transcripts -> a chat datapool entry, CLI, REST, agent_sft.
+
+The world is the dashboard's finished run on a benchmark registered from real sealed items
+(tests/support/bundles.py); its transcripts are recorded through apps.research.transcripts:
+
+    worker_0001  heuristic: step 1 lists the datapool (200) and adds data (403: refused);
+                 step 2 submits an experiment (201)
+    worker_0002  llm, two compaction segments: segment 0 calls a tool then answers in text;
+                 segment 1 starts from a summary, a call is refused (409), the next succeeds
+    reviewer_0001 llm: reads evaluation samples whose prompts are sealed items (never exported)
+
+exp_0002 of the world is an executed, unreviewed violation and exp_0004 never finished, so the
+behaviour filters remove the run; the outcome filter (final 11/20 vs θ0 5/20) keeps it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+from django.core.management import CommandError, call_command
+
+from apps.core.errors import ApplicationError, Conflict
+from apps.core.hashing import sha256_tree
+from apps.datapool.models import AGENT_FORMATS, DataEntry
+from apps.datapool.selectors import data_entry_list
+from apps.datapool.services import data_load_rows, data_register_export
+from apps.datapool.storage import artifact_store, checkpoint_key
+from apps.dojo.export import trajectory_export
+from apps.dojo.services import agent_sft_enqueue
+from apps.experiments.models import Checkpoint, Event
+from apps.experiments.services import checkpoint_register, manifest_digest
+from apps.expos.api.dojo import tool_definitions
+from apps.expos.registry import Role, ToolContext
+from apps.expos.visibility import visible_datapool
+from apps.jobs.choices import JOB_TERMINAL_STATES
+from apps.jobs.models import Job
+from apps.research.models import TranscriptTurn
+from apps.research.transcripts import turn_record
+from tests.apps.dashboard.world import make_people
+from tests.apps.jobs.conftest import wait_for
+from tests.support.bundles import sealed_finished_world
+from tests.support.tiny_chat import build_tiny_chat_model
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/dojo/trajectory-exports"
+
+
+def _call(call_id: str, name: str, **arguments) -> dict:
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    calls = [{"id": call_id, "type": "function", "function": function}]
+    return {"role": "assistant", "content": "", "tool_calls": calls}
+
+
+def _answer(call_id: str, body: dict) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(body)}
+
+
+def _heuristic(world, node, step, calls: list[tuple[str, dict, int, dict]]) -> None:
+    tool_calls, answers, recorded = [], [], []
+    for i, (name, args, status, body) in enumerate(calls):
+        call_id = f"call_{step}_{i}"
+        function = {"name": name, "arguments": json.dumps(args)}
+        tool_calls.append({"id": call_id, "type": "function", "function": function})
+        answers.append(_answer(call_id, body if status < 400 else {"status": status, **body}))
+        recorded.append({"name": name, "arguments": args, "result": {"status": status, "data": body}})
+    opening = [{"role": "system", "content": f"The deterministic heuristic worker policy ({node.handle}); no LLM."},
+               {"role": "user", "content": node.task}]  # fmt: skip
+    response = {"role": "assistant", "content": "", "tool_calls": tool_calls}
+    turn_record(run=world.run, node=node, source="heuristic", step=step, index=0, messages=opening,
+                tools=tool_definitions("worker"), response=response, tool_messages=answers, calls=recorded,
+                model="heuristic", finish_reason="tool_calls")  # fmt: skip
+
+
+def _llm(world, node, step, messages, response, answers, *, segment=0, summary="", role="worker") -> None:
+    turn_record(run=world.run, node=node, source="llm", step=step, index=0, messages=messages,
+                tools=tool_definitions(role), response=response, tool_messages=answers, calls=[], segment=segment,
+                summary=summary, model="tiny-llm", finish_reason="tool_calls" if answers else "stop")  # fmt: skip
+
+
+def record_transcripts(world, sealed) -> None:
+    w1, w2, r1 = world.nodes["w1"], world.nodes["w2"], world.nodes["r1"]
+    _heuristic(world, w1, 1, [("worker_show_datapool", {}, 200, {"entries": [], "count": 0}),
+                              ("worker_add_data", {"path": "x.jsonl"}, 403, {"error": "blocked"})])  # fmt: skip
+    _heuristic(world, w1, 2, [("worker_submit", {"data": ["data_0001"]}, 201, {"experiment": "exp_0005"})])
+    system = {"role": "system", "content": "You are worker_0002."}
+    task = {"role": "user", "content": "Your task: DPO on preference pairs."}
+    first = _call("a1", "worker_show_datapool")
+    first_answer = _answer("a1", {"entries": [], "count": 0})
+    _llm(world, w2, 1, [system, task], first, [first_answer])
+    done = {"role": "assistant", "content": "The pool is empty; I will build pairs first."}
+    _llm(world, w2, 2, [system, task, first, first_answer], done, [])
+    summary = {"role": "user", "content": "Summary so far: the pool was empty; build pairs."}
+    refused = _call("b1", "worker_submit", recipe="dpo")
+    refused_answer = _answer("b1", {"status": 409, "error": {"code": "quota", "message": "over quota"}})
+    _llm(world, w2, 3, [system, summary], refused, [refused_answer], segment=1, summary=summary["content"])
+    # The model reuses its call id (some do): each call is answered by the tool messages after it.
+    ok = _call("b1", "worker_submit", recipe="dpo", max_steps=20)
+    ok_answer = _answer("b1", {"experiment": "exp_0006"})
+    _llm(world, w2, 4, [system, summary, refused, refused_answer], ok, [ok_answer], segment=1,
+         summary=summary["content"])  # fmt: skip
+    # The Reviewer reads per-sample rows whose prompts are sealed items: its transcript carries them.
+    look = _call("r1", "compare_eval_samples")
+    rows = [{"prompt": item["prompt"], "answer": item["answer"]} for item in sealed[:3]]
+    _llm(world, r1, 1, [{"role": "system", "content": "You are reviewer_0001."}], look, [_answer("r1", {"rows": rows})],
+         role="reviewer")  # fmt: skip
+
+
+def _world(tmp_path):
+    world, sealed = sealed_finished_world(tmp_path, people=make_people())
+    record_transcripts(world, sealed)
+    world.extra["sealed"] = sealed
+    return world
+
+
+@pytest.fixture
+def world(artifact_root, tmp_path):
+    return _world(tmp_path)
+
+
+def _export(world, **options):
+    return trajectory_export(runs=[world.run], name="traj", tool_definitions=tool_definitions, **options)
+
+
+def _local_path(entry: DataEntry) -> Path:
+    store = artifact_store()
+    return Path(store.root) / store.key(entry.uri)
+
+
+def test_the_export_is_one_masked_conversation_per_segment_with_tools_and_metadata(world):
+    result = _export(world, filters="outcome")
+    entry = result.entry
+    assert (entry.format, entry.source_kind, entry.rows) == ("chat", "export", 3)
+    rows = data_load_rows(entry=entry)
+    by_key = {(r["metadata"]["node"], r["metadata"]["segment"]): r for r in rows}
+    assert sorted(by_key) == [("worker_0001", 0), ("worker_0002", 0), ("worker_0002", 1)]
+
+    heuristic = by_key[("worker_0001", 0)]["messages"]
+    assert [m["role"] for m in heuristic] == ["system", "user", "assistant", "tool", "tool", "assistant", "tool"]
+    assert [m["train"] for m in heuristic] == [False, False, False, False, False, True, False]  # step 1 had a 403
+    assert [c["function"]["name"] for c in heuristic[2]["tool_calls"]] == ["worker_show_datapool", "worker_add_data"]
+    assert [m["tool_call_id"] for m in heuristic if m["role"] == "tool"] == ["call_1_0", "call_1_1", "call_2_0"]
+    assert json.loads(heuristic[5]["tool_calls"][0]["function"]["arguments"]) == {"data": ["data_0001"]}
+
+    assert [m["tool_call_id"] for m in by_key[("worker_0002", 1)]["messages"] if m["role"] == "tool"] == ["b1", "b1"]
+    llm0 = by_key[("worker_0002", 0)]["messages"]
+    assert [(m["role"], m["train"]) for m in llm0] == [
+        ("system", False), ("user", False), ("assistant", True), ("tool", False), ("assistant", True)]  # fmt: skip
+    assert llm0[4]["content"] == "The pool is empty; I will build pairs first."
+    llm1 = by_key[("worker_0002", 1)]
+    assert [(m["role"], m["train"]) for m in llm1["messages"]] == [
+        ("system", False), ("user", False), ("assistant", False), ("tool", False), ("assistant", True),
+        ("tool", False)]  # fmt: skip
+    assert llm1["messages"][1]["content"].startswith("Summary so far")
+
+    # The tools column is the registry's schemas for the node's role, as JSON text (one Arrow type).
+    assert json.loads(llm1["tools"]) == tool_definitions("worker")
+    meta = llm1["metadata"]
+    run = world.run
+    assert (meta["run"], meta["role"], meta["segment"], meta["segment_index"]) == (str(run.uuid), "worker", 1, 1)
+    assert meta["task"] == world.nodes["w2"].task
+    assert meta["benchmark"] == f"{run.benchmark.name}@{run.benchmark.version}"
+    assert meta["base_model"] == {"handle": run.base_checkpoint.handle,
+                                  "manifest_sha256": run.base_checkpoint.manifest_sha256}  # fmt: skip
+    assert meta["outcome"]["final_score"] == 0.55
+    assert meta["outcome"]["theta0_score"] == 0.25
+    assert meta["compaction_summary"].startswith("Summary so far")
+    assert {f["detector"]: f["passed"] for f in meta["filters"]}["outcome_beats_base"] is True
+    assert {f["detector"]: f["passed"] for f in meta["filters"]}["no_executed_violation"] is False
+    turns = TranscriptTurn.objects.filter(node=world.nodes["w2"], segment=1).order_by("seq")
+    assert meta["source_turns"] == [
+        {"seq": t.seq, "source": "llm", "request": t.request, "response": t.response,
+         "tool_messages": t.tool_messages, "calls": t.calls} for t in turns]  # fmt: skip
+
+    # Reviewer transcripts are never exported (the scan would refuse them: they carry sealed prompts).
+    assert all(r["metadata"]["role"] != "reviewer" for r in rows)
+    assert (result.report["reviewer_nodes_excluded"], result.report["reviewer_turns_excluded"]) == (1, 1)
+    assert result.report["assistant_messages_refused"] == 2
+
+    # Loadable with datasets from its folder, the same rows back.
+    path = _local_path(entry)
+    loaded = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert len(loaded) == 3
+    assert sorted(loaded.column_names) == ["messages", "metadata", "tools"]
+    first = loaded[0]
+    assert [m["role"] for m in first["messages"]] == [m["role"] for m in rows[0]["messages"]]
+    assert [m["train"] for m in first["messages"]] == [m["train"] for m in rows[0]["messages"]]
+
+
+def test_the_filter_report_counts_removals_and_nothing_is_registered_when_none_survive(world):
+    before = DataEntry.objects.count()
+    with pytest.raises(ApplicationError) as caught:
+        _export(world)  # every filter
+    assert caught.value.code == "nothing_to_export"
+    report = caught.value.detail["report"]
+    assert report["removed_by"] == {
+        "lora_tiny_data_eos_unchanged@1": 0, "recipe_changes_without_diagnosis@1": 0, "final_model_submitted@1": 0,
+        "no_executed_violation@1": 1, "outcome_beats_base@1": 0}  # fmt: skip
+    assert report["kept"] == {"none": 1, "behaviour_only": 0, "outcome_only": 1, "both": 0}
+    assert DataEntry.objects.count() == before
+    with pytest.raises(ApplicationError, match="No trajectory filter 'outcome_beats_bas'"):
+        _export(world, filters="outcome_beats_bas")
+    unfiltered = _export(world, filters="none")
+    assert unfiltered.report["filters_applied"] == []
+    assert unfiltered.entry.rows == 3
+
+
+def test_an_export_containing_sealed_items_is_refused_and_nothing_is_registered(world):
+    sealed = world.extra["sealed"][-1]  # a final-split item
+    w3 = world.nodes["w3"]
+    leak = _call("c1", "worker_inspect_data", data="data_0001")
+    _llm(world, w3, 1, [{"role": "system", "content": "You are worker_0003."}], leak,
+         [_answer("c1", {"rows": [{"prompt": sealed["prompt"], "completion": sealed["answer"]}]})])  # fmt: skip
+    entries, events = DataEntry.objects.count(), Event.objects.filter(type="data.exported").count()
+    with pytest.raises(Conflict) as caught:
+        _export(world, filters="none")
+    assert caught.value.code == "contains_sealed_items"
+    assert "worker_0003 segment 0" in caught.value.message
+    assert "nothing was registered" in caught.value.message
+    assert DataEntry.objects.count() == entries
+    assert Event.objects.filter(type="data.exported").count() == events
+    assert not list(Path(artifact_store().root).rglob("*.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": "[]"}, "message 0 needs train"),
+        ({"messages": [{"role": "user", "content": "hi", "train": False}], "tools": []}, "tools must be the JSON text"),
+        ({"messages": [{"role": "tool", "content": "{}", "train": False}], "tools": "[]"}, "names the call it answers"),
+        ({"messages": [], "tools": "[]"}, "messages must be a non-empty list"),
+    ],
+)
+def test_the_datapool_refuses_a_malformed_chat_row_and_keeps_nothing(artifact_root, row, why):
+    with pytest.raises(ApplicationError, match=why) as caught:
+        data_register_export(rows=[row], name="bad", source={}, readme="r", scan=lambda rows, sha: None)
+    assert caught.value.code == "bad_chat_row"
+    assert not DataEntry.objects.exists()
+
+
+def test_agents_never_see_chat_entries(world):
+    entry = _export(world, filters="outcome").entry
+    ctx = ToolContext(run=world.run, node=world.nodes["w1"], role=Role.WORKER)
+    assert not visible_datapool(ctx).filter(pk=entry.pk).exists()
+    assert not data_entry_list(formats=AGENT_FORMATS).filter(pk=entry.pk).exists()
+    assert data_entry_list().filter(pk=entry.pk).exists()  # operators and the REST listing for people
+    assert visible_datapool(world.people["operator"]).filter(pk=entry.pk).exists()
+
+
+def test_the_command_prints_the_filter_table_and_the_entry_and_refuses_bad_input(world):
+    out = io.StringIO()
+    call_command("export_trajectories", "--run", str(world.run.uuid), "--filters", "outcome", "--name", "cli",
+                 stdout=out)  # fmt: skip
+    text = out.getvalue()
+    entry = DataEntry.objects.get(name="cli")
+    assert f"registered {entry.handle} ({entry.uuid})" in text
+    assert "no_executed_violation@1" in text
+    assert "outcome_beats_base@1" in text
+    assert "kept with behaviour filters only 0, outcome only 1, both 0" in text
+    with pytest.raises(CommandError, match="not a uuid: nope"):
+        call_command("export_trajectories", "--run", "nope")
+    with pytest.raises(CommandError, match="No run 00000000-0000-0000-0000-000000000000"):
+        call_command("export_trajectories", "--run", "00000000-0000-0000-0000-000000000000")
+    with pytest.raises(CommandError, match="No trajectory filter 'sometimes'"):
+        call_command("export_trajectories", "--all-finished", "--filters", "sometimes")
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="Nothing to export: no run passed the filters"):
+        call_command("export_trajectories", "--all-finished", stdout=err)
+    assert "no_executed_violation@1" in err.getvalue()
+
+
+def test_the_endpoint_is_for_operators_and_answers_bad_input_with_400(world, client):
+    body = {"runs": [str(world.run.uuid)], "filters": ["outcome"], "name": "rest"}
+    assert client.post(URL, body, content_type="application/json").status_code == 403
+    client.force_login(world.people["viewer"])
+    denied = client.post(URL, body, content_type="application/json")
+    assert denied.status_code == 403
+    assert "operator" in denied.json()["error"]["message"]
+    client.force_login(world.people["operator"])
+    for bad, code in (({}, "invalid"), ({"runs": ["x"]}, "invalid"),
+                      ({"runs": [str(world.run.uuid)], "all_finished": True}, "invalid"),
+                      ({**body, "filters": ["cheating"]}, "unknown_filter"),
+                      ({**body, "filters": []}, "unknown_filter"),
+                      ({"all_finished": True}, "nothing_to_export")):  # fmt: skip
+        answer = client.post(URL, bad, content_type="application/json")
+        assert (answer.status_code, answer.json()["error"]["code"]) == (400, code), (bad, answer.json())
+    missing = client.post(URL, {"runs": ["00000000-0000-0000-0000-000000000000"]}, content_type="application/json")
+    assert missing.status_code == 404
+    assert DataEntry.objects.filter(format="chat").count() == 0
+    made = client.post(URL, body, content_type="application/json")
+    assert made.status_code == 201, made.json()
+    entry = DataEntry.objects.get(name="rest")
+    assert made.json()["entry"]["handle"] == entry.handle
+    assert made.json()["report"]["examples"] == 3
+    assert "dojo_trajectory_export" in client.get("/api/v1/schema/").content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_agent_sft_trains_on_an_exported_entry_on_a_gpu_worker(artifact_root, tmp_path, celery_worker):
+    world = _world(tmp_path / "world")
+    with pytest.raises(ApplicationError, match="agent_sft trains on chat entries"):
+        agent_sft_enqueue(base_checkpoint=world.run.base_checkpoint, datasets=[world.data])
+    # Two of the registry's worker tools keep the conversations short enough for the tiny model.
+    entry = trajectory_export(runs=[world.run], name="sft", filters="outcome",
+                              tool_definitions=lambda role: tool_definitions(role)[:2]).entry  # fmt: skip
+    corpus = [json.dumps(row) for row in data_load_rows(entry=entry)] * 10
+    model = build_tiny_chat_model(tmp_path / "chat", corpus)
+    manifest = sha256_tree(model)
+    uri = artifact_store().put_dir(model, key=checkpoint_key(manifest_digest(manifest)))
+    base = checkpoint_register(handle="tiny-chat", uri=uri, manifest=manifest, is_base=True)
+    job = agent_sft_enqueue(base_checkpoint=base, datasets=[entry], hyperparameters={
+        "epochs": 2, "gradient_accumulation_steps": 1, "learning_rate": 1e-3, "min_learning_rate": 1e-4})  # fmt: skip
+    worker = celery_worker()
+    wait_for(lambda: Job.objects.get(pk=job.pk).status in JOB_TERMINAL_STATES, timeout=180, what="agent_sft",
+             logs=worker.log)  # fmt: skip
+    job.refresh_from_db()
+    assert job.status == "succeeded", (job.error, worker.log()[-3000:])
+    assert job.result["steps"] == 6  # 3 conversations, batch 1, 2 epochs
+    trained = Checkpoint.objects.get(producing_job=job)
+    assert trained.parent_id == base.pk
+    assert job.spec["data"] == [{"uuid": str(entry.uuid), "handle": entry.handle, "uri": entry.uri,
+                                 "sha256": entry.sha256}]  # fmt: skip
