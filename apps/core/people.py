@@ -27,3 +27,8 @@ def is_human_viewer(user: Any) -> bool:
 def is_human_admin(user: Any) -> bool:
     """A person in the admin group (or a superuser)."""
     return is_person(user) and (user.is_superuser or user.groups.filter(name="admin").exists())
+
+
+def is_human_operator(user: Any) -> bool:
+    """A person in the operator or admin group (or a superuser): who may start and steer work."""
+    return is_person(user) and (user.is_superuser or user.groups.filter(name__in=("operator", "admin")).exists())
