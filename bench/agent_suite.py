@@ -1,7 +1,8 @@
 """The suite table for the two offline agents (issue 18): heuristic vs heuristic-weak on the minibench.
 
     cd bench && RSI_MINIBENCH_CACHE=/path/to/built/minibench ../.venv/bin/python agent_suite.py \
-        [--tasks minibench/arithmetic ...] [--train-steps 200] [--screen-steps 60] [--max-workers 3]
+        [--tasks minibench/arithmetic ...] [--train-steps 200] [--screen-steps 60] [--max-workers 3] \
+        [--batch-size 64] [--timeout 14400]
 
 Creates and launches one agent suite through the services (apps/dojo/suites.py) on the real stack
 (uvicorn + Celery gpu/agents/default workers, a fresh bench database, Redis db 12 unless REDIS_URL
@@ -37,6 +38,7 @@ def main() -> int:
     parser.add_argument("--max-workers", type=int, default=3)
     parser.add_argument("--screen-steps", type=int, default=60)
     parser.add_argument("--train-steps", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--wall-seconds", type=int, default=3600)
     parser.add_argument("--concurrent", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=4 * 3600)
@@ -65,7 +67,7 @@ def main() -> int:
         started = time.monotonic()
         budget = {"wall_seconds": args.wall_seconds, "accelerator_seconds": args.wall_seconds, "parallel": 2,
                   "max_workers": args.max_workers, "screen_steps": args.screen_steps,
-                  "train_steps": args.train_steps}  # fmt: skip
+                  "train_steps": args.train_steps, "batch_size": args.batch_size}  # fmt: skip
         suite = suite_create(name="bench: offline agents", agents=args.agents, tasks=tasks, budget=budget,
                              max_concurrent=args.concurrent, actor="bench")  # fmt: skip
         suite_launch(suite=suite, actor="bench")

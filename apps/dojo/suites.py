@@ -16,6 +16,7 @@ the suite with the overlapping names and counts, and nothing is written.
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ from django.utils import timezone
 
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import benchmark_resolve, benchmark_sealed_items
-from apps.core.errors import ApplicationError, Conflict
+from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.queues import Queue, TaskName
 from apps.dojo.agents import agent_resolve
 from apps.dojo.choices import CellStatus, EnvironmentStatus, SuiteStatus
@@ -59,6 +60,7 @@ BUDGET_KEYS: dict[str, type] = {
     "reviewer": bool,
     "gate": bool,
 }
+BUDGET_MAX = 2_000_000_000  # the run's budget columns are 32-bit
 DEFAULT_BUDGET: dict[str, Any] = {"wall_seconds": 1800, "accelerator_seconds": 1800, "parallel": 2, "max_workers": 3}
 
 
@@ -88,8 +90,10 @@ def _budget(raw: dict[str, Any] | None) -> dict[str, Any]:
                 raise _bad("invalid_budget", f"budget.{key} is true or false, not {value!r}.")
         elif isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
             raise _bad("invalid_budget", f"budget.{key} is a {kind.__name__}, not {value!r}.")
-        elif value < 0 or (value == 0 and key not in ("llm_tokens", "seed")):
-            raise _bad("invalid_budget", f"budget.{key} must be positive, not {value!r}.")
+        elif not math.isfinite(value) or value < 0 or (value == 0 and key not in ("llm_tokens", "seed")):
+            raise _bad("invalid_budget", f"budget.{key} must be a positive number, not {value!r}.")
+        elif value > BUDGET_MAX:
+            raise _bad("invalid_budget", f"budget.{key} is at most {BUDGET_MAX}, not {value!r}.")
         budget[key] = kind(value)
     return budget
 
@@ -100,7 +104,7 @@ def _checkpoint(reference: str) -> Checkpoint:
     except ValueError:
         found = Checkpoint.objects.filter(handle=str(reference)).first()
     if found is None:
-        raise ApplicationError("checkpoint_not_found", f"No checkpoint {reference!r} (a uuid or a handle).")
+        raise NotFound("checkpoint_not_found", f"No checkpoint {reference!r} (a uuid or a handle).")
     if not found.is_base:
         raise _bad("not_a_base_checkpoint", f"{found.handle} is not a registered θ0 checkpoint.")
     return found
@@ -151,7 +155,7 @@ def train_task_items(ref: str) -> TaskItems:
         except ValueError:
             environment = None
         if environment is None:
-            raise ApplicationError("train_task_not_found", f"No task environment {arg!r} (env:<uuid>).", status=404)
+            raise NotFound("train_task_not_found", f"No task environment {arg!r} (env:<uuid>).")
         if environment.status != EnvironmentStatus.KEPT:
             raise _bad(
                 "train_task_rejected", f"Task environment {environment.name} was rejected ({environment.reason})."
