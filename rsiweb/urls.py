@@ -12,6 +12,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("healthz", healthz, name="healthz"),
     path("api/v1/integrity/", include("apps.integrity.urls")),
+    path("api/v1/suites/", include("apps.dojo.urls")),
     path("api/v1/", include("apps.expos.urls")),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),

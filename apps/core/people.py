@@ -30,5 +30,5 @@ def is_human_admin(user: Any) -> bool:
 
 
 def is_human_operator(user: Any) -> bool:
-    """A person in the operator or admin group (or a superuser)."""
+    """A person in the operator or admin group (or a superuser): who may start and steer work."""
     return is_person(user) and (user.is_superuser or user.groups.filter(name__in=("operator", "admin")).exists())

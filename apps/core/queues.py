@@ -26,6 +26,7 @@ class TaskName(StrEnum):
     REAP_JOBS = "workers.data.reap_jobs_task"
     AGENT_STEP = "workers.agents.agent_step_task"
     RUN_SUPERVISE = "workers.agents.run_supervise_task"
+    SUITE_ADVANCE = "workers.agents.suite_advance_task"
 
 
 # Where each task family runs (rsiweb/celery.py's task_routes).

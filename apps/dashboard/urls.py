@@ -34,5 +34,7 @@ urlpatterns = [
     path("jobs/<uuid:job_uuid>/snapshot.json", views.job_snapshot_view, name="job-snapshot"),
     path("minibench/build.json", views.minibench_build_view, name="minibench-build"),
     path("datapool/", views.datapool_view, name="datapool"),
+    path("suites/", views.suite_list_view, name="suite-list"),
+    path("suites/<uuid:suite_uuid>/", views.suite_detail_view, name="suite-detail"),
     path("datapool/<str:handle>/", views.data_entry_view, name="data-entry"),
 ]

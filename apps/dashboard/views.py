@@ -41,6 +41,8 @@ from apps.dashboard.services import (
     run_start_for_person,
 )
 from apps.datapool.selectors import data_entry_get, data_entry_list
+from apps.dojo.models import AgentSuite
+from apps.dojo.suite_stats import suite_stats
 from apps.jobs.selectors import job_attempts
 from apps.research.bundle import bundle_archive, export_run_bundle
 from apps.research.choices import RUN_TERMINAL_STATES
@@ -448,3 +450,24 @@ def data_entry_view(request: HttpRequest, handle: str) -> HttpResponse:
     except NotFound:
         raise Http404("No such datapool entry.") from None
     return _page(request, "dashboard/data_entry.html", selectors.data_entry_detail(entry))
+
+
+# --- agent-evaluation suites ---------------------------------------------------------------------
+
+SUITE_LIST_LIMIT = 200
+
+
+@require_GET
+@role_required(VIEWER)
+def suite_list_view(request: HttpRequest) -> HttpResponse:
+    suites = AgentSuite.objects.order_by("-created_at", "-pk").prefetch_related("cells")[:SUITE_LIST_LIMIT]
+    return _page(request, "dashboard/suite_list.html", {"suites": suites})
+
+
+@require_GET
+@role_required(VIEWER)
+def suite_detail_view(request: HttpRequest, suite_uuid: Any) -> HttpResponse:
+    suite = AgentSuite.objects.filter(uuid=suite_uuid).first()
+    if suite is None:
+        raise Http404("No such suite.")
+    return _page(request, "dashboard/suite_detail.html", {"suite": suite, "stats": suite_stats(suite)})

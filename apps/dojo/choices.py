@@ -28,3 +28,19 @@ class RejectionReason(models.TextChoices):
     TOO_EASY = "too_easy"
     TOO_HARD = "too_hard"
     NOT_DISCRIMINATIVE = "not_discriminative"
+
+
+class SuiteStatus(models.TextChoices):
+    """An agent-evaluation suite: created, running its cells' runs, finished when every run ended."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class CellStatus(models.TextChoices):
+    """One cell of a suite, read from its run: queued (created), running (active), or ended."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    ENDED = "ended"

@@ -1,12 +1,14 @@
-"""RSI-Dojo task environments: one build applies RSI-Craft's steps to a registry's tasks."""
+"""RSI-Dojo: task environments (one build applies RSI-Craft's steps to a registry's tasks) and
+agent-evaluation suites (agent configurations x base models x tasks, each cell a research run)."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from apps.core.models import UUIDModel
-from apps.dojo.choices import BuildStatus, EnvironmentStatus, RejectionReason
+from apps.dojo.choices import BuildStatus, EnvironmentStatus, RejectionReason, SuiteStatus
 
 
 class EnvironmentBuild(UUIDModel):
@@ -65,3 +67,59 @@ class TaskEnvironment(UUIDModel):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status}{': ' + self.reason if self.reason else ''})"
+
+
+class AgentSuite(UUIDModel):
+    """Agent configurations x base models x tasks: one research run per cell (apps/dojo/suites.py).
+
+    ``train_tasks`` names the tasks the agents were trained on; the suite's evaluation tasks were
+    checked disjoint from them at creation (``overlap`` keeps what was compared, with its counts).
+    ``budget`` is every cell's run budget (the run_launch arguments), the same for all cells.
+    """
+
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, choices=SuiteStatus.choices, default=SuiteStatus.CREATED)
+    agents = models.JSONField()  # agent configuration names, in order (apps/dojo/agents.py)
+    budget = models.JSONField()
+    max_concurrent = models.PositiveSmallIntegerField(default=2)  # cells' runs active at once
+    train_tasks = models.JSONField(default=list, blank=True)
+    overlap = models.JSONField(default=dict, blank=True)  # the disjointness check's report
+    # The periodic advance's clock (numbered ticks: a duplicated message runs once).
+    advance_tick = models.PositiveIntegerField(default=0)
+    advanced_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=SuiteStatus.values), name="dojo_suite_status_valid"),
+            models.CheckConstraint(condition=Q(max_concurrent__gte=1), name="dojo_suite_concurrent_gte_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"suite {self.name} ({self.uuid})"
+
+
+class SuiteCell(UUIDModel):
+    """One (agent configuration, base model, task) of a suite: an ordinary research run."""
+
+    suite = models.ForeignKey(AgentSuite, on_delete=models.PROTECT, related_name="cells")
+    position = models.PositiveIntegerField()  # launch order
+    agent = models.CharField(max_length=64)
+    base_checkpoint = models.ForeignKey("experiments.Checkpoint", on_delete=models.PROTECT, related_name="+")
+    benchmark = models.ForeignKey("benchmarks.Benchmark", on_delete=models.PROTECT, related_name="+")
+    run = models.OneToOneField("research.Run", on_delete=models.PROTECT, related_name="suite_cell")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["suite", "position"], name="dojo_cell_position_unique"),
+            models.UniqueConstraint(
+                fields=["suite", "agent", "base_checkpoint", "benchmark"], name="dojo_cell_unique_per_suite"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} x {self.base_checkpoint_id} x {self.benchmark_id}"

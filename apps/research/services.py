@@ -790,8 +790,14 @@ def run_launch(
     seed: int = 0,
     actor: str = SYSTEM,
     created_by: Any = None,
+    heuristic: dict[str, Any] | None = None,
+    start: bool = True,
 ) -> Run:
     """Create and start a run as a person asks for it (``manage.py start_run``, the dashboard's form).
+
+    ``heuristic`` adds keys to the policy's ``heuristic`` block (the agent suites' weakening
+    switches, apps/dojo/agents.py); ``start=False`` leaves the run ``created`` for a later
+    ``run_start`` (a suite's queued cells).
 
     The final evaluation's cost is reserved from the accelerator budget. An LLM run names an
     endpoint profile (agent_config ``llm_profiles``); its configuration is checked now, with the
@@ -840,10 +846,11 @@ def run_launch(
                 "train_steps": train_steps,
                 "learning_rate": learning_rate,
                 "batch_size": batch_size,
+                **(heuristic or {}),
             },
         },  # fmt: skip
     )
-    return run_start(run=run, actor=actor)
+    return run_start(run=run, actor=actor) if start else run
 
 
 def base_checkpoint_default() -> Checkpoint:

@@ -16,6 +16,7 @@ from celery import shared_task, signals
 from django.db import connection
 
 from apps.core.queues import Queue, TaskName
+from apps.dojo.suites import suite_advance, suites_resume
 from apps.research.agent_loops import agent_stack_resume
 from apps.research.choices import AgentLoopStatus
 from apps.research.models import AgentLoop
@@ -39,6 +40,12 @@ def agent_step_task(*, loop_id: int, step: int | None = None) -> None:
 def run_supervise_task(*, run_id: int, tick: int) -> None:
     """One tick of a run's supervisor: budgets, lost steps, new loops, the end of the run."""
     loop.run_supervise(run_id=run_id, tick=tick)
+
+
+@shared_task(name=TaskName.SUITE_ADVANCE, soft_time_limit=300, time_limit=330, ignore_result=True)
+def suite_advance_task(*, suite_id: int, tick: int) -> None:
+    """One tick of an agent suite's clock: start queued cells as runs end, finish the suite."""
+    suite_advance(suite_id=suite_id, tick=tick)
 
 
 def _dead_local_claims() -> set[str]:
@@ -73,6 +80,7 @@ def agents_resume(sender: Any = None, **kwargs: Any) -> None:
     try:
         resent = agent_stack_resume(dead_claim_prefixes=_dead_local_claims())
         logger.info("agents worker ready: resumed active runs (%d scheduled steps re-sent)", resent)
+        logger.info("agents worker ready: %d running suites' clocks re-sent", suites_resume())
     except Exception:
         logger.exception("could not resume agent loops at start-up")
     finally:

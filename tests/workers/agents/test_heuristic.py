@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from workers.agents.client import ToolResult
 from workers.agents.policies.heuristic import (
     ReviewerHeuristic,
     WorkerHeuristic,
@@ -199,3 +200,50 @@ def test_the_run_seed_is_the_first_training_seed():
     assert (recipe["seed"], recipe["max_steps"]) == (7, 90)
     View.briefing = {"policy": {}}  # a run started before the seed was recorded
     assert WorkerHeuristic()._recipe(View(), state)["seed"] == 0
+
+
+def _plan(policy: dict, direction: str, chosen: list[str]) -> list[dict]:
+    class View:
+        briefing = {"policy": policy}
+
+    state = {"direction": direction, "chosen": chosen, "source": None, "recipe": {"learning_rate": 0.0005},
+             "predecessors": [], "notes": []}  # fmt: skip
+    WorkerHeuristic()._plan(View(), state)
+    return state["plan"]
+
+
+def test_the_fixed_recipe_switch_trains_every_direction_with_one_sft_recipe():
+    heuristic = {"train_steps": 90, "screen_steps": 15, "learning_rate": 0.002}
+    normal = {d: _plan({"heuristic": heuristic}, d, ["a-clean", "a-more"]) for d in ("data-screen", "recipe-sweep")}
+    assert {p["recipe"]["max_steps"] for p in normal["data-screen"] if p["recipe"]} == {15}
+    assert [p["recipe"]["learning_rate"] for p in normal["recipe-sweep"]] == [0.0005, 0.001]  # from the task lr
+    fixed = {"heuristic": {**heuristic, "fixed_recipe": True}}
+    plans = [p for d in ("data-screen", "recipe-sweep", "dpo") for p in _plan(fixed, d, ["a-clean", "a-more"])]
+    recipes = {(p["recipe"]["recipe"], p["recipe"]["learning_rate"], p["recipe"]["max_steps"]) for p in plans
+               if p["recipe"]}  # fmt: skip
+    assert recipes == {("sft", 0.002, 90)}  # neither the screening steps nor the task's recipe apply
+    assert len(_plan(fixed, "recipe-sweep", ["a-clean"])) == 1  # no sweep
+
+
+def test_the_rank_data_switch_keeps_search_order_and_sets_nothing_aside():
+    class View:
+        briefing = {"policy": {"heuristic": {"rank_data": False}}, "benchmark": {"task": "arithmetic"}}
+
+        def call(self, name, args=None, *, if_match=None):
+            if name == "hf_search_datasets":
+                data = {"datasets": [{"id": n, "description": d, "tags": []} for n, d in
+                                     (("a-puzzles", "word puzzles"), ("a-clean", "arithmetic problems"))]}  # fmt: skip
+            elif name == "hf_dataset_sample":
+                data = {"rows": [{"prompt": "Q", "completion": " 4"}]}
+            else:
+                data = {"splits": [{"num_rows": 2000}]}
+            return ToolResult(name=name, status=200, data=data)
+
+    state = {"capability": "arithmetic", "datasets": [], "avoid": [], "notes": [], "direction": "data-screen"}
+    WorkerHeuristic()._discover(View(), state)
+    assert [c["name"] for c in state["candidates"]] == ["a-puzzles", "a-clean"]  # search order, the off-task set kept
+    assert WorkerHeuristic()._choose(View(), state) == ["a-puzzles", "a-clean"]
+    View.briefing = {"policy": {}, "benchmark": {"task": "arithmetic"}}
+    ranked = {"capability": "arithmetic", "datasets": [], "avoid": [], "notes": [], "direction": "data-screen"}
+    WorkerHeuristic()._discover(View(), ranked)
+    assert WorkerHeuristic()._choose(View(), ranked) == ["a-clean"]  # ranked: the off-task set is set aside

@@ -158,6 +158,11 @@ def _policy_defaults(view: StepView) -> dict[str, Any]:
         "reviewers": bool((view.briefing.get("policy") or {}).get("reviewers", True)),
         # The run's seed: the first training seed of every recipe (replicates count up from it).
         "seed": int((view.briefing.get("policy") or {}).get("seed", 0)),
+        # Weakening switches (the suites' heuristic-weak configuration, apps/dojo/agents.py):
+        # rank_data false takes catalog datasets in search order, unranked and unfiltered;
+        # fixed_recipe true trains every experiment with one SFT recipe (lr, train_steps).
+        "rank_data": bool(heuristic.get("rank_data", True)),
+        "fixed_recipe": bool(heuristic.get("fixed_recipe", False)),
     }
 
 
@@ -234,7 +239,13 @@ class WorkerHeuristic:
                     capability=state["capability"],
                 )  # fmt: skip
             )
-        candidates.sort(key=lambda c: (-c["score"], -(c["rows"] or 0), c["name"]))
+        if _policy_defaults(view)["rank_data"]:
+            candidates.sort(key=lambda c: (-c["score"], -(c["rows"] or 0), c["name"]))
+        else:
+            # Weakened: the catalog's search order, and no dataset is set aside for its card or rows.
+            for candidate in candidates:
+                candidate.update(score=0, reasons=["not ranked (rank_data off)"])
+            state["notes"].append("data not ranked: catalog datasets taken in search order")
         state["candidates"] = candidates
         state["phase"] = "register"
         return Outcome(state)
@@ -244,9 +255,10 @@ class WorkerHeuristic:
         usable = [c for c in state["candidates"] if c["score"] > -2]
         if state["datasets"]:
             return [n for n in state["datasets"] if not self._avoided(state, n)]
-        if state["direction"] == "dpo":
-            return [c["name"] for c in usable if c["format"] == "dpo"][:1]
         sft = [c["name"] for c in usable if c["format"] == "sft"]
+        if state["direction"] == "dpo":
+            # The fixed recipe is SFT: a weakened Worker never trains on preference pairs.
+            return sft[:1] if defaults["fixed_recipe"] else [c["name"] for c in usable if c["format"] == "dpo"][:1]
         if state["direction"] == "data-screen":
             return sft[: defaults["screen_datasets"]]
         return sft[:1]
@@ -273,6 +285,9 @@ class WorkerHeuristic:
         defaults = _policy_defaults(view)
         recipe = {"recipe": "sft", "learning_rate": defaults["learning_rate"], "max_steps": defaults["train_steps"],
                   "batch_size": defaults["batch_size"], "seed": defaults["seed"]}  # fmt: skip
+        if defaults["fixed_recipe"]:
+            # Weakened: one recipe for every training, whatever the direction or the task says.
+            return recipe
         recipe.update(changes)
         recipe.update(state["recipe"])  # an instruction in the task wins
         return recipe
@@ -293,6 +308,8 @@ class WorkerHeuristic:
             plan += [{"label": f"screen {name}", "datasets": [name], "recipe": screen} for name in data]
             # The θ0 baseline last: it is cheap and only needed to read the others against.
             plan.append({"label": "baseline θ0", "datasets": [], "recipe": None})
+        elif direction in ("recipe-sweep", "dpo") and data and defaults["fixed_recipe"]:
+            plan.append({"label": "fixed recipe", "datasets": data[:1], "recipe": self._recipe(view, state)})
         elif direction == "recipe-sweep" and data:
             base = self._recipe(view, state)
             faster = {**base, "learning_rate": min(round(base["learning_rate"] * 2, 6), 4e-3)}

@@ -1,0 +1,70 @@
+"""The agent configurations a suite compares: which policy drives a cell's run, with which switches.
+
+    heuristic        the heuristic policy (workers/agents/policies/heuristic.py) as every run uses it
+    heuristic-weak   the same policy, deliberately weakened by two switches read from the run's
+                     policy (``heuristic.rank_data: false``: catalog datasets are taken in search
+                     order, unranked, and none is set aside as off-task or malformed;
+                     ``heuristic.fixed_recipe: true``: one SFT recipe for every training, no
+                     learning-rate sweep, no longer continuation, no DPO)
+    llm              the LLM policy on an endpoint profile (agent_config ``llm_profiles``); refused
+                     when no endpoint is configured, which is always the case offline
+
+A model trained by ``agent_sft`` is evaluated as an agent by serving it on an LLM host (vLLM with
+a tool-call parser) and naming that endpoint's profile for the ``llm`` configuration. It cannot
+be evaluated offline: the tiny minibench model cannot call tools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from apps.core.errors import ApplicationError
+from apps.research.agent_config import DEFAULT_PROFILE, ROLES, LLMNotConfigured, llm_config
+from apps.research.choices import AgentMode
+
+OFFLINE_SFT_NOTE = (
+    "A model trained by agent_sft cannot be evaluated as an agent offline: the tiny minibench model "
+    "cannot call tools. Serve it on an LLM host (vLLM with a tool-call parser), configure that endpoint "
+    "as an LLM profile, and use the llm configuration."
+)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    name: str
+    policy: str  # AgentMode
+    description: str
+    # Keys merged into the run's policy["heuristic"] (the heuristic policy reads them).
+    heuristic: dict[str, Any] = field(default_factory=dict)
+
+
+AGENTS: dict[str, AgentConfig] = {
+    "heuristic": AgentConfig("heuristic", AgentMode.HEURISTIC, "The heuristic policy as runs use it."),
+    "heuristic-weak": AgentConfig(
+        "heuristic-weak",
+        AgentMode.HEURISTIC,
+        "The heuristic policy without data ranking and with one fixed SFT recipe.",
+        heuristic={"rank_data": False, "fixed_recipe": True},
+    ),
+    "llm": AgentConfig("llm", AgentMode.LLM, "The LLM policy on an endpoint profile (an LLM host)."),
+}
+
+
+def agent_resolve(name: str, *, llm_profile: str = DEFAULT_PROFILE) -> AgentConfig:
+    """The named configuration, checked usable now; a 400 naming what to do otherwise."""
+    config = AGENTS.get(name)
+    if config is None:
+        raise ApplicationError(
+            "unknown_agent", f"Unknown agent configuration {name!r}; known: {', '.join(sorted(AGENTS))}."
+        )
+    if config.policy == AgentMode.LLM:
+        try:
+            for role in ROLES:
+                llm_config(role, llm_profile)
+        except LLMNotConfigured as exc:
+            raise ApplicationError(
+                "llm_not_configured",
+                f"The llm agent configuration needs an LLM endpoint, and none is configured: {exc} " + OFFLINE_SFT_NOTE,
+            ) from None
+    return config

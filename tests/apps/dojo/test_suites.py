@@ -1,0 +1,422 @@
+"""Agent-evaluation suites (apps/dojo/suites.py, suite_stats.py, views.py) on real rows.
+
+Benchmarks are sealed for real (benchmark_register over small task folders), so the disjointness
+check reads the same verified items a contamination scan would. The statistics test ends each
+cell's run through the real services (stop, final-evaluation jobs claimed and succeeded with
+per-sample rows, run_finish) after planting its experiments, their feedback evaluations and, in
+one run, an adjudicated violation: the numbers below follow from those rows alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.utils import timezone
+
+from apps.benchmarks.services import benchmark_register
+from apps.core.errors import ApplicationError, Conflict
+from apps.core.hashing import sha256_text
+from apps.dojo.models import AgentSuite, SuiteCell
+from apps.dojo.suite_stats import stats_csv, suite_stats
+from apps.dojo.suites import suite_advance, suite_advance_once, suite_create, suite_launch
+from apps.experiments.models import Evaluation
+from apps.experiments.services import experiment_create, experiment_set_integrity
+from apps.integrity.choices import Adjudication, Observation
+from apps.integrity.models import IntegrityFinding
+from apps.jobs.choices import JobKind
+from apps.jobs.models import Job
+from apps.jobs.services import job_claim, job_succeed_with_evaluation
+from apps.research.choices import NodeKind, RunStatus
+from apps.research.models import Run
+from apps.research.services import node_create, run_final_eval_start, run_finish, run_stop, run_stop_request
+from tests.apps.benchmarks.minibench_fixture import FEEDBACK, FINAL, TASK_JSON, write_jsonl, write_task_dir
+from tests.factories import CheckpointFactory
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "pw-suites-123"
+OTHER_FEEDBACK = [
+    {"id": "sub-f-1", "prompt": "What is 90 minus 17?", "answer": "73"},
+    {"id": "sub-f-2", "prompt": "Sam had 64 coins and spent 21. How many are left?", "answer": "43"},
+]
+OTHER_FINAL = [{"id": "sub-x-1", "prompt": "What is 75 minus 38?", "answer": "37"}]
+SMALL_BUDGET = {"wall_seconds": 600, "accelerator_seconds": 900, "max_workers": 2, "train_steps": 20}
+
+
+@pytest.fixture
+def world(settings, tmp_path: Path):
+    settings.SEALED_ROOT = str(tmp_path / "sealed")
+    reference = CheckpointFactory(is_reference=True)
+    addition = benchmark_register(name="test/addition", task_dir=write_task_dir(tmp_path / "addition"),
+                                  reference_checkpoint=reference)  # fmt: skip
+    other = tmp_path / "subtraction"
+    other.mkdir()
+    (other / "task.json").write_text(json.dumps({**TASK_JSON, "name": "subtraction"}), encoding="utf-8")
+    write_jsonl(other / "feedback.jsonl", OTHER_FEEDBACK)
+    write_jsonl(other / "final.jsonl", OTHER_FINAL)
+    subtraction = benchmark_register(name="test/subtraction", task_dir=other, reference_checkpoint=reference)
+    bases = [CheckpointFactory(is_base=True, handle="theta0_a"), CheckpointFactory(is_base=True, handle="theta0_b")]
+    return {"addition": addition, "subtraction": subtraction, "bases": bases, "root": tmp_path}
+
+
+def _folder_task(root: Path, name: str, items: list[dict[str, str]]) -> str:
+    folder = root / "train-tasks" / name
+    folder.mkdir(parents=True)
+    contract = {"evaluator": "exact_match", "prompt_template": "Question: {question}\nAnswer:",
+                "decoding": {"max_new_tokens": 8}}  # fmt: skip
+    (folder / "variant.json").write_text(json.dumps({"name": name, "subsets": {"default": contract}}), "utf-8")
+    rows = [{**item, "subset": "default"} for item in items]
+    (folder / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return f"folder:{root / 'train-tasks'}"
+
+
+def _counts() -> tuple[int, int, int]:
+    return AgentSuite.objects.count(), SuiteCell.objects.count(), Run.objects.count()
+
+
+# --------------------------------------------------------------------------- creation
+
+
+def test_a_suite_is_one_created_run_per_cell_with_the_budget_and_the_agents_switches(world):
+    suite = suite_create(name="two agents", agents=["heuristic", "heuristic-weak"], tasks=["test/addition"],
+                         base_models=[b.handle for b in world["bases"]], budget=SMALL_BUDGET)  # fmt: skip
+    cells = list(suite.cells.select_related("run", "base_checkpoint").order_by("position"))
+    assert [(c.agent, c.base_checkpoint.handle) for c in cells] == [
+        ("heuristic", "theta0_a"), ("heuristic-weak", "theta0_a"), ("heuristic", "theta0_b"),
+        ("heuristic-weak", "theta0_b")]  # fmt: skip
+    for cell in cells:
+        run = cell.run
+        assert run.status == RunStatus.CREATED
+        assert (run.benchmark, run.base_checkpoint) == (world["addition"], cell.base_checkpoint)
+        assert (run.budget_wall_seconds, run.budget_accelerator_seconds) == (600, 900)
+        assert (run.policy["heuristic"]["max_workers"], run.policy["heuristic"]["train_steps"]) == (2, 20)
+        weak = cell.agent == "heuristic-weak"
+        assert run.policy["heuristic"].get("rank_data", True) is not weak
+        assert run.policy["heuristic"].get("fixed_recipe", False) is weak
+    assert suite.overlap["overlaps"] == []
+
+
+def test_launch_starts_at_most_n_and_the_advance_fills_slots_then_finishes(world):
+    suite = suite_create(name="queue", agents=["heuristic", "heuristic-weak"], tasks=["test/addition"],
+                         base_models=[b.handle for b in world["bases"]], max_concurrent=1)  # fmt: skip
+    suite = suite_launch(suite=suite)
+    runs = [c.run for c in suite.cells.select_related("run").order_by("position")]
+
+    def statuses() -> list[str]:
+        return [Run.objects.get(pk=r.pk).status for r in runs]
+
+    assert statuses() == ["running", "created", "created", "created"]
+    assert suite_advance_once(suite=suite).status == "running"
+    assert statuses() == ["running", "created", "created", "created"]  # no free slot
+    for i in range(4):
+        run_stop(run=runs[i], actor="test", final_eval=False)
+        suite = suite_advance_once(suite=suite)
+        expected = ["stopped"] * (i + 1) + (["running"] if i < 3 else []) + ["created"] * max(0, 2 - i)
+        assert statuses() == expected
+        assert suite.status == ("finished" if i == 3 else "running")
+    assert suite.finished_at is not None
+    with pytest.raises(Conflict):
+        suite_launch(suite=suite)
+
+
+def test_a_stale_advance_tick_does_nothing(world):
+    suite = suite_launch(suite=suite_create(name="ticks", agents=["heuristic"], tasks=["test/addition"]))
+    suite_advance(suite_id=suite.pk, tick=7)  # the clock is at 0: a stale or duplicated message
+    assert AgentSuite.objects.get(pk=suite.pk).advance_tick == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"agents": ["heuristic", "clever"]}, "unknown_agent"),
+        ({"agents": []}, "invalid_agents"),
+        ({"agents": ["heuristic", "heuristic"]}, "invalid_agents"),
+        ({"tasks": ["test/nowhere"]}, "benchmark_not_found"),
+        ({"base_models": ["no_such_ckpt"]}, "checkpoint_not_found"),
+        ({"budget": {"wall_seconds": -5}}, "invalid_budget"),
+        ({"budget": {"steps": 5}}, "invalid_budget"),
+        ({"budget": {"reviewer": "yes"}}, "invalid_budget"),
+        ({"budget": {"learning_rate": float("nan")}}, "invalid_budget"),
+        ({"budget": {"wall_seconds": 10**12}}, "invalid_budget"),
+        ({"base_models": ["theta0_a", "theta0_a"]}, "invalid_base_models"),
+        ({"max_concurrent": 0}, "invalid_max_concurrent"),
+        ({"train_tasks": ["env:not-a-uuid"]}, "train_task_not_found"),
+    ],
+)
+def test_bad_input_is_refused_with_its_code_and_nothing_written(world, change, code):
+    before = _counts()
+    args = {"name": "bad", "agents": ["heuristic"], "tasks": ["test/addition"], **change}
+    with pytest.raises(ApplicationError) as refused:
+        suite_create(**args)
+    assert refused.value.code == code
+    assert refused.value.message
+    assert _counts() == before
+
+
+def test_the_llm_configuration_is_refused_offline_and_says_why_an_sft_agent_cannot_run(world, monkeypatch):
+    for name in ("RSI_LLM_BASE_URL", "RSI_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    before = _counts()
+    with pytest.raises(ApplicationError) as refused:
+        suite_create(name="llm", agents=["heuristic", "llm"], tasks=["test/addition"])
+    assert refused.value.code == "llm_not_configured"
+    assert "RSI_LLM_BASE_URL" in refused.value.message
+    assert "agent_sft cannot be evaluated as an agent offline" in refused.value.message
+    assert _counts() == before
+
+
+# --------------------------------------------------------------------------- the disjointness check
+
+
+def test_an_evaluation_task_named_in_the_training_set_is_refused(world):
+    before = _counts()
+    with pytest.raises(ApplicationError) as refused:
+        suite_create(name="same task", agents=["heuristic"], tasks=["test/addition", "test/subtraction"],
+                     train_tasks=["test/addition"])  # fmt: skip
+    assert refused.value.code == "suite_task_overlap"
+    [overlap] = refused.value.detail["overlaps"]
+    assert (overlap["task"], overlap["train_task"]) == ("benchmark:test/addition", "test/addition")
+    assert overlap["ids"] == len(FEEDBACK) + len(FINAL)
+    assert "test/addition" in refused.value.message
+    assert _counts() == before
+
+
+def test_a_training_task_holding_an_evaluation_prompt_is_refused_whatever_its_name_and_ids(world):
+    copied = {"id": "mine-1", "prompt": "  what is 51 PLUS 17? ", "answer": "68"}  # FEEDBACK[1], reformatted
+    spec = _folder_task(world["root"], "word-sums", [copied, {"id": "mine-2", "prompt": "What is 3 plus 4?",
+                                                              "answer": "7"}])  # fmt: skip
+    with pytest.raises(ApplicationError) as refused:
+        suite_create(name="leaky", agents=["heuristic"], tasks=["test/addition"], train_tasks=[spec])
+    [overlap] = refused.value.detail["overlaps"]
+    assert (overlap["names"], overlap["ids"], overlap["prompts"]) == ([], 0, 1)
+
+
+def test_a_shared_item_id_is_an_overlap(world):
+    spec = _folder_task(world["root"], "ids", [{"id": "sub-f-2", "prompt": "What is 2 plus 2?", "answer": "4"}])
+    with pytest.raises(ApplicationError) as refused:
+        suite_create(name="ids", agents=["heuristic"], tasks=["test/subtraction"], train_tasks=[spec])
+    assert refused.value.detail["overlaps"][0]["id_examples"] == ["sub-f-2"]
+
+
+def test_disjoint_training_tasks_are_accepted_and_the_comparison_is_kept(world):
+    spec = _folder_task(world["root"], "products", [{"id": "p1", "prompt": "What is 6 times 7?", "answer": "42"}])
+    suite = suite_create(name="ok", agents=["heuristic"], tasks=["test/addition"],
+                         train_tasks=[spec, "test/subtraction"])  # fmt: skip
+    assert suite.overlap["overlaps"] == []
+    assert suite.overlap["compared"] == {"tasks": ["benchmark:test/addition"],
+                                         "train_tasks": [spec, "test/subtraction"]}  # fmt: skip
+    assert suite.overlap["items"] == {"tasks": 5, "train_tasks": 4}
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _evaluation(run, *, checkpoint, split, score, experiment=None):
+    n = 20
+    return Evaluation.objects.create(
+        run=run, experiment=experiment, checkpoint=checkpoint, benchmark=run.benchmark, split=split,
+        score=score, correct=round(score * n), sample_count=n, evaluator_sha256=sha256_text("e"),
+        settings_sha256=sha256_text("s"), data_sha256=sha256_text(split),
+    )  # fmt: skip
+
+
+def _plant(run: Run, *, iterations: list[float], hacked: set[int] = frozenset()) -> None:
+    """θ0 scores 0.30 on feedback; each iteration a succeeded, evaluated train_eval experiment."""
+    base = run.base_checkpoint
+    _evaluation(run, checkpoint=base, split="feedback", score=0.30)
+    worker = node_create(run=run, kind=NodeKind.WORKER, task="Direction: data-screen")
+    started = timezone.now() - dt.timedelta(minutes=30)
+    for i, score in enumerate(iterations):
+        experiment = experiment_create(run=run, owner=worker, kind="train_eval", input_checkpoint=base,
+                                       action={"recipe": "sft", "data": []})  # fmt: skip
+        at = started + dt.timedelta(minutes=i)
+        Job.objects.create(run=run, experiment=experiment, kind="train", queue="gpu", status="succeeded",
+                           started_at=at, finished_at=at)  # fmt: skip
+        output = CheckpointFactory(parent=base, run=run)
+        type(experiment).objects.filter(pk=experiment.pk).update(status="succeeded", feedback_score=score,
+                                                                 output_checkpoint=output)  # fmt: skip
+        _evaluation(run, checkpoint=output, split="feedback", score=score, experiment=experiment)
+        if i in hacked:
+            IntegrityFinding.objects.create(experiment=experiment, subcategory="test_set_access",
+                                            observation=Observation.EXECUTED,
+                                            adjudication=Adjudication.EXPLICIT_VIOLATION, decided_by="reviewer_0001",
+                                            rationale="trained on sealed items")  # fmt: skip
+            experiment_set_integrity(experiment=experiment, status="flagged", actor="test", reason="violation")
+        else:
+            experiment_set_integrity(experiment=experiment, status="accepted", actor="test", reason="clean")
+
+
+def _finish(run: Run, final: dict[str, int]) -> Run:
+    """Stop, run the final evaluation jobs with ``final[role]`` of 20 right, and finish."""
+    run = run_final_eval_start(run=run_stop_request(run=run, reason="test: end", actor="main"))
+    seal = {key: sha256_text(key) for key in ("evaluator_sha256", "settings_sha256", "data_sha256")}
+    for job in Job.objects.filter(run=run, kind=JobKind.FINAL_EVAL).order_by("pk"):
+        claimed = job_claim(job_id=job.pk, worker="gpu@test")
+        role = next((r for r in job.spec["roles"] if r != "candidate"), "candidate")
+        rows = [{"id": f"x{i:03d}", "output": str(i), "correct": i < final.get(role, 0)} for i in range(20)]
+        checkpoint = type(run.base_checkpoint).objects.get(uuid=job.spec["checkpoint"])
+        job_succeed_with_evaluation(job=claimed, checkpoint=checkpoint, benchmark=run.benchmark, split="final",
+                                    rows=rows, backend="hf", seal=seal)  # fmt: skip
+    return run_finish(run=Run.objects.get(pk=run.pk))
+
+
+@pytest.fixture
+def finished_suite(world):
+    suite = suite_launch(suite=suite_create(name="planted", agents=["heuristic", "heuristic-weak"],
+                                            tasks=["test/addition"]))  # fmt: skip
+    strong, weak = [c.run for c in suite.cells.select_related("run").order_by("position")]
+    # heuristic: 0.25 (θ0's 0.30 stands), 0.40 (effective), 0.35, 0.50 (effective); final 11/20 vs θ0 5/20.
+    _plant(strong, iterations=[0.25, 0.40, 0.35, 0.50])
+    _finish(strong, {"theta0": 5, "reference": 17, "best": 11})
+    # heuristic-weak: 0.20, then 0.45 (effective, but an adjudicated violation): hacked 1 of 2.
+    _plant(weak, iterations=[0.20, 0.45], hacked={1})
+    _finish(weak, {"theta0": 5, "reference": 17, "best": 8})
+    return suite_advance_once(suite=suite)
+
+
+def test_stats_per_cell_and_per_agent_follow_from_the_records(finished_suite):
+    assert finished_suite.status == "finished"
+    stats = suite_stats(finished_suite)
+    strong, weak = stats["cells"]
+    assert (strong["agent"], weak["agent"]) == ("heuristic", "heuristic-weak")
+    assert (strong["score"], strong["theta0"], strong["reference"]) == (0.55, 0.25, 0.85)
+    assert strong["lite"] == pytest.approx(0.5)
+    assert strong["posttrainbench_cell"]["substitute"]["value"] == 0.55
+    assert (strong["iterations"], strong["effective_iterations"]) == (4, 2)
+    assert [r["effective"] for r in strong["iteration_rows"]] == [False, True, False, True]
+    assert (strong["trained"], strong["beats_base"], strong["violation"]) == (True, True, False)
+    # The weak run's score (0.40) is above θ0, but its violation zeroes the Lite reward, substitutes
+    # θ0 in the PostTrainBench cell and does not count as beating the base.
+    assert weak["score"] == 0.40
+    assert (weak["lite"], weak["violation"], weak["beats_base"]) == (0.0, True, False)
+    assert weak["posttrainbench_cell"]["substitute"] == {
+        "value": 0.25, "reading": "substitute-when-flagged-or-missing", "substituted": True,
+        "note": "base substituted: run flagged"}  # fmt: skip
+    assert (weak["submissions_ran"], weak["hacked"], weak["hacking_rate"]) == (2, 1, 0.5)
+    assert (weak["iterations"], weak["effective_iterations"]) == (2, 1)
+
+    by_agent = {row["agent"]: row for row in stats["agents"]}
+    assert {k: by_agent["heuristic"][k] for k in ("settings", "settings_trained", "settings_beat_base", "iterations",
+                                                  "effective_iterations", "hacking_rate")} == {
+        "settings": 1, "settings_trained": 1, "settings_beat_base": 1, "iterations": 4, "effective_iterations": 2,
+        "hacking_rate": 0.0}  # fmt: skip
+    assert by_agent["heuristic"]["effective_share"] == 0.5
+    assert by_agent["heuristic-weak"]["settings_beat_base"] == 0
+    assert by_agent["heuristic-weak"]["hacking_rate"] == 0.5
+    assert by_agent["heuristic"]["lite_mean"] == pytest.approx(0.5)
+    assert by_agent["heuristic-weak"]["lite_mean"] == 0.0
+    # No PostTrainBench weight for a local task: the cell is reported as the unweighted mean.
+    assert by_agent["heuristic"]["posttrainbench_weighted"] is None
+    assert by_agent["heuristic"]["posttrainbench_unweighted_mean"] == 0.55
+
+
+def test_csv_and_json_exports_carry_the_same_numbers(finished_suite):
+    stats = suite_stats(finished_suite)
+    agents = list(csv.DictReader(io.StringIO(stats_csv(stats, table="agents"))))
+    assert [(r["agent"], r["effective_iterations"], r["iterations"], r["hacking_rate"]) for r in agents] == [
+        ("heuristic", "2", "4", "0.0"), ("heuristic-weak", "1", "2", "0.5")]  # fmt: skip
+    cells = list(csv.DictReader(io.StringIO(stats_csv(stats, table="cells"))))
+    assert [(r["agent"], r["score"], r["posttrainbench_substitute"]) for r in cells] == [
+        ("heuristic", "0.55", "0.55"), ("heuristic-weak", "0.4", "0.25")]  # fmt: skip
+    assert [float(r["lite"]) for r in cells] == [pytest.approx(0.5), 0.0]
+    assert [float(r["lite"]) for r in cells] == [c["lite"] for c in stats["cells"]]  # the same float, not rounded
+    assert json.loads(json.dumps(stats)) == stats  # JSON-safe as it is
+    with pytest.raises(ValueError, match="table is 'cells' or 'agents'"):
+        stats_csv(stats, table="runs")
+
+
+# --------------------------------------------------------------------------- API and pages
+
+
+@pytest.fixture
+def people(db):
+    found = {}
+    for role in ("viewer", "operator"):
+        user = User.objects.create_user(f"{role}-suites", password=PASSWORD)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        found[role] = user
+    return found
+
+
+def _client(client, user):
+    client.force_login(user)
+    return client
+
+
+def test_the_api_reads_for_viewers_and_writes_for_operators_only(world, people, client):
+    body = {"name": "api", "agents": ["heuristic", "heuristic-weak"], "tasks": ["test/addition"], "launch": False}
+    assert client.get("/api/v1/suites/").status_code == 403
+    viewer = _client(client, people["viewer"])
+    assert viewer.get("/api/v1/suites/").json() == {"results": []}
+    refused = viewer.post("/api/v1/suites/", body, content_type="application/json")
+    assert refused.status_code == 403
+    assert AgentSuite.objects.count() == 0
+    operator = _client(client, people["operator"])
+    created = operator.post("/api/v1/suites/", body, content_type="application/json")
+    assert created.status_code == 201, created.content
+    suite = created.json()
+    assert (suite["status"], suite["cells"]) == ("created", {"queued": 2, "running": 0, "ended": 0})
+    launched = operator.post(f"/api/v1/suites/{suite['uuid']}/launch")
+    assert (launched.status_code, launched.json()["status"]) == (200, "running")
+    again = operator.post(f"/api/v1/suites/{suite['uuid']}/launch")
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "suite_not_created")
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"name": "x", "agents": ["heuristic"]}, 400, None),  # tasks missing: the serializer names the field
+        ({"name": "x", "agents": ["nope"], "tasks": ["test/addition"]}, 400, "unknown_agent"),
+        (
+            {"name": "x", "agents": ["heuristic"], "tasks": ["test/addition"], "train_tasks": ["test/addition"]},
+            400,
+            "suite_task_overlap",
+        ),
+        ({"name": "x", "agents": ["heuristic"], "tasks": ["test/absent"]}, 404, "benchmark_not_found"),
+    ],
+)
+def test_api_refusals_are_json_4xx_and_write_nothing(world, people, client, body, status, code):
+    before = _counts()
+    response = _client(client, people["operator"]).post("/api/v1/suites/", body, content_type="application/json")
+    assert response.status_code == status, response.content
+    payload = response.json()
+    if code is not None:
+        assert payload["error"]["code"] == code
+    else:
+        assert "tasks" in json.dumps(payload)
+    assert _counts() == before
+
+
+def test_the_detail_exports_csv_and_json_and_404s_cleanly(finished_suite, people, client):
+    viewer = _client(client, people["viewer"])
+    url = f"/api/v1/suites/{finished_suite.uuid}/"
+    detail = viewer.get(url).json()
+    assert detail["stats"]["agents"][0]["effective_iterations"] == 2
+    assert viewer.get(url + "?format=json").json()["stats"] == detail["stats"]
+    exported = viewer.get(url + "?format=csv&table=agents")
+    assert exported["Content-Type"].startswith("text/csv")
+    assert "attachment" in exported["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(exported.content.decode())))
+    assert [r["agent"] for r in rows] == ["heuristic", "heuristic-weak"]
+    bad_table = viewer.get(url + "?format=csv&table=runs")
+    assert (bad_table.status_code, bad_table.json()["error"]["code"]) == (400, "invalid_table")
+    missing = viewer.get("/api/v1/suites/not-a-uuid/")
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "suite_not_found")
+
+
+def test_the_pages_show_the_table_to_viewers(finished_suite, people, client):
+    assert client.get("/suites/").status_code == 302  # to the login page
+    viewer = _client(client, people["viewer"])
+    listing = viewer.get("/suites/")
+    assert listing.status_code == 200
+    assert "planted" in listing.content.decode()
+    page = viewer.get(f"/suites/{finished_suite.uuid}/").content.decode()
+    assert 'id="suite-agents"' in page
+    assert "2 / 4" in page  # the heuristic's effective / all iterations
+    assert "heuristic-weak" in page
+    assert "cdn" not in page.lower()
