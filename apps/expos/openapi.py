@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
+from apps.expos.api.filters import MAX_SEQ
 from apps.expos.registry import Category, load_all
 
 ERROR_COMPONENT = "Error"
@@ -37,7 +39,8 @@ ERROR_REF = {"$ref": f"#/components/schemas/{ERROR_COMPONENT}"}
 
 # What each status means for every tool; tools add their own codes in the description.
 COMMON_TOOL_ERRORS = {
-    "400": "invalid_input (with the JSON path of the first error; lone surrogates, NUL characters, infinities and "
+    "400": "invalid_if_match (longer than 200 characters), invalid_input (with the JSON path of the first error; "
+    "lone surrogates, NUL characters, infinities and "
     "nesting beyond 64 levels are refused with theirs), invalid_json (NaN/Infinity: with their path), or a domain "
     "refusal",
     "401": "no, unknown, revoked or expired agent token (tokens expire with their run)",
@@ -86,6 +89,11 @@ def _error_responses(errors: dict[str, str]) -> dict[str, Any]:
         if status in responses:
             responses[status]["headers"] = _RETRY_AFTER
     return responses
+
+
+def _empty_body_valid(tool: Any) -> bool:
+    validator = jsonschema.validators.validator_for(tool.input_schema, default=jsonschema.Draft202012Validator)
+    return bool(validator(tool.input_schema).is_valid({}))
 
 
 def tool_operation(tool: Any) -> dict[str, Any]:
@@ -137,9 +145,10 @@ def tool_operation(tool: Any) -> dict[str, Any]:
         "tags": [f"tools: {tool.category}"],
         "security": [{"agentToken": []}],
         "parameters": parameters,
-        # Required when the tool has required arguments; otherwise an empty body means {}.
+        # An empty body means {}: the body is required exactly when {} is not valid arguments
+        # (required arguments, minProperties, alternatives of which one must be given).
         "requestBody": {
-            "required": bool(tool.input_schema.get("required")),
+            "required": not _empty_body_valid(tool),
             "content": {"application/json": {"schema": tool.input_schema}},
         },
         "responses": responses,
@@ -158,6 +167,17 @@ def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bo
                 continue
             for status, entry in _error_responses(COMMON_READ_ERRORS).items():
                 operation.setdefault("responses", {}).setdefault(status, entry)
+    # The events cursor: a whole sequence number within the filter's bounds (django-filter's
+    # NumberFilter is documented as an unbounded number).
+    # A filter given empty is refused (apps.expos.api.filters.StrictFilterSet): every string one is non-empty.
+    for operations in paths.values():
+        for parameter in operations.get("get", {}).get("parameters", []):
+            schema = parameter.get("schema", {})
+            if parameter.get("in") == "query" and schema.get("type") == "string":
+                schema.setdefault("minLength", 1)
+    for parameter in paths.get("/api/v1/events/", {}).get("get", {}).get("parameters", []):
+        if parameter.get("name") == "after_seq":
+            parameter["schema"] = {"type": "integer", "minimum": 0, "maximum": MAX_SEQ}
     for name, tool in sorted(load_all().items()):
         paths[f"/api/v1/tools/{name}"] = {"post": tool_operation(tool)}
     return result

@@ -12,6 +12,18 @@ from typing import Any
 from apps.expos.registry import obj
 
 MAX_TEXT = 20_000
+# On a oneOf/anyOf of alternatives: {"code", "message"}, the refusal (400) when no alternative fits.
+REFUSAL_KEY = "x-refusal"
+
+
+def alternatives(*branches: dict[str, Any], code: str, message: str, exclusive: bool = True) -> dict[str, Any]:
+    """Arguments that are alternatives (exactly one of path or catalog), for a tool's input schema.
+
+    The OpenAPI document, the LLM definitions and the validator all see the rule, so a generated
+    body is valid exactly when the server accepts it; a body that fits no alternative is refused
+    with ``code`` and ``message`` (views.validate_input), not with a generic schema error.
+    """
+    return {"oneOf" if exclusive else "anyOf": list(branches), REFUSAL_KEY: {"code": code, "message": message}}
 
 
 def string(max_length: int = 200, *, min_length: int = 0, **extra: Any) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, ag
 from apps.expos.models import IdempotencyRecord
 from apps.expos.payloads import etag_value
 from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
-from apps.expos.schemas import integers_coerced
+from apps.expos.schemas import REFUSAL_KEY, integers_coerced
 from apps.expos.services import harness_turn_record, tool_call_record
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
 from apps.research.models import ResearchNode
@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 # Larger integers cannot be stored (PostgreSQL bigint) and are never meaningful to a tool.
 MAX_INT = 2**63 - 1
 MAX_IDEMPOTENCY_KEY = 200
+MAX_IF_MATCH = 200  # an ETag is under 60 characters; the OpenAPI document gives the same bound
 _IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
 # Nesting beyond this is refused before validation (the body is level 1); no tool schema is nearly this deep.
 MAX_DEPTH = JSON_MAX_DEPTH
@@ -208,7 +209,15 @@ def validate_input(tool: Tool, args: Any) -> Any:
     _refuse_huge_integer(args)
     if _passes_compiled(tool, "input", args):
         return args
-    error = jsonschema.exceptions.best_match(_validator(tool, "input").iter_errors(args))
+    errors = list(_validator(tool, "input").iter_errors(args))
+    for error in errors:
+        # Alternatives (oneOf/anyOf) that name their own refusal: the domain's code and message,
+        # which say what to send, rather than "not valid under any of the given schemas".
+        where_rule = error.schema if isinstance(error.schema, dict) else {}
+        refusal = where_rule.get(REFUSAL_KEY) if error.validator in ("oneOf", "anyOf") else None
+        if isinstance(refusal, dict):
+            raise ApplicationError(refusal["code"], refusal["message"], path=_json_pointer(error.absolute_path))
+    error = jsonschema.exceptions.best_match(errors)
     if error is None:
         return args
     where = _json_pointer(error.absolute_path)
@@ -319,6 +328,10 @@ class ToolCallView(APIView):
                     "forbidden_role",
                     f"{tool.name} is for the {', '.join(sorted(tool.roles))} role(s); this token acts as {ctx.role}.",
                     status=403,
+                )
+            if ctx.if_match is not None and len(ctx.if_match) > MAX_IF_MATCH:
+                raise ApplicationError(
+                    "invalid_if_match", f"If-Match is at most {MAX_IF_MATCH} characters: send the ETag you read."
                 )
             args = parse_body(request)
             args = validate_input(tool, args)

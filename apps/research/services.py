@@ -444,7 +444,10 @@ def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str],
             experiments=foreign,
         )
     if not cited and Experiment.objects.filter(owner=node).exists():
-        raise ApplicationError("citation_required", "Cite the experiments your summary rests on (their handles).")
+        # The Worker's records, not the request's shape, make the citation necessary: 409, as for state.
+        raise ApplicationError(
+            "citation_required", "Cite the experiments your summary rests on (their handles).", status=409
+        )
     with transaction.atomic():
         finalized = node_finalize(node=node, summary=summary, experiments=sorted(cited), actor=actor)
         # The summary is a report: its reporting checks (selection, attribution, disclosure) re-run.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters as filters
+from django import forms
 
 from apps.benchmarks.models import Split
 from apps.datapool.models import DataEntry, DataFormat, SourceKind
@@ -15,7 +18,31 @@ from apps.reviews.models import ReportStatus, ReviewReport
 MAX_SEQ = 2**62
 
 
-class RunFilter(filters.FilterSet):
+class WholeNumberFilter(filters.NumberFilter):
+    """A whole-number filter (a sequence number): 1.5 is refused, as the document's integer says."""
+
+    field_class = forms.IntegerField  # type: ignore[assignment]  # an integer field where DRF's is decimal
+
+
+class StrictFilterSet(filters.FilterSet):
+    """A filter given with an empty value (``?run=``) is a 400 naming it, not "no filter".
+
+    The OpenAPI document types every filter (a uuid, an enum...), and an empty string is none of
+    them: leave the parameter out to not filter.
+    """
+
+    def is_valid(self) -> bool:
+        valid = super().is_valid()
+        data: Any = self.data or {}
+        for name in self.filters:
+            values = data.getlist(name) if hasattr(data, "getlist") else [data.get(name)]
+            if name in data and any(value == "" for value in values):
+                self.form.add_error(name, "Give a value, or leave the parameter out to not filter by it.")
+                valid = False
+        return valid
+
+
+class RunFilter(StrictFilterSet):
     status = filters.ChoiceFilter(choices=RunStatus.choices)
     benchmark = filters.CharFilter(field_name="benchmark__name", max_length=200)
 
@@ -24,7 +51,7 @@ class RunFilter(filters.FilterSet):
         fields = ["status", "benchmark"]
 
 
-class NodeFilter(filters.FilterSet):
+class NodeFilter(StrictFilterSet):
     run = filters.UUIDFilter(field_name="run__uuid")
     kind = filters.ChoiceFilter(choices=NodeKind.choices)
     status = filters.ChoiceFilter(choices=NodeStatus.choices)
@@ -35,7 +62,7 @@ class NodeFilter(filters.FilterSet):
         fields = ["run", "kind", "status", "handle"]
 
 
-class ExperimentFilter(filters.FilterSet):
+class ExperimentFilter(StrictFilterSet):
     run = filters.UUIDFilter(field_name="run__uuid")
     owner = filters.CharFilter(field_name="owner__handle", max_length=32)
     status = filters.ChoiceFilter(choices=ExperimentStatus.choices)
@@ -47,7 +74,7 @@ class ExperimentFilter(filters.FilterSet):
         fields = ["run", "owner", "status", "integrity_status", "kind"]
 
 
-class CheckpointFilter(filters.FilterSet):
+class CheckpointFilter(StrictFilterSet):
     run = filters.UUIDFilter(field_name="run__uuid")
     is_base = filters.BooleanFilter()
     handle = filters.CharFilter(max_length=64)
@@ -57,7 +84,7 @@ class CheckpointFilter(filters.FilterSet):
         fields = ["run", "is_base", "handle"]
 
 
-class DataEntryFilter(filters.FilterSet):
+class DataEntryFilter(StrictFilterSet):
     format = filters.ChoiceFilter(choices=DataFormat.choices)
     source_kind = filters.ChoiceFilter(choices=SourceKind.choices)
     name = filters.CharFilter(lookup_expr="icontains", max_length=200)
@@ -68,7 +95,7 @@ class DataEntryFilter(filters.FilterSet):
         fields = ["format", "source_kind", "name", "handle"]
 
 
-class EvaluationFilter(filters.FilterSet):
+class EvaluationFilter(StrictFilterSet):
     run = filters.UUIDFilter(field_name="run__uuid")
     experiment = filters.UUIDFilter(field_name="experiment__uuid")
     split = filters.ChoiceFilter(choices=Split.choices)
@@ -79,7 +106,7 @@ class EvaluationFilter(filters.FilterSet):
         fields = ["run", "experiment", "split", "status"]
 
 
-class ReportFilter(filters.FilterSet):
+class ReportFilter(StrictFilterSet):
     run = filters.UUIDFilter(field_name="run__uuid")
     reviewer = filters.CharFilter(field_name="reviewer__handle", max_length=32)
     status = filters.ChoiceFilter(choices=ReportStatus.choices)
@@ -89,12 +116,12 @@ class ReportFilter(filters.FilterSet):
         fields = ["run", "reviewer", "status"]
 
 
-class EventFilter(filters.FilterSet):
+class EventFilter(StrictFilterSet):
     run = filters.UUIDFilter(field_name="run__uuid")
     type = filters.CharFilter(max_length=100)
     actor = filters.CharFilter(max_length=200)
     tool = filters.CharFilter(max_length=100)
-    after_seq = filters.NumberFilter(field_name="seq", lookup_expr="gt", min_value=0, max_value=MAX_SEQ)
+    after_seq = WholeNumberFilter(field_name="seq", lookup_expr="gt", min_value=0, max_value=MAX_SEQ)
 
     class Meta:
         model = Event

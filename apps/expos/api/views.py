@@ -15,9 +15,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from apps.core.errors import ApplicationError
 from apps.datapool.models import DataEntry
@@ -53,14 +55,60 @@ UUID_PATH = r"[^/]+"  # a malformed uuid reaches the view and gets a JSON 404, n
 
 
 class BoundedLimitOffsetPagination(LimitOffsetPagination):
-    """LimitOffset with a ceiling on both numbers, so no query string can make the database fail."""
+    """LimitOffset with a ceiling on both numbers, so no query string can make the database fail.
+
+    Strict, as documented: a limit or offset that is not a whole number in range is a 400 naming
+    it (DRF's own pagination would quietly use its default instead).
+    """
 
     max_limit = 1000
     max_offset = 10**12
-    limit_query_description = f"Number of results to return per page (at most {max_limit}; more is lowered to it)."
+    limit_query_description = (
+        f"Number of results to return per page (1 or more; at most {max_limit}, more is lowered to it)."
+    )
+    offset_query_description = "The initial index from which to return the results (0 or more)."
+
+    def _whole(self, request: Request, name: str, minimum: int, maximum: int | None) -> int | None:
+        values = request.query_params.getlist(name)
+        if not values:
+            return None
+        try:
+            number = int(values[-1], 10)
+        except ValueError:
+            number = None
+        if number is None or number < minimum or (maximum is not None and number > maximum):
+            bound = f"{minimum} to {maximum}" if maximum is not None else f"{minimum} or more"
+            raise ApplicationError("invalid", f"{name} must be a whole number, {bound}.", parameter=name)
+        return number
+
+    def get_limit(self, request: Request) -> int | None:
+        limit = self._whole(request, self.limit_query_param, 1, None)
+        return self.default_limit if limit is None else min(limit, self.max_limit)
 
     def get_offset(self, request: Request) -> int:
-        return min(super().get_offset(request), self.max_offset)
+        return min(self._whole(request, self.offset_query_param, 0, None) or 0, self.max_offset)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {self.limit_query_param: {"minimum": 1}, self.offset_query_param: {"minimum": 0}}
+        for parameter in parameters:
+            parameter["schema"] = {**parameter.get("schema", {}), **bounds.get(parameter["name"], {})}
+        return parameters
+
+
+class _WithoutFormatOverride:
+    """DRF's settings with no ``?format=`` override: content is negotiated by the Accept header."""
+
+    URL_FORMAT_OVERRIDE = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(api_settings, name)
+
+
+class AcceptOnlyNegotiation(DefaultContentNegotiation):
+    """``?format=`` is the datapool's filter (sft, dpo...), never a renderer choice."""
+
+    settings = _WithoutFormatOverride()  # type: ignore[assignment]  # DRF's settings, less one
 
 
 def caller_of(request: Request) -> Caller:
@@ -224,6 +272,7 @@ class DataEntryViewSet(ScopedReadViewSet):
     model = DataEntry
     serializer_class = serializers.DataEntrySerializer
     filterset_class = filters.DataEntryFilter
+    content_negotiation_class = AcceptOnlyNegotiation
 
     def scoped(self, caller: Caller) -> QuerySet[DataEntry]:
         return visible_datapool(caller).order_by("created_at", "pk")

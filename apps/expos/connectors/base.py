@@ -20,7 +20,10 @@ JSON = dict[str, Any]
 Handler = Callable[[JSON], JSON]
 Method = TypeVar("Method", bound=Callable[..., JSON])
 
-ERROR_CODES = frozenset({"not_configured", "unreachable", "upstream_error", "bad_request", "forbidden_address"})
+# not_found: a file the call needs is not (yet) in the workspace (e.g. materialize before download).
+ERROR_CODES = frozenset(
+    {"not_configured", "unreachable", "upstream_error", "bad_request", "forbidden_address", "not_found"}
+)
 
 
 class ConnectorError(Exception):

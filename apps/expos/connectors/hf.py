@@ -272,6 +272,9 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+NAME_MAX = 255  # bytes in one path component (Linux)
+
+
 class DatasetsContract(Connector):
     """What both providers share; subclasses implement the seven look-ups and downloads."""
 
@@ -301,6 +304,9 @@ class DatasetsContract(Connector):
 
     @staticmethod
     def inside(workspace: Path, relative: str) -> Path:
+        # A component no file system can hold (over NAME_MAX) would fail as OSError in resolve/exists.
+        if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in Path(relative).parts):
+            raise ConnectorError("bad_request", f"a part of {relative[:80]!r}... is over {NAME_MAX} bytes")
         target = (workspace / relative).resolve()
         if not _within(target, workspace):
             raise ConnectorError("bad_request", f"{relative!r} leaves the workspace")
@@ -389,8 +395,9 @@ class DatasetsContract(Connector):
         workspace = self.workspace(args["workspace"])
         source = self.inside(workspace, args.get("source") or download_dirname(dataset))
         if not source.exists():
+            # The state of the workspace, not the request, is wrong: 404, as for any missing file.
             raise ConnectorError(
-                "bad_request", f"{source.relative_to(workspace)} is missing; run hf_download_dataset first"
+                "not_found", f"{source.relative_to(workspace)} is missing; run hf_download_dataset first"
             )
         name = args.get("output") or f"{dataset.replace('/', '__')}-{args['split']}"
         out = self.inside(workspace, f"materialized/{name}.jsonl")

@@ -48,10 +48,12 @@ class LocalCatalogConnector(DatasetsContract):
     def _meta(self, dataset: str) -> JSON:
         # Catalog names are single folder names; an 'owner/name' id cannot name one.
         if "/" in dataset:
-            raise ConnectorError("bad_request", f"no dataset {dataset!r} in the local catalog")
+            # A well-formed id that names nothing here is not_found (404); a path trick is a bad request.
+            code = "bad_request" if ".." in dataset.split("/") else "not_found"
+            raise ConnectorError(code, f"no dataset {dataset!r} in the local catalog")
         path = self.root / dataset / "meta.json"
         if not path.is_file():
-            raise ConnectorError("bad_request", f"no dataset {dataset!r} in the local catalog")
+            raise ConnectorError("not_found", f"no dataset {dataset!r} in the local catalog")
         try:
             meta = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:

@@ -20,6 +20,7 @@ from apps.datapool.models import AGENT_FORMATS, DataEntry, DataUsage, SourceKind
 from apps.datapool.selectors import data_entry_get, data_entry_list, data_readme, data_rows
 from apps.datapool.services import data_readme_append, data_register_from_catalog, data_register_from_workspace
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
+from apps.expos.schemas import alternatives
 from apps.expos.tools.discovery import connector_config
 from apps.expos.visibility import visible_experiments
 from apps.expos.workspaces import workspace_path
@@ -202,6 +203,20 @@ ADD_IN = obj(
         },
         "note": {"type": "string", "maxLength": 20_000, "description": "Provenance text for the readme."},
     }
+)
+# Exactly one source; teacher and format describe a workspace file (a catalog dataset carries its own).
+ADD_IN.update(
+    alternatives(
+        {"required": ["path"], "not": {"required": ["catalog"]}},
+        {
+            "required": ["catalog"],
+            "not": {"anyOf": [{"required": ["path"]}, {"required": ["format"]}]},
+            "properties": {"teacher": {"maxLength": 0}},
+        },
+        code="invalid_source",
+        message="Give exactly one of path (a file in your workspace) or catalog (a catalog dataset name); "
+        "teacher and format are for workspace files only.",
+    )
 )
 ADD_OUT = obj({"entry": ENTRY, "created": {"type": "boolean"}}, required=["entry", "created"])
 README_IN = obj(
@@ -432,7 +447,8 @@ def worker_add_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         entry = data_register_from_workspace(
             workspace=workspace_path(run=ctx.run, node=ctx.node),
             path=path,
-            name=args.get("name") or Path(path).stem or path,
+            # The default name is the file's stem, cut to a name's 200 characters (path allows 500).
+            name=args.get("name") or (Path(path).stem or path)[:200],
             format=args.get("format"),
             run=ctx.run,
             node=ctx.node,

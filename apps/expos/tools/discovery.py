@@ -32,6 +32,7 @@ WORKSPACE_TOOLS = frozenset({"hf_download_dataset", "hf_materialize_dataset"})
 CONNECTOR_STATUS = {
     "bad_request": 400,
     "forbidden_address": 403,
+    "not_found": 404,
     "not_configured": 424,
     "unreachable": 424,
     "upstream_error": 424,

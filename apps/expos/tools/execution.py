@@ -27,6 +27,7 @@ from apps.experiments.submissions import (
     training_decide,
 )
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
+from apps.expos.schemas import alternatives
 from apps.expos.visibility import visible_checkpoints, visible_datapool, visible_experiments
 from apps.integrity.submission_review import (
     AGENT_HYPERPARAMETERS,
@@ -131,6 +132,20 @@ SUBMIT_IN = obj(
         "train": TRAIN_SCHEMA,
         "eval": EVAL_SCHEMA,
     }
+)
+# train_eval (the default kind) needs its train object; eval_only has none.
+SUBMIT_IN.update(
+    alternatives(
+        {"properties": {"kind": {"const": ExperimentKind.TRAIN_EVAL.value}}, "required": ["train"]},
+        {
+            "properties": {"kind": {"const": ExperimentKind.EVAL_ONLY.value}},
+            "required": ["kind"],
+            "not": {"required": ["train"]},
+        },
+        code="invalid_submission",
+        message="A train_eval submission (the default kind) needs a 'train' object (recipe, datasets, "
+        "hyper-parameters); an eval_only one has none.",
+    )
 )
 SUBMIT_OUT = obj(
     {
@@ -394,7 +409,7 @@ def main_training_decide(ctx: ToolContext, args: dict[str, Any]) -> dict[str, An
             "worker": {**HANDLE, "description": "The Worker's handle (worker_0002)."},
             "spec": {"type": "object", "description": "The exact worker_submit arguments to allow."},
             "spec_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-            "reason": {"type": "string", "minLength": 1, "maxLength": 4000},
+            "reason": {"type": "string", "minLength": 1, "maxLength": 4000, "pattern": r"\S"},
             "ttl_seconds": {
                 "type": "integer",
                 "minimum": 60,
@@ -403,6 +418,12 @@ def main_training_decide(ctx: ToolContext, args: dict[str, Any]) -> dict[str, An
             },
         },
         required=["worker", "reason"],
+    )
+    | alternatives(
+        {"required": ["spec"], "not": {"required": ["spec_sha256"]}},
+        {"required": ["spec_sha256"], "not": {"required": ["spec"]}},
+        code="invalid_override",
+        message="Give exactly one of spec (the exact submission) or spec_sha256 (from the refusal's detail).",
     ),
     output_schema=obj(
         {

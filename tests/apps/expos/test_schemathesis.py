@@ -29,6 +29,7 @@ RUNS = {
     "own": ["--phases", "fuzzing", "--max-examples", "8", "--include-path-regex", "^/api/v1/tools/"],
     "rin": ["--phases", "fuzzing", "--max-examples", "8", "--include-path-regex", "^/api/v1/tools/"],
 }
+CONFIG = Path(__file__).with_name("schemathesis.toml")  # statuses a valid request may get from the world's state
 FULL = int(os.environ.get("RSI_SCHEMATHESIS_FULL", "0"))  # examples per operation; 0 = the CI counts
 
 
@@ -51,6 +52,8 @@ def test_openapi_fuzzing_finds_no_server_errors_or_schema_violations(api, world,
     (tmp_path / "openapi.json").write_bytes(schema.content)
     command = [
         ST,
+        "--config-file",
+        str(CONFIG),
         "run",
         str(tmp_path / "openapi.json"),
         "--url",
@@ -67,8 +70,10 @@ def test_openapi_fuzzing_finds_no_server_errors_or_schema_violations(api, world,
         "false",
         "--generation-database",
         "none",
+        # One worker in full mode: with two, CPython 3.11's gh-106905 (a race in the recursion
+        # accounting hypothesis hits) shows up as a runtime error after thousands of cases.
         "--workers",
-        "2",
+        "1" if FULL else "2",
         "--request-timeout",
         "30",
         "--no-color",
@@ -77,6 +82,6 @@ def test_openapi_fuzzing_finds_no_server_errors_or_schema_violations(api, world,
     report = os.environ.get("RSI_SCHEMATHESIS_REPORT")
     if report:
         with Path(report).open("a") as out:
-            out.write(f"=== {who} (rc {result.returncode})\n{result.stdout[-6000:]}\n")
+            out.write(f"=== {who} (rc {result.returncode})\n{result.stdout if FULL else result.stdout[-6000:]}\n")
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-2000:]
     assert "passed" in result.stdout

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, transaction
 from django.test import Client
+from jsonschema import Draft202012Validator
 
 from apps.experiments.models import Evaluation, Event, MetricPoint
 from apps.expos.registry import REGISTRY, Category, Role, load_all, tool
@@ -52,6 +53,7 @@ def test_spawning_workers_respects_the_limit_and_links_context(w):
 
 def test_worker_finalize_cites_own_experiments_and_wakes_the_main_agent(w):
     missing = call(w, "own", "worker_finalize", {"summary": "done"})
+    assert missing.status_code == 409  # own has experiments: the records make the citation necessary
     assert missing.json()["error"]["code"] == "citation_required"
     done = call(w, "own", "worker_finalize", {"summary": "lr matters", "experiments": ["exp_0002", "exp_0001"]})
     assert done.status_code == 200
@@ -279,14 +281,20 @@ def test_openapi_documents_every_tool_with_its_schemas_and_errors(w):
         assert operation["responses"][ok]["content"]["application/json"]["schema"] == declared.output_schema
         assert {"400", "401", "403", "404", "411", "413", "429", "503"} <= set(operation["responses"])
         assert operation["responses"]["503"]["headers"]["Retry-After"]
-        # A body is required exactly when the tool has required arguments (else an empty body is {}).
-        assert operation["requestBody"]["required"] == bool(declared.input_schema["required"])
+        # An empty body is {}: the body is required exactly when {} is not valid arguments.
+        assert operation["requestBody"]["required"] == (not Draft202012Validator(declared.input_schema).is_valid({}))
         if declared.category == "external_discovery":
             assert "424" in operation["responses"]
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             if path.startswith("/api/v1/") and method in ("get", "post"):
                 assert {"401", "429", "503"} <= set(operation["responses"]), (path, method)
+    # No required argument, yet {} is refused: a minimum of one property, or alternatives.
+    for name in ("main_optimizer_update", "training_curve_read", "worker_add_data", "worker_submit"):
+        assert schema["paths"][f"/api/v1/tools/{name}"]["post"]["requestBody"]["required"], name
+    assert not schema["paths"]["/api/v1/tools/state_get_current_worker"]["post"]["requestBody"]["required"]
+    after_seq = [p for p in schema["paths"]["/api/v1/events/"]["get"]["parameters"] if p["name"] == "after_seq"]
+    assert after_seq[0]["schema"] == {"type": "integer", "minimum": 0, "maximum": 2**62}
     finalize = schema["paths"]["/api/v1/tools/worker_finalize"]["post"]
     assert "412" in finalize["responses"]
     assert [p["name"] for p in finalize["parameters"]] == ["If-Match"]
@@ -361,3 +369,40 @@ def test_logged_metrics_are_kept_once_never_replaced_and_read_back_in_pages(w):
     assert {e.result_ref for e in logged} == {f"experiment:{w.exp['own1'].uuid}"}
     with pytest.raises(DatabaseError), transaction.atomic():
         MetricPoint.objects.filter(key="loss", step=0).update(value=0.0)
+
+
+def test_alternatives_and_headers_are_refused_before_the_handler_with_the_domain_code(w):
+    both = call(w, "own", "worker_add_data", {"path": "a.jsonl", "catalog": "arith-clean"})
+    assert (both.status_code, both.json()["error"]["code"]) == (400, "invalid_source")
+    override = call(w, "main", "main_submit_review_override", {"worker": "worker_0001", "reason": "ok"})
+    assert (override.status_code, override.json()["error"]["code"]) == (400, "invalid_override")
+    blank = call(w, "main", "main_submit_review_override", {"worker": "worker_0001", "reason": "  ", "spec": {}})
+    assert (blank.status_code, blank.json()["error"]["code"]) == (400, "invalid_input")
+    no_train = call(w, "own", "worker_submit", {"claim": "x"})
+    assert (no_train.status_code, no_train.json()["error"]["code"]) == (400, "invalid_submission")
+    long_tag = call(w, "rin", "reviewer_finalize", {"summary": "s"}, **{"If-Match": "0" * 201})
+    assert (long_tag.status_code, long_tag.json()["error"]["code"]) == (400, "invalid_if_match")
+    assert not Event.objects.filter(run=w.run, type="node.finalized").exists()
+
+
+def test_read_endpoints_refuse_empty_filters_and_bad_pages_with_400(w):
+    viewer = Client()
+    viewer.force_login(w.viewer)
+    for path, query in (
+        ("/api/v1/experiments/", "run="),
+        ("/api/v1/runs/", "offset=null"),
+        ("/api/v1/runs/", "offset=-1"),
+        ("/api/v1/runs/", "limit=0"),
+        ("/api/v1/events/", "after_seq=1.5"),
+        ("/api/v1/events/", f"after_seq={2**62 + 1}"),
+    ):
+        answer = viewer.get(f"{path}?{query}")
+        assert answer.status_code == 400, (path, query, answer.content[:200])
+        assert answer.json()["error"]["code"] == "invalid"
+    assert viewer.get("/api/v1/runs/?limit=5000").status_code == 200  # lowered to the ceiling, as documented
+    assert viewer.get(f"/api/v1/experiments/?run={w.run.uuid}").json()["count"] == 4
+    # ?format= is the datapool's filter, not a renderer choice: JSON by Accept, filtered by format.
+    pool = viewer.get("/api/v1/datapool/?format=sft")
+    assert pool.status_code == 200
+    assert pool["Content-Type"].startswith("application/json")
+    assert all(entry["format"] == "sft" for entry in pool.json()["results"])

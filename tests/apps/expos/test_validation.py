@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from apps.expos.registry import load_all
+from apps.expos.schemas import REFUSAL_KEY
 from apps.expos.views import _passes_compiled
 
 AWKWARD: list[Any] = [
@@ -43,8 +44,23 @@ AWKWARD: list[Any] = [
 ]
 
 
+def _forbidden(negated: dict[str, Any]) -> set[str]:
+    names = set(negated.get("required", []))
+    for branch in negated.get("anyOf", []):
+        names |= set(branch.get("required", []))
+    return names
+
+
 def _sample(schema: dict[str, Any]) -> Any:
     """One instance meant to be valid, with every optional property present."""
+    if REFUSAL_KEY in schema:  # alternatives: every property, less those the first fitting one forbids
+        full = {name: _sample(sub) for name, sub in schema.get("properties", {}).items()}
+        for branch in schema.get("oneOf", schema.get("anyOf", [])):
+            forbidden = _forbidden(branch.get("not", {}))
+            candidate = {name: value for name, value in full.items() if name not in forbidden}
+            if jsonschema.Draft202012Validator(schema).is_valid(candidate):
+                return candidate
+        return full
     if "oneOf" in schema:
         return _sample(schema["oneOf"][0])
     if "enum" in schema:

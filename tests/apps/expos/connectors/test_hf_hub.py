@@ -221,7 +221,7 @@ def test_materialize_test_split_and_named_output(config, tmp_path):
     assert result["rows"] == 1
 
 
-def test_materialize_unknown_column_or_missing_download_is_bad_request(config, tmp_path):
+def test_materialize_unknown_column_is_bad_request_and_missing_download_not_found(config, tmp_path):
     missing = error_of(
         config,
         "hf_materialize_dataset",
@@ -245,7 +245,8 @@ def test_materialize_unknown_column_or_missing_download_is_bad_request(config, t
         },
     )
 
-    assert missing.code == unknown.code == escape.code == "bad_request"
+    assert unknown.code == escape.code == "bad_request"
+    assert missing.code == "not_found"  # the workspace's state, not the request: 404 at the API
     assert "hf_download_dataset" in missing.message
     assert "problem" in unknown.message
     assert "question" in unknown.message
@@ -324,3 +325,13 @@ def test_materialize_templates_take_plain_placeholders_only(config, tmp_path, te
     )
 
     assert error.code == "bad_request"
+
+
+def test_materialize_source_over_name_max_is_bad_request_not_a_crash(config, tmp_path):
+    error = error_of(
+        config,
+        "hf_materialize_dataset",
+        {"dataset": "acme/math-qa", "workspace": str(tmp_path), "source": "0" * 300, "prompt": "q", "completion": "a"},
+    )
+    assert error.code == "bad_request"
+    assert "255" in error.message

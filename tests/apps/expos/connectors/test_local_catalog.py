@@ -183,7 +183,8 @@ def test_unknown_or_escaping_dataset_names_are_refused(config):
     owner_style = error_of(config, "hf_inspect_dataset", {"dataset": "acme/arith-clean"})
     traversal = error_of(config, "hf_inspect_dataset", {"dataset": "../catalog"})
 
-    assert unknown.code == owner_style.code == traversal.code == "bad_request"
+    assert unknown.code == owner_style.code == "not_found"  # 404 at the API: well-formed, names nothing
+    assert traversal.code == "bad_request"
 
 
 def test_missing_catalog_folder_is_not_configured(tmp_path):

@@ -81,8 +81,12 @@ def test_unconfigured_connector_answers_a_clear_4xx(world):
     assert "RSI_GITHUB" in excinfo.value.message
 
 
-def test_connector_bad_request_is_400(world):
+def test_connector_bad_request_is_400_and_an_unknown_dataset_404(world):
     with pytest.raises(ApplicationError) as excinfo:
-        call(world.ctx(world.worker), "hf_inspect_dataset", {"dataset": "no-such-dataset"})
+        call(world.ctx(world.worker), "hf_inspect_dataset", {"dataset": "../catalog"})
     assert excinfo.value.code == "bad_request"
     assert excinfo.value.status_code == 400
+    with pytest.raises(ApplicationError) as excinfo:
+        call(world.ctx(world.worker), "hf_inspect_dataset", {"dataset": "no-such-dataset"})
+    assert excinfo.value.code == "not_found"
+    assert excinfo.value.status_code == 404
