@@ -24,6 +24,26 @@ class WholeNumberFilter(filters.NumberFilter):
     field_class = forms.IntegerField  # type: ignore[assignment]  # an integer field where DRF's is decimal
 
 
+class StrictBooleanField(forms.NullBooleanField):
+    """``true`` or ``false`` (``1``/``0``): any other word is refused, not read as "no filter"."""
+
+    widget = forms.TextInput  # the raw text: django's boolean widgets turn unknown words into None
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in (None, ""):
+            return None
+        word = str(value).strip().lower()
+        if word in ("true", "1"):
+            return True
+        if word in ("false", "0"):
+            return False
+        raise forms.ValidationError("Give true or false.", code="invalid")
+
+
+class StrictBooleanFilter(filters.BooleanFilter):
+    field_class = StrictBooleanField
+
+
 class StrictFilterSet(filters.FilterSet):
     """A filter given with an empty value (``?run=``) is a 400 naming it, not "no filter".
 
@@ -76,7 +96,7 @@ class ExperimentFilter(StrictFilterSet):
 
 class CheckpointFilter(StrictFilterSet):
     run = filters.UUIDFilter(field_name="run__uuid")
-    is_base = filters.BooleanFilter()
+    is_base = StrictBooleanFilter()
     handle = filters.CharFilter(max_length=64)
 
     class Meta:

@@ -395,12 +395,18 @@ def test_read_endpoints_refuse_empty_filters_and_bad_pages_with_400(w):
         ("/api/v1/runs/", "limit=0"),
         ("/api/v1/events/", "after_seq=1.5"),
         ("/api/v1/events/", f"after_seq={2**62 + 1}"),
+        ("/api/v1/checkpoints/", "is_base=null"),
+        ("/api/v1/checkpoints/", "is_base=yes please"),
     ):
         answer = viewer.get(f"{path}?{query}")
         assert answer.status_code == 400, (path, query, answer.content[:200])
         assert answer.json()["error"]["code"] == "invalid"
     assert viewer.get("/api/v1/runs/?limit=5000").status_code == 200  # lowered to the ceiling, as documented
     assert viewer.get(f"/api/v1/experiments/?run={w.run.uuid}").json()["count"] == 4
+    bases = viewer.get("/api/v1/checkpoints/?is_base=true").json()["results"]
+    assert bases
+    assert all(c["is_base"] for c in bases)
+    assert all(not c["is_base"] for c in viewer.get("/api/v1/checkpoints/?is_base=false").json()["results"])
     # ?format= is the datapool's filter, not a renderer choice: JSON by Accept, filtered by format.
     pool = viewer.get("/api/v1/datapool/?format=sft")
     assert pool.status_code == 200
