@@ -32,6 +32,22 @@ def django_on_bench_db(name: str = "rsiweb_bench", *, fresh: bool = True) -> str
     return url
 
 
+def minibench_stack_folders(default_dir: str) -> tuple[str, Path]:
+    """The built minibench ($RSI_MINIBENCH_CACHE) and the bench's own stack folders, exported.
+
+    Artifacts, sealed copies, workspaces and the data folder go under $BENCH_DIR (else
+    `default_dir`), so a bench never writes into a checkout's var/. Returns the minibench and that folder.
+    """
+    cache = os.environ.get("RSI_MINIBENCH_CACHE")
+    if not cache or not (Path(cache) / "manifest.json").exists():
+        sys.exit("set RSI_MINIBENCH_CACHE to a built ci minibench (manage.py build_minibench --profile ci --out DIR)")
+    base = Path(os.environ.get("BENCH_DIR", default_dir))
+    os.environ.update(RSI_ARTIFACT_ROOT=str(base / "artifacts"), RSI_SEALED_ROOT=str(base / "sealed"),
+                      RSI_WORKSPACE_ROOT=str(base / "workspaces"), RSI_MINIBENCH_ROOT=cache,
+                      RSI_DATA_DIR=str(base / "data"))  # fmt: skip
+    return cache, base
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]

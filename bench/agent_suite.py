@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _setup import django_on_bench_db
+from _setup import django_on_bench_db, minibench_stack_folders
 from orchestration import _start_stack
 
 
@@ -43,13 +42,7 @@ def main() -> int:
     parser.add_argument("--concurrent", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=4 * 3600)
     args = parser.parse_args()
-    cache = os.environ.get("RSI_MINIBENCH_CACHE")
-    if not cache or not (Path(cache) / "manifest.json").exists():
-        sys.exit("set RSI_MINIBENCH_CACHE to a built minibench (manage.py build_minibench --out DIR)")
-    base = Path(os.environ.get("BENCH_DIR", "/tmp/rsiweb-bench-agent-suite"))
-    os.environ.update(RSI_ARTIFACT_ROOT=str(base / "artifacts"), RSI_SEALED_ROOT=str(base / "sealed"),
-                      RSI_WORKSPACE_ROOT=str(base / "workspaces"), RSI_MINIBENCH_ROOT=cache,
-                      RSI_DATA_DIR=str(base / "data"))  # fmt: skip
+    cache, base = minibench_stack_folders("/tmp/rsiweb-bench-agent-suite")
     django_on_bench_db("rsiweb_bench_agent_suite")
     import redis
     from django.conf import settings

@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _setup import ROOT, django_on_bench_db, percentile
+from _setup import ROOT, django_on_bench_db, minibench_stack_folders, percentile
 
 CONFIGS = {
     "parallel-3": {"parallel": 3, "serial_workers": False},
@@ -121,13 +120,7 @@ def main() -> None:
 
         print(json.dumps([analyze(Run.objects.get(uuid=u)) for u in args.analyze], indent=2))
         return
-    cache = os.environ.get("RSI_MINIBENCH_CACHE")
-    if not cache or not (Path(cache) / "manifest.json").exists():
-        sys.exit("set RSI_MINIBENCH_CACHE to a built ci minibench (manage.py build_minibench --profile ci --out DIR)")
-    base = Path(os.environ.get("BENCH_DIR", "/tmp/rsiweb-bench-orchestration"))
-    os.environ.update(RSI_ARTIFACT_ROOT=str(base / "artifacts"), RSI_SEALED_ROOT=str(base / "sealed"),
-                      RSI_WORKSPACE_ROOT=str(base / "workspaces"), RSI_MINIBENCH_ROOT=cache,
-                      RSI_DATA_DIR=str(base / "data"))  # fmt: skip
+    cache, base = minibench_stack_folders("/tmp/rsiweb-bench-orchestration")
     django_on_bench_db("rsiweb_bench_orchestration")
     import redis
     from django.conf import settings
