@@ -29,7 +29,7 @@ class StrictBooleanField(forms.NullBooleanField):
 
     widget = forms.TextInput  # the raw text: django's boolean widgets turn unknown words into None
 
-    def to_python(self, value: Any) -> bool | None:
+    def to_python(self, value: Any) -> bool | None:  # type: ignore[override]  # stubs: BooleanField; a NullBooleanField returns None too
         if value in (None, ""):
             return None
         word = str(value).strip().lower()
