@@ -20,6 +20,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -100,6 +101,7 @@ def _actor(request: Request) -> str:
 class SuiteListView(APIView):
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsViewerReadsOperatorWrites]
+    parser_classes = [JSONParser]  # a JSON body, as documented (a form body could arrive chunked: 411)
 
     @extend_schema(responses={200: dict}, operation_id="suites_list")
     def get(self, request: Request) -> Response:

@@ -14,6 +14,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -73,6 +74,7 @@ class TrajectoryExportView(APIView):
 
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsOperator]
+    parser_classes = [JSONParser]  # a JSON body, as documented (a form body could arrive chunked: 411)
 
     @extend_schema(
         request=TrajectoryExportInput,
