@@ -496,7 +496,9 @@ def minibench_install(*, root: Path) -> dict[str, Any]:
     θ0 goes into the artifact store as ``minibench/theta0`` (is_base). Each task becomes
     benchmark ``minibench/<task>`` with reference ``minibench/<task>/reference`` (is_reference,
     no parent: references are deliberately not on θ0's lineage, so a Worker that submitted one
-    would fail the weight-provenance check). Idempotent: re-running changes nothing.
+    would fail the weight-provenance check). Idempotent: re-running changes nothing. A build whose
+    manifest names a ``namespace`` (the hard profile's "minibench-hard") registers under it instead
+    of "minibench", so it can sit beside a `ci` build in one database.
     """
     root = Path(root)
     try:
@@ -506,8 +508,9 @@ def minibench_install(*, root: Path) -> dict[str, Any]:
             "minibench_missing", f"{root} has no manifest.json; build the minibench first."
         ) from None
     store = artifact_store()
+    namespace = str(manifest.get("namespace") or "minibench")
     theta0, theta0_new = _register_or_get(
-        THETA0_HANDLE,
+        f"{namespace}/theta0",
         directory=root / manifest["theta0"],
         uri_for=lambda digest: store.put_dir(root / manifest["theta0"], key=checkpoint_key(digest)),
         is_base=True,
@@ -515,21 +518,22 @@ def minibench_install(*, root: Path) -> dict[str, Any]:
     installed: list[dict[str, Any]] = []
     for task in manifest["tasks"]:
         ref_dir = root / manifest["references"][task]
+        sealed_task = task if namespace == "minibench" else f"{namespace}/{task}"
         reference, reference_new = _register_or_get(
-            f"minibench/{task}/reference",
+            f"{namespace}/{task}/reference",
             directory=ref_dir,
-            uri_for=lambda digest, d=ref_dir, t=task: _seal_reference(d, task=t, digest=digest),
+            uri_for=lambda digest, d=ref_dir, t=sealed_task: _seal_reference(d, task=t, digest=digest),
             is_reference=True,
         )
-        before = Benchmark.objects.filter(name=f"minibench/{task}").count()
+        before = Benchmark.objects.filter(name=f"{namespace}/{task}").count()
         benchmark = benchmark_register(
-            name=f"minibench/{task}", task_dir=root / "tasks" / task, reference_checkpoint=reference
+            name=f"{namespace}/{task}", task_dir=root / "tasks" / task, reference_checkpoint=reference
         )
         installed.append(
             {
                 "task": task,
                 "benchmark": f"{benchmark.name}@{benchmark.version}",
-                "benchmark_created": Benchmark.objects.filter(name=f"minibench/{task}").count() > before,
+                "benchmark_created": Benchmark.objects.filter(name=f"{namespace}/{task}").count() > before,
                 "reference": reference.handle,
                 "reference_created": reference_new,
             }
