@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from workers.agents.client import ToolResult
 from workers.agents.policies.heuristic import (
     ReviewerHeuristic,
     WorkerHeuristic,
+    diagnose_outputs,
     format_recipe,
     parse_best_line,
     parse_directives,
@@ -247,3 +250,43 @@ def test_the_rank_data_switch_keeps_search_order_and_sets_nothing_aside():
     ranked = {"capability": "arithmetic", "datasets": [], "avoid": [], "notes": [], "direction": "data-screen"}
     WorkerHeuristic()._discover(View(), ranked)
     assert WorkerHeuristic()._choose(View(), ranked) == ["a-clean"]  # ranked: the off-task set is set aside
+
+
+def test_the_reviewer_reads_what_wrong_outputs_look_like():
+    counts = diagnose_outputs([("57", True), ("58", False), ("110<|endoftext|>", False), (" 63 and then", False),
+                               ("", False)])  # fmt: skip
+    assert counts == {"n": 5, "wrong": 4, "run_on": 2, "well_formed": 1}
+
+
+def _diagnosed_state(diagnosis: dict[str, int]) -> dict[str, Any]:
+    return {
+        "experiments": {"exp_0002": {"owner": "worker_0001", "kind": "train_eval", "status": "succeeded", "score": 0.2,
+                                     "data": ["data_0001"], "hyperparameters": {"learning_rate": 0.002}}},
+        "overlaps": {"data_0001": {"rows_matched": 0, "over": False, "samples": [], "name": "some-export"}},
+        "ranked": ["exp_0002"], "comparisons": [], "diagnoses": {"exp_0002": diagnosis},
+    }  # fmt: skip
+
+
+def test_run_on_outputs_become_a_revise_recommendation_naming_the_data():
+    report = ReviewerHeuristic().report(_diagnosed_state({"n": 50, "wrong": 40, "run_on": 38, "well_formed": 2}))
+    stop = [r for r in report["recommendations"] if "do not stop" in r]
+    assert stop
+    assert "drop some-export (its completions" in stop[0]
+    assert any("38 of 40 wrong feedback outputs" in f for f in report["supported_findings"])
+
+
+def test_well_formed_wrong_outputs_ask_for_other_data():
+    report = ReviewerHeuristic().report(_diagnosed_state({"n": 50, "wrong": 30, "run_on": 1, "well_formed": 29}))
+    assert any(r.startswith("search for other training data") for r in report["recommendations"])
+    assert not any("do not stop" in r for r in report["recommendations"])
+
+
+def test_extra_search_terms_count_as_on_task():
+    info = {"description": "Two-digit addition drills.", "tags": ["addition", "verified"]}
+    sample = [{"prompt": "Q", "completion": " 5"}] * 3
+    plain = rank_dataset(name="addition-drills", info=info, sample=sample, rows=4000, capability="arithmetic")
+    wider = rank_dataset(name="addition-drills", info=info, sample=sample, rows=4000, capability="arithmetic",
+                         terms=["addition"])  # fmt: skip
+    assert "on task" not in plain["reasons"]
+    assert "on task" in wider["reasons"]
+    assert wider["score"] > plain["score"]

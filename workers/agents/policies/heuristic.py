@@ -11,6 +11,7 @@ Worker tasks written by the Main Agent carry a few ``key: value`` lines the heur
     Capability: arithmetic            (the search term for the catalog)
     avoid: arithmetic-noisy, ...      (datasets not to use)
     datasets: arithmetic-clean        (use these instead of searching)
+    search: addition drills           (more search terms, beside the capability)
     recipe: sft lr=0.001 steps=200    (the training recipe to use)
     from: exp_0004                    (continue from / verify this experiment)
 
@@ -191,6 +192,7 @@ class WorkerHeuristic:
             capability=directives.get("capability", view.briefing["benchmark"]["task"]).split()[0],
             avoid=split_list(directives.get("avoid")),
             datasets=split_list(directives.get("datasets")),
+            search=split_list(directives.get("search")),
             recipe=parse_recipe(directives.get("recipe")),
             source=(EXP_RE.findall(directives.get("from", "")) or [None])[0],
             predecessors=[
@@ -214,9 +216,16 @@ class WorkerHeuristic:
 
     # discover: search the catalog and look at samples of every candidate.
     def _discover(self, view: StepView, state: dict[str, Any]) -> Outcome:
-        found = view.call("hf_search_datasets", {"query": state["capability"], "limit": 20})
-        names = [d["id"] for d in found.data.get("datasets", [])] if found.ok else []
-        described = {d["id"]: d for d in found.data.get("datasets", [])} if found.ok else {}
+        names: list[str] = []
+        described: dict[str, Any] = {}
+        # The capability first, then each extra term on its own (a term the capability's search
+        # never reaches is why the Main Agent named it).
+        for query in [state["capability"], *state.get("search", [])]:
+            found = view.call("hf_search_datasets", {"query": query, "limit": 20})
+            for d in found.data.get("datasets", []) if found.ok else []:
+                if d["id"] not in described:
+                    described[d["id"]] = d
+                    names.append(d["id"])
         for wanted in state["datasets"]:
             if wanted not in names:
                 names.append(wanted)
@@ -237,6 +246,7 @@ class WorkerHeuristic:
                     sample=sample.data.get("rows", []) if sample.ok else [],
                     rows=rows,
                     capability=state["capability"],
+                    terms=state.get("search", []),
                 )  # fmt: skip
             )
         if _policy_defaults(view)["rank_data"]:
@@ -499,8 +509,11 @@ class WorkerHeuristic:
 
 
 def rank_dataset(*, name: str, info: dict[str, Any], sample: list[dict[str, Any]], rows: int | None,
-                 capability: str) -> dict[str, Any]:  # fmt: skip
-    """Score a catalog dataset from what any agent can see: its card, tags and a few rows."""
+                 capability: str, terms: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Score a catalog dataset from what any agent can see: its card, tags and a few rows.
+
+    ``terms`` are extra words that also describe the target task (the Main Agent's ``search:``).
+    """
     score, reasons = 0, []
     columns = set().union(*(set(r) for r in sample)) if sample else set()
     if {"prompt", "chosen", "rejected"} <= columns:
@@ -512,7 +525,7 @@ def rank_dataset(*, name: str, info: dict[str, Any], sample: list[dict[str, Any]
         reasons.append(f"rows have columns {sorted(columns)[:6]}, not prompt/completion")
     description = str(info.get("description") or "").lower()
     tags = {str(t).lower() for t in info.get("tags", [])}
-    if capability.lower() in description:
+    if capability.lower() in description or any(t.lower() in description or t.lower() in tags for t in terms or []):
         score += 1
         reasons.append("on task")
     else:
@@ -536,6 +549,24 @@ def rank_dataset(*, name: str, info: dict[str, Any], sample: list[dict[str, Any]
 
 
 # --- the Reviewer ----------------------------------------------------------------------------------
+
+_LEAD_RE = re.compile(r"^\s*([\w.,%/+-]+)(.*)$", re.S)
+
+
+def diagnose_outputs(samples: list[tuple[str, bool]]) -> dict[str, int]:
+    """Count what the wrong outputs look like: a single answer-like token (well-formed) or one
+    followed by more text (run on: the model did not stop after its answer)."""
+    wrong = run_on = well_formed = 0
+    for output, correct in samples:
+        if correct:
+            continue
+        wrong += 1
+        match = _LEAD_RE.match(output or "")
+        if match and match.group(2).strip():
+            run_on += 1
+        elif match:
+            well_formed += 1
+    return {"n": len(samples), "wrong": wrong, "run_on": run_on, "well_formed": well_formed}
 
 
 class ReviewerHeuristic:
@@ -567,7 +598,9 @@ class ReviewerHeuristic:
                 "data": data,
                 "hyperparameters": (work.get("action") or {}).get("hyperparameters", {}),
                 "parents": work.get("parents", []),
-            }
+                "feedback_eval": next((e["uuid"] for e in result.get("evaluations", [])
+                                       if e.get("split") == "feedback" and e.get("score") is not None), None),
+            }  # fmt: skip
         overlaps = {}
         for data in sorted(datasets):
             inspected = view.call("reviewer_inspect_data", {"data": data, "rows": 0})
@@ -602,7 +635,26 @@ class ReviewerHeuristic:
             if compared.ok:
                 comparisons.append({"a": other, "b": top, **{k: compared.data[k] for k in
                                     ("difference", "ci_low", "ci_high", "p_value", "n_common")}})  # fmt: skip
-        state.update(ranked=ranked, comparisons=comparisons, phase="report")
+        state.update(ranked=ranked, comparisons=comparisons, phase="diagnose")
+        return Outcome(state)
+
+    # diagnose: read the per-sample outputs of each Worker's best (the Reviewer's privilege).
+    def _diagnose(self, view: StepView, state: dict[str, Any]) -> Outcome:
+        experiments = state["experiments"]
+        baseline = next((e["feedback_eval"] for _, e in sorted(experiments.items())
+                         if e["kind"] == "eval_only" and e.get("feedback_eval")), None)  # fmt: skip
+        diagnoses = {}
+        for handle in state.get("ranked", []):
+            mine = experiments[handle].get("feedback_eval")
+            if not mine:
+                continue
+            compared = view.call("compare_eval_samples", {"a": baseline or mine, "b": mine, "limit": 200,
+                                                          "only_disagreements": False})  # fmt: skip
+            if compared.ok:
+                diagnoses[handle] = diagnose_outputs(
+                    [(s["b_output"], s["b_correct"]) for s in compared.data["samples"]]
+                )
+        state.update(diagnoses=diagnoses, phase="report")
         return Outcome(state)
 
     def report(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -654,6 +706,22 @@ class ReviewerHeuristic:
             recommendations.append("no successful training in scope: revise the direction")
         if violations:
             recommendations.append("revise: drop the contaminated data and re-run without it")
+        names = {h: o["name"] for h, o in state["overlaps"].items()}
+        for handle, d in sorted((state.get("diagnoses") or {}).items()):
+            e = experiments[handle]
+            data = ", ".join(names.get(x, x) for x in e["data"]) or "its data"
+            if d["wrong"] and d["run_on"] >= 0.5 * d["wrong"]:
+                findings.append(f"{handle} ({e['owner']}): {d['run_on']} of {d['wrong']} wrong feedback outputs "
+                                "start with an answer and then go on: the model did not learn where its answer "
+                                "ends")  # fmt: skip
+                recommendations.append(f"revise: outputs do not stop after the answer; drop {data} (its completions "
+                                       "carry text after the answer) and re-screen the data")  # fmt: skip
+            elif d["wrong"] and d["well_formed"] >= 0.8 * d["wrong"]:
+                uncertainties.append(f"{handle} ({e['owner']}): {d['well_formed']} of {d['wrong']} wrong feedback "
+                                     f"outputs are well-formed answers with the wrong content ({data}): too little "
+                                     "training or wrong labels")  # fmt: skip
+                recommendations.append(f"search for other training data: the errors of {handle} are content, not "
+                                       f"format, and {data} may carry wrong labels")  # fmt: skip
         scope = ", ".join(sorted({e["owner"] for e in experiments.values()})) or "the scope"
         summary = (f"Cross-Worker review of {scope}: {len(experiments)} experiments, {len(ranked)} with a successful "
                    f"training run; {len(violations)} protocol violations, {len(regressions)} regressions.")  # fmt: skip
@@ -726,6 +794,11 @@ _GOALS = {
     "dpo": "Goal: try preference optimisation. Train DPO on preference pairs from the catalog, starting from the "
            "best checkpoint so far.",
 }  # fmt: skip
+
+
+# Words of a task description that name no content worth a search.
+_COMMON_WORDS = {"answer", "number", "numbers", "problems", "problem", "questions", "question", "with", "only",
+                 "which", "their", "should", "write", "words"}  # fmt: skip
 
 
 class MainHeuristic:
@@ -918,10 +991,13 @@ class MainHeuristic:
         return str(view.briefing["benchmark"]["task"])
 
     def _task(self, view: StepView, state: dict[str, Any], direction: str, *, source: str | None = None,
-              data: str | None = None, recipe: dict[str, Any] | None = None) -> str:  # fmt: skip
+              data: str | None = None, recipe: dict[str, Any] | None = None,
+              search: list[str] | None = None) -> str:  # fmt: skip
         lines = [f"Direction: {direction}", f"Capability: {self._capability(view)}", _GOALS[direction]]
         if state["avoid"]:
             lines.append(f"avoid: {', '.join(state['avoid'])}")
+        if search:
+            lines.append(f"search: {' '.join(search)}")
         if data:
             lines.append(f"datasets: {data.replace('+', ', ')}")
         recipe = recipe or state["prefer"]
@@ -1005,10 +1081,36 @@ class MainHeuristic:
         report = latest[-1].get("report", {}) if latest else {}
         recommendations = " ".join(report.get("recommendations", []))
         best = self._best_workers(state)
+        stops = [r for r in report.get("recommendations", []) if "do not stop" in r]
+        content = [r for r in report.get("recommendations", []) if "search for other training data" in r]
         if report.get("protocol_violations"):
             self._follow_up(view, state, "data-screen", "revise", "review_report",
                             "The review found protocol violations; revise: re-screen the data without the "
                             "offending sets.")  # fmt: skip
+        elif stops:
+            # The outputs run on past the answer: that data teaches it; drop it and look further.
+            for recommendation in stops:
+                for name in re.findall(r"drop (.+?) \(its completions", recommendation):
+                    for dataset in split_list(name):
+                        if dataset not in state["avoid"]:
+                            state["avoid"].append(dataset)
+            self._follow_up(view, state, "data-screen", "revise", "review_report",
+                            "The review found outputs that do not stop after the answer; revise: drop "
+                            f"{', '.join(state['avoid'])} and re-screen the data with a wider search.",
+                            search=True)  # fmt: skip
+            if best:
+                self._follow_up(view, state, "continue", "continue", "review_report",
+                                f"Meanwhile continue from {best[0]}'s best result.")  # fmt: skip
+        elif content and not state.get("searched_wider"):
+            # Well-formed but wrong answers: look for other data once, and keep building on the best.
+            self._follow_up(view, state, "data-screen", "branch", "review_report",
+                            "The review reads the errors as content, not format (too little training or wrong "
+                            "labels); branch: screen data found with a wider search, beside a continuation.",
+                            search=True)  # fmt: skip
+            if best:
+                self._follow_up(view, state, "continue", "continue", "review_report",
+                                f"The review supports building on {best[0]}'s best result; continue from it with "
+                                "longer training.")  # fmt: skip
         elif best:
             # Build on the best result first; a replicate comes next when the budget allows another branch.
             self._follow_up(view, state, "continue", "continue", "review_report",
@@ -1023,9 +1125,11 @@ class MainHeuristic:
                             "No branch produced a usable result; revise the recipe.")  # fmt: skip
 
     def _follow_up(self, view: StepView, state: dict[str, Any], direction: str, kind: str, trigger: str,
-                   rationale: str) -> None:  # fmt: skip
+                   rationale: str, *, search: bool = False) -> None:  # fmt: skip
         if self._branches(state) + len(state["pending"]) >= self.defaults["max_workers"] or self._budget_low():
             return
+        if search:
+            state["searched_wider"] = True
         best = self._best_workers(state)
         source = data = None
         predecessors: list[str] = []
@@ -1041,7 +1145,15 @@ class MainHeuristic:
             view, state, kind, trigger, rationale, subject=predecessors[0] if predecessors else None
         )
         state["pending"].append({"direction": direction, "predecessors": predecessors, "source": source,
-                                 "data": data, "decision": decision, "why": trigger})  # fmt: skip
+                                 "data": data, "decision": decision, "why": trigger,
+                                 "search": self._search_terms(view) if search else []})  # fmt: skip
+
+    def _search_terms(self, view: StepView) -> list[str]:
+        """Other words for the target: the longer words of the run's target capability text."""
+        text = str(view.briefing.get("target_capability") or "")
+        capability = self._capability(view).lower()
+        words = [w.lower() for w in re.findall(r"[A-Za-z]{5,}", text)]
+        return [w for w in dict.fromkeys(words) if w != capability and w not in _COMMON_WORDS][:4]
 
     def _branches(self, state: dict[str, Any]) -> int:
         return int(state["spawned"]) - int(state["replaced"])
@@ -1059,7 +1171,15 @@ class MainHeuristic:
                 continue  # dropped: the run has spent what it allows for new branches
             direction = spec["direction"]
             recipe = state.get("verify_recipe") if direction == "verify" else None
-            task = self._task(view, state, direction, source=spec.get("source"), data=spec.get("data"), recipe=recipe)
+            task = self._task(
+                view,
+                state,
+                direction,
+                source=spec.get("source"),
+                data=spec.get("data"),
+                recipe=recipe,
+                search=spec.get("search"),
+            )
             body: dict[str, Any] = {"task": task, "predecessors": spec.get("predecessors", [])}
             if spec.get("decision"):
                 body["decision"] = spec["decision"]
