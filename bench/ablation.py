@@ -172,7 +172,8 @@ def launch(config: str, seed: int, args: argparse.Namespace) -> Any:
                       base_checkpoint=Checkpoint.objects.get(handle="minibench-hard/theta0"),
                       wall_seconds=args.wall_seconds, accelerator_seconds=args.accelerator_seconds,
                       parallel=args.parallel, max_workers=args.max_workers, screen_steps=args.screen_steps,
-                      train_steps=args.train_steps, seed=seed, actor="bench", **CONFIGS[config])  # fmt: skip
+                      train_steps=args.train_steps, batch_size=args.batch_size, seed=seed, actor="bench",
+                      **CONFIGS[config])  # fmt: skip
 
 
 def main() -> None:
@@ -187,6 +188,7 @@ def main() -> None:
     parser.add_argument("--max-workers", type=int, default=4)
     parser.add_argument("--screen-steps", type=int, default=60)
     parser.add_argument("--train-steps", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--concurrent", type=int, default=1, help="runs at once on the stack")
     parser.add_argument("--out", type=Path, default=Path("/tmp/rsiweb-bench-ablation/result.json"))
     args = parser.parse_args()
