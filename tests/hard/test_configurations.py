@@ -25,7 +25,11 @@ CONFIGS = {
     "serial-workers": {"reviewer": True, "serial_workers": True},
     "no-reviewer": {"reviewer": False, "serial_workers": False},
 }
-TIMEOUT = 15 * 60
+# Wall budget of each run, and how long the test waits for all three (they end with a final
+# evaluation after the budget). Measured on the shared dev VM at load 10-19: the three runs reached
+# their 15-minute wall budget before the Main Agents stopped them (docs/benchmarks.md).
+WALL = 20 * 60
+TIMEOUT = 40 * 60
 ENDED = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.STOPPED)
 
 
@@ -36,7 +40,7 @@ def runs(hard_stack) -> dict[str, Run]:
         started = time.monotonic()
         launched = {
             name: run_launch(benchmark="minibench-hard/arithmetic", policy="heuristic", base_checkpoint=theta0,
-                             name=f"hard ci: {name}", wall_seconds=TIMEOUT, accelerator_seconds=900, parallel=2,
+                             name=f"hard ci: {name}", wall_seconds=WALL, accelerator_seconds=900, parallel=2,
                              max_workers=3, screen_steps=5, train_steps=10, batch_size=16, seed=0, actor="test",
                              **switches)
             for name, switches in CONFIGS.items()

@@ -25,34 +25,50 @@ SEED = 0
 PROFILE = "ci"
 
 
-def _is_current(root: Path) -> bool:
+def manifest_matches(root: Path, expected: dict[str, Any]) -> bool:
+    """Whether `root` holds a finished build whose manifest has every `expected` value."""
     manifest_path = root / "manifest.json"
     if not manifest_path.is_file():
         return False
     manifest = json.loads(manifest_path.read_text())
-    recorded = (manifest.get("version"), manifest.get("seed"), manifest.get("profile"), manifest.get("source_digest"))
-    return recorded == (MANIFEST_VERSION, SEED, PROFILE, source_digest())
+    return all(manifest.get(key) == value for key, value in expected.items())
 
 
-def ci_minibench(tmp_path_factory) -> Path:
-    cache = os.environ.get("RSI_MINIBENCH_CACHE")
+def _is_current(root: Path) -> bool:
+    expected = {"version": MANIFEST_VERSION, "seed": SEED, "profile": PROFILE, "source_digest": source_digest()}
+    return manifest_matches(root, expected)
+
+
+def cached_build(cache: str | None, *, is_current: Callable[[Path], bool], build: Callable[[Path], object],
+                 tmp_path_factory: Any, name: str) -> Path:  # fmt: skip
+    """A build in folder `cache` (rebuilt there, under a lock, unless `is_current`), else a fresh temp one."""
     if not cache:
-        root = tmp_path_factory.mktemp("minibench") / PROFILE
-        build_minibench(root, seed=SEED, profile=PROFILE)
+        root = tmp_path_factory.mktemp("minibench") / name
+        build(root)
         return root
     root = Path(cache)
-    if _is_current(root):
+    if is_current(root):
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.parent / f".{root.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _is_current(root):
+        if not is_current(root):
             staging = root.parent / f".{root.name}.building-{os.getpid()}"
             shutil.rmtree(staging, ignore_errors=True)
-            build_minibench(staging, seed=SEED, profile=PROFILE)
+            build(staging)
             shutil.rmtree(root, ignore_errors=True)
             staging.rename(root)
     return root
+
+
+def ci_minibench(tmp_path_factory) -> Path:
+    return cached_build(
+        os.environ.get("RSI_MINIBENCH_CACHE"),
+        is_current=_is_current,
+        build=lambda root: build_minibench(root, seed=SEED, profile=PROFILE),
+        tmp_path_factory=tmp_path_factory,
+        name=PROFILE,
+    )
 
 
 def trained_once(tmp_path_factory, what: dict[str, Any], train: Callable[[Path], None]) -> Path:

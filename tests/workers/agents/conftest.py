@@ -170,11 +170,7 @@ def fake_llm():
 def stack(django_db_setup, django_db_blocker, tmp_path_factory, minibench: Path, fake_llm):
     """web + gpu/agents/default workers on the test database, the minibench installed (one per session)."""
     base = tmp_path_factory.mktemp("stack")
-    roots = support.roots_for(base, minibench)
-    support.apply_roots(roots)
-    support.flush_broker()
-    with django_db_blocker.unblock():
-        support.install(minibench)
+    roots = support.prepare(base, minibench, django_db_blocker)
     processes = support.make_stack(roots=roots, log_dir=base / "logs", extra_env={
         "RSI_LLM_BASE_URL": fake_llm.base_url, "RSI_LLM_MODEL": "fake-tool-model", "RSI_LLM_MAX_RETRIES": "3",
         "RSI_LLM_BACKOFF": "0.2", "RSI_LLM_CONTEXT_TOKENS": "16000"})  # fmt: skip

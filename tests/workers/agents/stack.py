@@ -75,6 +75,16 @@ def install(minibench: Path) -> dict[str, Any]:
     return minibench_install(root=minibench)
 
 
+def prepare(base: Path, minibench: Path, django_db_blocker: Any) -> dict[str, str]:
+    """Roots under `base` applied to this process, an empty broker, the minibench installed."""
+    roots = roots_for(base, minibench)
+    apply_roots(roots)
+    flush_broker()
+    with django_db_blocker.unblock():
+        install(minibench)
+    return roots
+
+
 def make_stack(*, roots: dict[str, str], log_dir: Path, extra_env: dict[str, str] | None = None) -> Stack:
     env = child_env(
         REDIS_URL=settings.CELERY_BROKER_URL,
