@@ -2,11 +2,15 @@
 
     cd bench && REDIS_URL=redis://127.0.0.1:6379/N ../.venv/bin/python ablation.py \\
         --hard <built hard profile> --seeds 0 1 2 3 4 [--accelerator-seconds 900] [--concurrent 1]
-    ../.venv/bin/python ablation.py --analyze <run uuid> ...        (finished runs, any order)
+    ../.venv/bin/python ablation.py --analyze <suite or run uuid> ...   (finished runs, any order)
 
-Each (configuration, seed) is one real heuristic run on the real stack (daphne + Celery gpu /
-agents / default workers, a dedicated PostgreSQL database, the Redis db of REDIS_URL, which is
-flushed), every configuration at the same budget. From the records it reports, per arm:
+The runs are one agent suite (apps.dojo.suites, agents ``ABLATION_AGENTS``: heuristic,
+heuristic-serial-workers, heuristic-no-reviewer; one cell per seed), the same suite the comparison
+page's "Run the ablation" button creates: each (configuration, seed) is one real heuristic run on
+the real stack (daphne + Celery gpu / agents / default workers, a dedicated PostgreSQL database,
+the Redis db of REDIS_URL, which is flushed), every configuration at the same budget, at most
+``--concurrent`` at once (the suite's clock). From the records it reports, per arm (the arms and
+the paired comparison over seeds are the ablation page's, ``apps.research.compare.ablation_groups``):
 
 - **final-split score** of the returned checkpoint with its per-sample bootstrap CI
   (``apps.research.compare.run_final_score``), the arm's mean over seeds with a bootstrap CI over
@@ -36,12 +40,9 @@ from typing import Any
 
 from _setup import django_on_bench_db
 
-CONFIGS: dict[str, dict[str, Any]] = {
-    "full": {"reviewer": True, "serial_workers": False},
-    "serial-workers": {"reviewer": True, "serial_workers": True},
-    "no-reviewer": {"reviewer": False, "serial_workers": False},
-}
 N_BOOT = 2000
+# The suite's agent configurations and the ablation arm each one is (apps.research.selectors.run_ablation).
+ARM_OF = {"heuristic": "full", "heuristic-serial-workers": "serial-workers", "heuristic-no-reviewer": "no-reviewer"}
 
 
 def _effective(run: Any) -> dict[str, Any]:
@@ -96,45 +97,40 @@ def analyze(run: Any) -> dict[str, Any]:
 
 def summarize(runs: list[Any]) -> dict[str, Any]:
     """Arms, their seed-level CIs and the paired comparisons of full against each ablation."""
-    import numpy as np
-
-    from apps.experiments.comparisons import bootstrap_interval, paired_bootstrap
-    from apps.research.compare import runs_paired
+    from apps.research.compare import ablation_groups, runs_paired
     from apps.research.selectors import run_ablation
 
     rows = [analyze(run) for run in runs]
+    groups = ablation_groups(runs)
+    if len(groups) != 1:
+        raise SystemExit(f"the runs fall in {len(groups)} benchmark/budget groups; an ablation compares one")
     by_arm: dict[str, dict[int, tuple[Any, dict[str, Any]]]] = {}
     for run, row in zip(runs, rows, strict=True):
         by_arm.setdefault(run_ablation(run), {})[row["seed"]] = (run, row)
     arms = {}
-    for arm, seeds in by_arm.items():
-        scores = [r["final"]["score"] for _, r in seeds.values() if r["final"]]
+    for arm in groups[0]["arms"]:
+        seeds = by_arm[arm["name"]]
         rates = [r["iterations"]["rate"] for _, r in seeds.values() if r["iterations"]["rate"] is not None]
-        interval = bootstrap_interval(np.array(scores), n_boot=N_BOOT, confidence=0.95, seed=0) if scores else None
-        arms[arm] = {
+        arms[arm["name"]] = {
             "seeds": sorted(seeds),
-            "n_scored": len(scores),
-            "mean": None if interval is None else round(interval.mean, 3),
-            "ci_over_seeds": None if interval is None else [round(interval.ci_low, 3), round(interval.ci_high, 3)],
+            "n_scored": arm["n_scored"],
+            "mean": None if arm["mean"] is None else round(arm["mean"], 3),
+            "ci_over_seeds": None if arm["mean"] is None else [round(arm["ci_low"], 3), round(arm["ci_high"], 3)],
             "effective_iteration_rate": round(sum(rates) / len(rates), 3) if rates else None,
             "reviews": sum(r["reviews"]["reports"] for _, r in seeds.values()),
             "reviews_changed_decision": sum(r["reviews"]["changed"] for _, r in seeds.values()),
         }
     paired = {}
     full = by_arm.get("full", {})
-    for arm, seeds in by_arm.items():
-        if arm == "full":
-            continue
-        common = sorted(set(full) & set(seeds))
-        per_seed = {s: runs_paired(seeds[s][0], full[s][0]) for s in common}
-        a = np.array([seeds[s][1]["final"]["score"] for s in common if seeds[s][1]["final"] and full[s][1]["final"]])
-        b = np.array([full[s][1]["final"]["score"] for s in common if seeds[s][1]["final"] and full[s][1]["final"]])
-        over = paired_bootstrap(a, b, n_boot=N_BOOT, confidence=0.95, seed=0) if len(a) else None
+    for pair in groups[0]["paired"]:
+        arm = pair["arm"]
+        per_seed = {s: runs_paired(by_arm[arm][s][0], full[s][0]) for s in sorted(set(full) & set(by_arm[arm]))}
         paired[f"full - {arm}"] = {
-            "seeds": common,
-            "over_seeds": None if over is None else {"difference": round(over.difference, 3),
-                                                     "ci": [round(over.ci_low, 3), round(over.ci_high, 3)],
-                                                     "p": round(over.p_value, 3)},  # fmt: skip
+            "seeds": pair["seeds"],
+            "over_seeds": None if pair["difference"] is None else {"difference": round(pair["difference"], 3),
+                                                                   "ci": [round(pair["ci_low"], 3),
+                                                                          round(pair["ci_high"], 3)],
+                                                                   "p": round(pair["p_value"], 3)},  # fmt: skip
             "per_seed_samples": {s: None if p is None or "difference" not in p else
                                  {"difference": round(p["difference"], 3), "ci": [round(p["ci_low"], 3),
                                   round(p["ci_high"], 3)], "n": p["n_common"]} for s, p in per_seed.items()},
@@ -164,23 +160,26 @@ def _start_stack(base: Path, hard: Path) -> Any:
     return stack
 
 
-def launch(config: str, seed: int, args: argparse.Namespace) -> Any:
-    from apps.experiments.models import Checkpoint
-    from apps.research.services import run_launch
+def launch(args: argparse.Namespace) -> Any:
+    """The ablation suite: ABLATION_AGENTS x the given seeds on the hard profile, every cell's budget equal."""
+    from apps.dojo.agents import ABLATION_AGENTS
+    from apps.dojo.suites import suite_create, suite_launch
 
-    return run_launch(benchmark="minibench-hard/arithmetic", policy="heuristic", name=f"ablation: {config} seed {seed}",
-                      base_checkpoint=Checkpoint.objects.get(handle="minibench-hard/theta0"),
-                      wall_seconds=args.wall_seconds, accelerator_seconds=args.accelerator_seconds,
-                      parallel=args.parallel, max_workers=args.max_workers, screen_steps=args.screen_steps,
-                      train_steps=args.train_steps, batch_size=args.batch_size, seed=seed, actor="bench",
-                      **CONFIGS[config])  # fmt: skip
+    agents = [a for a in ABLATION_AGENTS if ARM_OF[a] in args.configs]
+    budget = {"wall_seconds": args.wall_seconds, "accelerator_seconds": args.accelerator_seconds,
+              "parallel": args.parallel, "max_workers": args.max_workers, "screen_steps": args.screen_steps,
+              "train_steps": args.train_steps, "batch_size": args.batch_size}  # fmt: skip
+    suite = suite_create(name="bench: ablation on minibench-hard", agents=agents, tasks=["minibench-hard/arithmetic"],
+                         base_models=["minibench-hard/theta0"], budget=budget, seeds=args.seeds,
+                         max_concurrent=args.concurrent, actor="bench")  # fmt: skip
+    return suite_launch(suite=suite, actor="bench")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--analyze", nargs="*", help="only analyze these finished runs (uuids)")
     parser.add_argument("--hard", type=Path, help="a built hard profile (python -m apps.benchmarks.minibench.hard)")
-    parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--configs", nargs="*", default=list(ARM_OF.values()), choices=list(ARM_OF.values()))
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--accelerator-seconds", type=int, default=900)
     parser.add_argument("--wall-seconds", type=int, default=3600)
@@ -189,14 +188,19 @@ def main() -> None:
     parser.add_argument("--screen-steps", type=int, default=60)
     parser.add_argument("--train-steps", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--concurrent", type=int, default=1, help="runs at once on the stack")
+    parser.add_argument("--concurrent", type=int, default=1, help="runs at once (the suite's max_concurrent)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/rsiweb-bench-ablation/result.json"))
     args = parser.parse_args()
     if args.analyze:
         django_on_bench_db("rsiweb_bench_ablation", fresh=False)
+        from apps.dojo.models import AgentSuite
         from apps.research.models import Run
 
-        print(json.dumps(summarize([Run.objects.get(uuid=u) for u in args.analyze]), indent=2, default=str))
+        runs: list[Any] = []
+        for uuid in args.analyze:  # a run, or a suite standing for all its runs
+            suite = AgentSuite.objects.filter(uuid=uuid).first()
+            runs += [c.run for c in suite.cells.order_by("position")] if suite else [Run.objects.get(uuid=uuid)]
+        print(json.dumps(summarize(runs), indent=2, default=str))
         return
     if not args.hard or not (args.hard / "manifest.json").exists():
         sys.exit("--hard must name a built hard profile (python -m apps.benchmarks.minibench.hard DIR --size ...)")
@@ -211,31 +215,39 @@ def main() -> None:
 
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
     from apps.benchmarks.services import minibench_install
-    from apps.research.management.commands.start_run import wait_for_result
+    from apps.research.choices import RUN_TERMINAL_STATES
     from apps.research.models import Run
 
     minibench_install(root=args.hard)
     stack = _start_stack(base, args.hard)
     started = time.monotonic()
-    order = [(seed, config) for seed in args.seeds for config in args.configs]
-    runs: list[Any] = []
     try:
-        while order:
-            batch, order = order[: args.concurrent], order[args.concurrent :]
-            launched = [launch(config, seed, args) for seed, config in batch]
-            for run in launched:
-                runs.append(wait_for_result(run, poll=2.0, timeout=args.wall_seconds + 900))
-                print(json.dumps(analyze(Run.objects.get(pk=run.pk)), default=str), flush=True)
+        suite = launch(args)
+        print(f"suite {suite.uuid}: {suite.cells.count()} runs", flush=True)
+        reported: set[int] = set()
+        deadline = time.monotonic() + (args.wall_seconds + 900) * len(args.seeds) * len(args.configs)
+        while True:
+            suite.refresh_from_db()
+            for cell in suite.cells.select_related("run").order_by("position"):
+                if cell.run_id not in reported and cell.run.status in RUN_TERMINAL_STATES:
+                    reported.add(cell.run_id)
+                    print(json.dumps(analyze(Run.objects.get(pk=cell.run_id)), default=str), flush=True)
+            if suite.status == "finished":
+                break
+            if time.monotonic() > deadline:
+                sys.exit(f"suite {suite.uuid} did not finish in time")
+            time.sleep(5)
     finally:
         stack.stop()
-    result = summarize([Run.objects.get(pk=r.pk) for r in runs])
-    result.update(profile={k: manifest.get(k) for k in ("source_digest", "size", "seed")},
+    runs = [c.run for c in suite.cells.select_related("run").order_by("position")]
+    result = summarize(runs)
+    result.update(suite=str(suite.uuid), profile={k: manifest.get(k) for k in ("source_digest", "size", "seed")},
                   arguments=vars(args) | {"hard": str(args.hard), "out": str(args.out)},
                   measured_seconds=round(time.monotonic() - started, 1), load_average=os.getloadavg())  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))
     print(json.dumps({k: result[k] for k in ("arms", "paired")}, indent=2, default=str))
-    print(f"written to {args.out}; the runs are on the dashboard's /runs/ablation/ page")
+    print(f"written to {args.out}; the runs are on the dashboard's /runs/ablation/?suite={suite.uuid} page")
 
 
 if __name__ == "__main__":

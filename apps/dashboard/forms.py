@@ -120,3 +120,11 @@ class RunStartForm(forms.Form):
             "gate": data["gate"],
             "seed": data["seed"],
         }
+
+
+class AblationLaunchForm(forms.Form):
+    """The paper's ablation of one run, one click from the comparison page (a Dojo suite)."""
+
+    run = forms.UUIDField()
+    seeds = forms.IntegerField(min_value=1, max_value=20, initial=5, help_text="seeds 0 .. N-1, one run per arm each")
+    max_concurrent = forms.IntegerField(min_value=1, max_value=8, initial=1, label="Runs at once")

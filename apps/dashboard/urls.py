@@ -13,6 +13,7 @@ urlpatterns = [
     path("runs/new/", views.run_start_view, name="run-start"),
     path("runs/compare/", views.run_compare_view, name="run-compare"),
     path("runs/ablation/", views.run_ablation_page_view, name="run-ablation"),
+    path("runs/ablation/launch/", views.run_ablation_launch_view, name="run-ablation-launch"),
     path("runs/<uuid:run_uuid>/labels/", views.run_label_view, name="run-label"),
     path("runs/<uuid:run_uuid>/", views.run_detail_view, name="run-detail"),
     path("runs/<uuid:run_uuid>/snapshot.json", views.run_snapshot_view, name="run-snapshot"),

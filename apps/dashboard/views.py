@@ -22,7 +22,14 @@ from apps.dashboard import selectors
 from apps.dashboard.charts import run_charts
 from apps.dashboard.comparison import COMPARE_MAX_RUNS, run_ablation_view, run_comparison, runs_by_uuid
 from apps.dashboard.filters import RunFilter
-from apps.dashboard.forms import AdjudicationForm, GuidanceForm, RunControlForm, RunLabelForm, RunStartForm
+from apps.dashboard.forms import (
+    AblationLaunchForm,
+    AdjudicationForm,
+    GuidanceForm,
+    RunControlForm,
+    RunLabelForm,
+    RunStartForm,
+)
 from apps.dashboard.permissions import (
     ADMIN,
     OPERATOR,
@@ -41,8 +48,10 @@ from apps.dashboard.services import (
     run_start_for_person,
 )
 from apps.datapool.selectors import data_entry_get, data_entry_list
+from apps.dojo.agents import ABLATION_AGENTS
 from apps.dojo.models import AgentSuite
 from apps.dojo.suite_stats import suite_stats
+from apps.dojo.suites import ablation_suite_create, suite_launch
 from apps.jobs.selectors import job_attempts
 from apps.research.bundle import bundle_archive, export_run_bundle
 from apps.research.choices import RUN_TERMINAL_STATES
@@ -116,10 +125,11 @@ def run_compare_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Select two or more runs to compare.")
         return redirect("dashboard:run-list")
     comparison = run_comparison(runs)
+    ablation_form = AblationLaunchForm(initial={"run": runs[0].uuid, "seeds": 5, "max_concurrent": 1})
     return _page(
         request,
         "dashboard/run_compare.html",
-        {**comparison, "runs": runs, "show_all": request.GET.get("config") == "all"},
+        {**comparison, "runs": runs, "show_all": request.GET.get("config") == "all", "ablation_form": ablation_form},
     )
 
 
@@ -133,6 +143,37 @@ def run_ablation_page_view(request: HttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET or None, queryset=selectors.run_list())
     groups = run_ablation_view(filters.qs[:RUN_LIST_LIMIT])
     return _page(request, "dashboard/run_ablation.html", {"groups": groups, "query": request.GET.urlencode()})
+
+
+@require_POST
+@role_required(OPERATOR)
+def run_ablation_launch_view(request: HttpRequest) -> HttpResponse:
+    """One click from the comparison page: the paper's ablation of a run, as an agent suite.
+
+    Full, --serial-workers and --no-reviewer at the run's benchmark, θ0 and budget, seeds 0..N-1
+    (apps.dojo.suites.ablation_suite_create); the suite page follows it, the ablation page groups it.
+    """
+    form = AblationLaunchForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items()))
+        return redirect("dashboard:run-list")
+    run = Run.objects.filter(uuid=form.cleaned_data["run"]).select_related("benchmark", "base_checkpoint").first()
+    if run is None:
+        messages.error(request, "No such run.")
+        return redirect("dashboard:run-list")
+    back = reverse("dashboard:run-detail", kwargs={"run_uuid": run.uuid})
+    actor = f"user:{request.user.get_username()}"
+    try:
+        suite = ablation_suite_create(run=run, seeds=list(range(form.cleaned_data["seeds"])),
+                                      max_concurrent=form.cleaned_data["max_concurrent"], created_by=request.user,
+                                      actor=actor)  # fmt: skip
+        suite = suite_launch(suite=suite, actor=actor)
+    except ApplicationError as error:
+        messages.error(request, error.message)
+        return redirect(back)
+    messages.success(request, f"Ablation suite {suite.name!r} started: {len(ABLATION_AGENTS)} arms x "
+                              f"{form.cleaned_data['seeds']} seeds.")  # fmt: skip
+    return redirect("dashboard:suite-detail", suite_uuid=suite.uuid)
 
 
 @require_POST
@@ -470,4 +511,6 @@ def suite_detail_view(request: HttpRequest, suite_uuid: Any) -> HttpResponse:
     suite = AgentSuite.objects.filter(uuid=suite_uuid).first()
     if suite is None:
         raise Http404("No such suite.")
-    return _page(request, "dashboard/suite_detail.html", {"suite": suite, "stats": suite_stats(suite)})
+    ablation = sorted(suite.agents) == sorted(ABLATION_AGENTS)
+    return _page(request, "dashboard/suite_detail.html", {"suite": suite, "stats": suite_stats(suite),
+                                                          "ablation": ablation})  # fmt: skip

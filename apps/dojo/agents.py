@@ -6,6 +6,11 @@
                      order, unranked, and none is set aside as off-task or malformed;
                      ``heuristic.fixed_recipe: true``: one SFT recipe for every training, no
                      learning-rate sweep, no longer continuation, no DPO)
+    heuristic-serial-workers, heuristic-no-reviewer
+                     the paper's ablation arms: the heuristic policy with one Worker at a time, or
+                     with no Reviewers (run switches ``serial_workers`` and ``reviewer``); a suite
+                     of ``ABLATION_AGENTS`` over several seeds is the paper's ablation
+                     (``ablation_suite_create`` in apps/dojo/suites.py)
     llm              the LLM policy on an endpoint profile (agent_config ``llm_profiles``); refused
                      when no endpoint is configured, which is always the case offline
 
@@ -37,6 +42,8 @@ class AgentConfig:
     description: str
     # Keys merged into the run's policy["heuristic"] (the heuristic policy reads them).
     heuristic: dict[str, Any] = field(default_factory=dict)
+    # run_launch's ablation switches (reviewer, serial_workers); they win over the suite's budget.
+    run: dict[str, bool] = field(default_factory=dict)
 
 
 AGENTS: dict[str, AgentConfig] = {
@@ -47,8 +54,22 @@ AGENTS: dict[str, AgentConfig] = {
         "The heuristic policy without data ranking and with one fixed SFT recipe.",
         heuristic={"rank_data": False, "fixed_recipe": True},
     ),
+    "heuristic-serial-workers": AgentConfig(
+        "heuristic-serial-workers",
+        AgentMode.HEURISTIC,
+        "The paper's ablation: the heuristic policy with one Worker at a time (--serial-workers).",
+        run={"serial_workers": True},
+    ),
+    "heuristic-no-reviewer": AgentConfig(
+        "heuristic-no-reviewer",
+        AgentMode.HEURISTIC,
+        "The paper's ablation: the heuristic policy with no Reviewers (--no-reviewer).",
+        run={"reviewer": False},
+    ),
     "llm": AgentConfig("llm", AgentMode.LLM, "The LLM policy on an endpoint profile (an LLM host)."),
 }
+# The paper's ablation (full vs serial Workers vs no Reviewer), as a suite's agent configurations.
+ABLATION_AGENTS = ("heuristic", "heuristic-serial-workers", "heuristic-no-reviewer")
 
 
 def agent_resolve(name: str, *, llm_profile: str = DEFAULT_PROFILE) -> AgentConfig:

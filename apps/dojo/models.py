@@ -75,6 +75,7 @@ class AgentSuite(UUIDModel):
     ``train_tasks`` names the tasks the agents were trained on; the suite's evaluation tasks were
     checked disjoint from them at creation (``overlap`` keeps what was compared, with its counts).
     ``budget`` is every cell's run budget (the run_launch arguments), the same for all cells.
+    ``seeds`` repeats every cell once per run seed (empty: one cell, the budget's seed).
     """
 
     name = models.CharField(max_length=200)
@@ -84,6 +85,7 @@ class AgentSuite(UUIDModel):
     max_concurrent = models.PositiveSmallIntegerField(default=2)  # cells' runs active at once
     train_tasks = models.JSONField(default=list, blank=True)
     overlap = models.JSONField(default=dict, blank=True)  # the disjointness check's report
+    seeds = models.JSONField(default=list, blank=True)  # run seeds, one cell each per setting
     # The periodic advance's clock (numbered ticks: a duplicated message runs once).
     advance_tick = models.PositiveIntegerField(default=0)
     advanced_at = models.DateTimeField(null=True, blank=True)
@@ -104,22 +106,23 @@ class AgentSuite(UUIDModel):
 
 
 class SuiteCell(UUIDModel):
-    """One (agent configuration, base model, task) of a suite: an ordinary research run."""
+    """One (agent configuration, base model, task, seed) of a suite: an ordinary research run."""
 
     suite = models.ForeignKey(AgentSuite, on_delete=models.PROTECT, related_name="cells")
     position = models.PositiveIntegerField()  # launch order
     agent = models.CharField(max_length=64)
     base_checkpoint = models.ForeignKey("experiments.Checkpoint", on_delete=models.PROTECT, related_name="+")
     benchmark = models.ForeignKey("benchmarks.Benchmark", on_delete=models.PROTECT, related_name="+")
+    seed = models.IntegerField(default=0)  # the cell's run seed (run policy "seed")
     run = models.OneToOneField("research.Run", on_delete=models.PROTECT, related_name="suite_cell")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["suite", "position"], name="dojo_cell_position_unique"),
             models.UniqueConstraint(
-                fields=["suite", "agent", "base_checkpoint", "benchmark"], name="dojo_cell_unique_per_suite"
+                fields=["suite", "agent", "base_checkpoint", "benchmark", "seed"], name="dojo_cell_unique_per_suite"
             ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.agent} x {self.base_checkpoint_id} x {self.benchmark_id}"
+        return f"{self.agent} x {self.base_checkpoint_id} x {self.benchmark_id} seed {self.seed}"

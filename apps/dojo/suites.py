@@ -1,9 +1,13 @@
 """Agent-evaluation suites: agent configurations x base models x tasks, each cell a research run.
 
-    suite_create(name=..., agents=[...], tasks=[...], base_models=[...], train_tasks=[...], budget={...})
+    suite_create(name=..., agents=[...], tasks=[...], base_models=[...], train_tasks=[...], budget={...},
+                 seeds=[...])
         validates everything, checks the training and evaluation task sets disjoint, and creates
         the suite with one ``created`` run per cell (through ``run_launch``, so a cell is an
-        ordinary run with the suite's budget)
+        ordinary run with the suite's budget); ``seeds`` repeats every cell once per run seed
+    ablation_suite_create(run=..., seeds=[...])
+        the paper's ablation of a run: ``ABLATION_AGENTS`` on its benchmark and θ0 at its budget,
+        one cell per seed (the comparison page's one click, bench/ablation.py)
     suite_launch(suite=...)       starts the first ``max_concurrent`` cells and the advance clock
     suite_advance(suite_id=..., tick=...)
         one tick of the clock (a Celery task on the agents queue, ``TaskName.SUITE_ADVANCE``):
@@ -29,7 +33,7 @@ from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import benchmark_resolve, benchmark_sealed_items
 from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.queues import Queue, TaskName
-from apps.dojo.agents import agent_resolve
+from apps.dojo.agents import ABLATION_AGENTS, agent_resolve
 from apps.dojo.choices import CellStatus, EnvironmentStatus, SuiteStatus
 from apps.dojo.models import AgentSuite, SuiteCell, TaskEnvironment
 from apps.dojo.registry import task_sources
@@ -37,7 +41,7 @@ from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint
 from apps.integrity.canonical import canonical_text
 from apps.research.agent_config import DEFAULT_PROFILE
-from apps.research.choices import RUN_TERMINAL_STATES, RunStatus
+from apps.research.choices import RUN_TERMINAL_STATES, AgentMode, RunStatus
 from apps.research.models import Run
 from apps.research.services import base_checkpoint_default, run_launch, run_start
 from rsiweb import env
@@ -45,6 +49,7 @@ from rsiweb.celery import app
 
 SYSTEM = "system"
 MAX_CELLS = 200
+MAX_SEEDS = 20
 # The run_launch arguments a suite's budget may set, with their types; every cell gets the same.
 BUDGET_KEYS: dict[str, type] = {
     "wall_seconds": int,
@@ -96,6 +101,21 @@ def _budget(raw: dict[str, Any] | None) -> dict[str, Any]:
             raise _bad("invalid_budget", f"budget.{key} is at most {BUDGET_MAX}, not {value!r}.")
         budget[key] = kind(value)
     return budget
+
+
+def _seeds(raw: Any, budget: dict[str, Any]) -> list[int]:
+    """The suite's run seeds; none given: the budget's one seed (or none at all, as before seeds)."""
+    if raw is None:
+        return []
+    whole = isinstance(raw, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= BUDGET_MAX
+                                          for v in raw)  # fmt: skip
+    if not whole or not raw or len(raw) > MAX_SEEDS:
+        raise _bad("invalid_seeds", f"seeds is a list of 1 to {MAX_SEEDS} whole numbers from 0 to {BUDGET_MAX}.")
+    if len(set(raw)) != len(raw):
+        raise _bad("invalid_seeds", "seeds names one seed twice.")
+    if "seed" in budget:
+        raise _bad("invalid_seeds", "Give the run seed either as budget.seed or as seeds, not both.")
+    return list(raw)
 
 
 def _checkpoint(reference: str) -> Checkpoint:
@@ -208,12 +228,13 @@ def suite_create(
     base_models: list[str] | None = None,
     train_tasks: list[str] | None = None,
     budget: dict[str, Any] | None = None,
+    seeds: list[int] | None = None,
     max_concurrent: int = 2,
     llm_profile: str = DEFAULT_PROFILE,
     created_by: Any = None,
     actor: str = SYSTEM,
 ) -> AgentSuite:
-    """Create a suite and one ``created`` run per (agent, base model, task) cell; nothing on a refusal."""
+    """Create a suite and one ``created`` run per (agent, base model, task, seed) cell; nothing on a refusal."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise _bad("invalid_name", "name is a non-empty string of at most 200 characters.")
     agents = _names(agents, "agents")
@@ -231,9 +252,10 @@ def suite_create(
         raise _bad("invalid_base_models", "base_models names one checkpoint twice.")
     train_refs = _names(train_tasks or [], "train_tasks")
     budget = _budget(budget)
+    seed_list = _seeds(seeds, budget)
     if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or not 1 <= max_concurrent <= 32:
         raise _bad("invalid_max_concurrent", "max_concurrent is a whole number from 1 to 32.")
-    cells = len(configs) * len(bases) * len(benchmarks)
+    cells = len(configs) * len(bases) * len(benchmarks) * max(1, len(seed_list))
     if cells > MAX_CELLS:
         raise _bad("too_many_cells", f"{cells} cells; a suite has at most {MAX_CELLS}.")
     overlap = task_overlap(tasks=benchmarks, train_tasks=train_refs)
@@ -251,42 +273,90 @@ def suite_create(
         )
     with transaction.atomic():
         suite = AgentSuite(name=name.strip(), agents=agents, budget=budget, max_concurrent=max_concurrent,
-                           train_tasks=train_refs, overlap=overlap, created_by=created_by)  # fmt: skip
+                           train_tasks=train_refs, overlap=overlap, seeds=seed_list, created_by=created_by)  # fmt: skip
         suite.full_clean()
         suite.save()
         position = 0
         for benchmark in benchmarks:
             for base in bases:
-                for config in configs:
-                    run = run_launch(
-                        benchmark=benchmark,
-                        policy=config.policy,
-                        llm_profile=llm_profile,
-                        base_checkpoint=base,
-                        name=f"{suite.name}: {config.name} x {base.handle} x {benchmark.name}",
-                        wall_seconds=budget["wall_seconds"],
-                        accelerator_seconds=budget["accelerator_seconds"],
-                        llm_tokens=budget.get("llm_tokens", 0),
-                        parallel=budget["parallel"],
-                        max_workers=budget["max_workers"],
-                        reviewer=budget.get("reviewer", True),
-                        gate=budget.get("gate", False),
-                        **{k: budget[k] for k in ("screen_steps", "train_steps", "learning_rate", "batch_size", "seed")
-                           if k in budget},
-                        heuristic=config.heuristic,
-                        actor=actor,
-                        created_by=created_by,
-                        start=False,
-                    )  # fmt: skip
-                    SuiteCell.objects.create(suite=suite, position=position, agent=config.name,
-                                             base_checkpoint=base, benchmark=benchmark, run=run)  # fmt: skip
-                    position += 1
+                for seed in seed_list or [budget.get("seed", 0)]:
+                    for config in configs:
+                        label = f"{config.name} x {base.handle} x {benchmark.name}"
+                        run = run_launch(
+                            benchmark=benchmark,
+                            policy=config.policy,
+                            llm_profile=llm_profile,
+                            base_checkpoint=base,
+                            name=f"{suite.name}: {label}" + (f" seed {seed}" if seed_list else ""),
+                            wall_seconds=budget["wall_seconds"],
+                            accelerator_seconds=budget["accelerator_seconds"],
+                            llm_tokens=budget.get("llm_tokens", 0),
+                            parallel=budget["parallel"],
+                            max_workers=budget["max_workers"],
+                            reviewer=config.run.get("reviewer", budget.get("reviewer", True)),
+                            serial_workers=config.run.get("serial_workers", False),
+                            gate=budget.get("gate", False),
+                            seed=seed,
+                            **{k: budget[k] for k in ("screen_steps", "train_steps", "learning_rate", "batch_size")
+                               if k in budget},
+                            heuristic=config.heuristic,
+                            actor=actor,
+                            created_by=created_by,
+                            start=False,
+                        )  # fmt: skip
+                        SuiteCell.objects.create(suite=suite, position=position, agent=config.name, seed=seed,
+                                                 base_checkpoint=base, benchmark=benchmark, run=run)  # fmt: skip
+                        position += 1
         event_append(type="dojo.suite_created", actor=actor, role="human" if created_by else SYSTEM,
                      arguments={"suite": str(suite.uuid), "name": suite.name, "agents": agents,
                                 "tasks": [b.name for b in benchmarks], "base_models": [b.handle for b in bases],
-                                "budget": budget, "cells": position, "overlap": overlap},
+                                "budget": budget, "seeds": seed_list, "cells": position, "overlap": overlap},
                      result_ref=f"suite:{suite.uuid}")  # fmt: skip
     return suite
+
+
+def run_budget(run: Run) -> dict[str, Any]:
+    """A run's budget as a suite's (the run_launch arguments it was started with), seed left out."""
+    policy = run.policy or {}
+    heuristic = policy.get("heuristic") or {}
+    budget: dict[str, Any] = {
+        "wall_seconds": run.budget_wall_seconds,
+        "accelerator_seconds": run.budget_accelerator_seconds,
+        "llm_tokens": run.budget_llm_tokens,
+        # A serial run's one Worker at a time is its switch, not its budget.
+        "parallel": DEFAULT_BUDGET["parallel"] if policy.get("serial_workers") else run.max_parallel_workers,
+        "gate": bool(policy.get("training_gate", False)),
+    }
+    for key in ("max_workers", "screen_steps", "train_steps", "learning_rate", "batch_size"):
+        if key in heuristic:
+            budget[key] = heuristic[key]
+    return budget
+
+
+def ablation_suite_create(*, run: Run, seeds: list[int], max_concurrent: int = 1, created_by: Any = None,
+                          actor: str = SYSTEM) -> AgentSuite:  # fmt: skip
+    """The paper's ablation of ``run``: full, serial Workers and no Reviewer at its budget, per seed.
+
+    Every arm gets the run's benchmark, θ0 and budget (parallel Workers included: the serial arm
+    runs one at a time, which is its point); only the heuristic policy is ablated here.
+    """
+    if run.agent_mode != AgentMode.HEURISTIC:
+        raise _bad(
+            "ablation_needs_heuristic",
+            f"The ablation suite runs the heuristic policy; this run used {run.agent_mode}. "
+            "Start an LLM ablation with suite_create and llm agent configurations.",
+        )
+    return suite_create(
+        name=f"ablation of {run.name}"[:200],
+        agents=list(ABLATION_AGENTS),
+        tasks=[str(run.benchmark.uuid)],
+        base_models=[str(run.base_checkpoint.uuid)],
+        budget=run_budget(run),
+        seeds=seeds,
+        max_concurrent=max_concurrent,
+        created_by=created_by,
+        actor=actor,
+    )
 
 
 def cell_status(run_status: str) -> str:

@@ -61,6 +61,13 @@ class SuiteInput(serializers.Serializer[Any]):
     base_models = serializers.ListField(child=serializers.CharField(max_length=200), required=False, max_length=10)
     train_tasks = serializers.ListField(child=serializers.CharField(max_length=1000), required=False, max_length=50)
     budget = serializers.DictField(required=False)
+    seeds = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=2_000_000_000),
+        required=False,
+        min_length=1,
+        max_length=20,
+        help_text="run seeds: every cell once per seed",
+    )
     max_concurrent = serializers.IntegerField(required=False, min_value=1, max_value=32)
     llm_profile = serializers.CharField(required=False, max_length=64)
     launch = serializers.BooleanField(required=False, default=True)
@@ -74,6 +81,7 @@ def suite_summary(suite: AgentSuite) -> dict[str, Any]:
         "status": suite.status,
         "agents": suite.agents,
         "budget": suite.budget,
+        "seeds": suite.seeds,
         "max_concurrent": suite.max_concurrent,
         "train_tasks": suite.train_tasks,
         "cells": {s: statuses.count(s) for s in ("queued", "running", "ended")},

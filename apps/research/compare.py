@@ -172,8 +172,10 @@ def best_so_far(run: Run) -> list[dict[str, Any]]:
 def ablation_groups(runs: list[Run]) -> list[dict[str, Any]]:
     """Runs grouped as the paper's ablation: per benchmark and budget, one arm per ablation switch set.
 
-    Each arm lists its runs (the seeds) with their final scores and the arm's mean and standard
-    deviation over the runs that have one.
+    Each arm lists its runs (the seeds) with their final scores, the arm's mean and standard
+    deviation over the runs that have one, and a bootstrap CI of the mean over those runs. Each
+    group pairs full with every other arm on the seeds both ran (``paired``: the paired bootstrap
+    of the per-seed differences, full minus the arm; a seed run twice counts its latest run).
     """
     groups: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
     for run in runs:
@@ -194,8 +196,40 @@ def ablation_groups(runs: list[Run]) -> list[dict[str, Any]]:
                 "benchmark": benchmark,
                 "budget": {"wall_seconds": wall, "accelerator_seconds": accelerator, "llm_tokens": tokens},
                 "arms": [_arm(name, arms[name]) for name in sorted(arms, key=_arm_order)],
+                "paired": _paired_arms(arms),
             }
         )
+    return out
+
+
+def _by_seed(members: list[dict[str, Any]]) -> dict[int, float]:
+    latest: dict[int, tuple[Any, float]] = {}
+    for m in members:
+        if m["final"] is None:
+            continue
+        at = (m["run"].created_at, m["run"].pk)
+        if m["seed"] not in latest or at > latest[m["seed"]][0]:
+            latest[m["seed"]] = (at, m["final"].score)
+    return {seed: score for seed, (_, score) in latest.items()}
+
+
+def _paired_arms(arms: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    if "full" not in arms:
+        return []
+    full = _by_seed(arms["full"])
+    out = []
+    for name in sorted(arms, key=_arm_order):
+        if name == "full":
+            continue
+        other = _by_seed(arms[name])
+        seeds = sorted(set(full) & set(other))
+        row: dict[str, Any] = {"arm": name, "seeds": seeds, "difference": None}
+        if seeds:
+            result = paired_bootstrap(np.array([other[s] for s in seeds]), np.array([full[s] for s in seeds]),
+                                      n_boot=N_BOOT, confidence=CONFIDENCE, seed=SEED)  # fmt: skip
+            row.update(difference=result.difference, ci_low=result.ci_low, ci_high=result.ci_high,
+                       p_value=result.p_value)  # fmt: skip
+        out.append(row)
     return out
 
 
@@ -211,4 +245,7 @@ def _arm(name: str, members: list[dict[str, Any]]) -> dict[str, Any]:
         if mean is not None and len(scores) > 1
         else None
     )
-    return {"name": name, "runs": members, "n_scored": len(scores), "mean": mean, "sd": sd}
+    interval = bootstrap_interval(np.array(scores), n_boot=N_BOOT, confidence=CONFIDENCE, seed=SEED) if scores else None
+    low, high = (interval.ci_low, interval.ci_high) if interval else (None, None)
+    return {"name": name, "runs": members, "n_scored": len(scores), "mean": mean, "sd": sd, "ci_low": low,
+            "ci_high": high}  # fmt: skip

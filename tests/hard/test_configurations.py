@@ -1,7 +1,9 @@
 """One short run of each ablation configuration on the hard profile's smallest build, at once.
 
-Completion, not efficacy: the ablation's numbers come from bench/ablation.py. The three runs share
-one stack and one budget each, and the dashboard's ablation grouping sees them as its three arms.
+Completion, not efficacy: the ablation's numbers come from bench/ablation.py. The three runs are
+the ablation suite bench/ablation.py and the comparison page's button create (apps.dojo.suites,
+``ABLATION_AGENTS``, one seed), all three at once on one stack, each with the same budget; the
+suite's clock (the agents worker) finishes the suite, and the ablation grouping sees its three arms.
 """
 
 from __future__ import annotations
@@ -10,46 +12,40 @@ import time
 
 import pytest
 
-from apps.experiments.models import Checkpoint, Event
+from apps.dojo.agents import ABLATION_AGENTS
+from apps.dojo.models import AgentSuite
+from apps.dojo.suites import suite_create, suite_launch
+from apps.experiments.models import Event
 from apps.research.choices import RunStatus
 from apps.research.compare import ablation_groups, best_so_far
 from apps.research.models import ResearchNode, Run
-from apps.research.services import run_final_result, run_launch
+from apps.research.selectors import run_ablation
+from apps.research.services import run_final_result
 from apps.reviews.models import ReviewReport
-from tests.workers.agents.stack import run_status, wait_for
+from tests.workers.agents.stack import wait_for
 
 pytestmark = [pytest.mark.slow]
 
-CONFIGS = {
-    "full": {"reviewer": True, "serial_workers": False},
-    "serial-workers": {"reviewer": True, "serial_workers": True},
-    "no-reviewer": {"reviewer": False, "serial_workers": False},
-}
-# Wall budget of each run, and how long the test waits for all three (they end with a final
-# evaluation after the budget). Measured on the shared dev VM at load 10-19: the three runs reached
-# their 15-minute wall budget before the Main Agents stopped them (docs/benchmarks.md).
-WALL = 20 * 60
-TIMEOUT = 40 * 60
-ENDED = (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.STOPPED)
+# Each run's budget: two Workers of 10-step trainings, so the Main Agent spends it in a few
+# branches; the wait covers all three at once and the final evaluations (docs/benchmarks.md).
+BUDGET = {"wall_seconds": 15 * 60, "accelerator_seconds": 400, "parallel": 2, "max_workers": 2, "screen_steps": 5,
+          "train_steps": 10, "batch_size": 16}  # fmt: skip
+TIMEOUT = 25 * 60
 
 
 @pytest.fixture(scope="module")
 def runs(hard_stack) -> dict[str, Run]:
     with hard_stack.django_db_blocker.unblock():
-        theta0 = Checkpoint.objects.get(handle="minibench-hard/theta0")
         started = time.monotonic()
-        launched = {
-            name: run_launch(benchmark="minibench-hard/arithmetic", policy="heuristic", base_checkpoint=theta0,
-                             name=f"hard ci: {name}", wall_seconds=WALL, accelerator_seconds=900, parallel=2,
-                             max_workers=3, screen_steps=5, train_steps=10, batch_size=16, seed=0, actor="test",
-                             **switches)
-            for name, switches in CONFIGS.items()
-        }  # fmt: skip
-        for run in launched.values():
-            wait_for(lambda r=run: run_status(r) in ENDED, timeout=TIMEOUT, what=f"{run.name} to end",
-                     stack=hard_stack, every=3)  # fmt: skip
+        suite = suite_create(name="hard ci", agents=list(ABLATION_AGENTS), tasks=["minibench-hard/arithmetic"],
+                             base_models=["minibench-hard/theta0"], budget=BUDGET, seeds=[0], max_concurrent=3,
+                             actor="test")  # fmt: skip
+        suite_launch(suite=suite, actor="test")
+        wait_for(lambda: AgentSuite.objects.get(pk=suite.pk).status == "finished", timeout=TIMEOUT,
+                 what="the ablation suite to finish", stack=hard_stack, every=3)  # fmt: skip
         print(f"three hard-profile runs ended in {time.monotonic() - started:.0f} s")  # noqa: T201
-        yield {name: Run.objects.get(pk=run.pk) for name, run in launched.items()}
+        runs = [c.run for c in suite.cells.select_related("run").order_by("position")]
+        yield {run_ablation(run): Run.objects.get(pk=run.pk) for run in runs}
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from apps.core.errors import ApplicationError, Conflict
 from apps.core.hashing import sha256_text
 from apps.dojo.models import AgentSuite, SuiteCell
 from apps.dojo.suite_stats import stats_csv, suite_stats
-from apps.dojo.suites import suite_advance, suite_advance_once, suite_create, suite_launch
+from apps.dojo.suites import ablation_suite_create, suite_advance, suite_advance_once, suite_create, suite_launch
 from apps.experiments.models import Evaluation
 from apps.experiments.services import experiment_create, experiment_set_integrity
 from apps.integrity.choices import Adjudication, Observation
@@ -33,8 +33,17 @@ from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_succeed_with_evaluation
 from apps.research.choices import NodeKind, RunStatus
+from apps.research.compare import ablation_groups
 from apps.research.models import Run
-from apps.research.services import node_create, run_final_eval_start, run_finish, run_stop, run_stop_request
+from apps.research.selectors import run_ablation
+from apps.research.services import (
+    node_create,
+    run_final_eval_start,
+    run_finish,
+    run_launch,
+    run_stop,
+    run_stop_request,
+)
 from tests.apps.benchmarks.minibench_fixture import FEEDBACK, FINAL, TASK_JSON, write_jsonl, write_task_dir
 from tests.factories import CheckpointFactory
 
@@ -146,6 +155,13 @@ def test_a_stale_advance_tick_does_nothing(world):
         ({"base_models": ["theta0_a", "theta0_a"]}, "invalid_base_models"),
         ({"max_concurrent": 0}, "invalid_max_concurrent"),
         ({"train_tasks": ["env:not-a-uuid"]}, "train_task_not_found"),
+        ({"seeds": []}, "invalid_seeds"),
+        ({"seeds": [1, 1]}, "invalid_seeds"),
+        ({"seeds": [-1]}, "invalid_seeds"),
+        ({"seeds": [True]}, "invalid_seeds"),
+        ({"seeds": [2.5]}, "invalid_seeds"),
+        ({"seeds": list(range(21))}, "invalid_seeds"),
+        ({"seeds": [1], "budget": {"seed": 2}}, "invalid_seeds"),
     ],
 )
 def test_bad_input_is_refused_with_its_code_and_nothing_written(world, change, code):
@@ -420,3 +436,128 @@ def test_the_pages_show_the_table_to_viewers(finished_suite, people, client):
     assert "2 / 4" in page  # the heuristic's effective / all iterations
     assert "heuristic-weak" in page
     assert "cdn" not in page.lower()
+
+
+# --------------------------------------------------------------------------- seeds and the ablation suite
+
+
+def test_seeds_repeat_every_cell_once_per_run_seed(world):
+    suite = suite_create(name="seeded", agents=["heuristic", "heuristic-weak"], tasks=["test/addition"],
+                         seeds=[0, 3, 5])  # fmt: skip
+    cells = list(suite.cells.select_related("run").order_by("position"))
+    assert [(c.agent, c.seed) for c in cells] == [
+        ("heuristic", 0), ("heuristic-weak", 0), ("heuristic", 3), ("heuristic-weak", 3), ("heuristic", 5),
+        ("heuristic-weak", 5)]  # fmt: skip
+    assert [c.run.policy["seed"] for c in cells] == [0, 0, 3, 3, 5, 5]
+    assert cells[2].run.name == "seeded: heuristic x theta0_a x test/addition seed 3"
+    assert suite.seeds == [0, 3, 5]
+    unseeded = suite_create(name="one", agents=["heuristic"], tasks=["test/addition"], budget={"seed": 7})
+    (only,) = unseeded.cells.select_related("run")
+    assert (only.seed, only.run.policy["seed"], unseeded.seeds) == (7, 7, [])
+
+
+def _template_run(world, **switches) -> Run:
+    return run_launch(benchmark=world["addition"], base_checkpoint=world["bases"][1], name="template",
+                      wall_seconds=700, accelerator_seconds=1200, parallel=3, max_workers=4, screen_steps=7,
+                      train_steps=33, learning_rate=0.004, batch_size=8, seed=9, start=False, **switches)  # fmt: skip
+
+
+def test_the_ablation_suite_of_a_run_is_its_three_arms_at_its_budget_per_seed(world):
+    template = _template_run(world)
+    suite = ablation_suite_create(run=template, seeds=[0, 1], max_concurrent=2)
+    cells = list(suite.cells.select_related("run").order_by("position"))
+    assert len(cells) == 6
+    assert [run_ablation(c.run) for c in cells] == ["full", "serial-workers", "no-reviewer"] * 2
+    assert [c.seed for c in cells] == [0, 0, 0, 1, 1, 1]
+    for cell in cells:
+        run = cell.run
+        assert (run.benchmark, run.base_checkpoint, run.status) == (world["addition"], world["bases"][1], "created")
+        assert (run.budget_wall_seconds, run.budget_accelerator_seconds) == (700, 1200)
+        heuristic = run.policy["heuristic"]
+        assert (heuristic["max_workers"], heuristic["screen_steps"], heuristic["train_steps"],
+                heuristic["learning_rate"], heuristic["batch_size"]) == (4, 7, 33, 0.004, 8)  # fmt: skip
+        assert run.policy["seed"] == cell.seed  # the suite's seeds, not the template's 9
+        serial = cell.agent == "heuristic-serial-workers"
+        assert run.max_parallel_workers == (1 if serial else 3)
+        assert run.policy["reviewers"] is (cell.agent != "heuristic-no-reviewer")
+    # One group of three arms on the ablation view, each with its two seeds.
+    (group,) = ablation_groups([c.run for c in cells])
+    assert [(a["name"], len(a["runs"])) for a in group["arms"]] == [("full", 2), ("no-reviewer", 2),
+                                                                     ("serial-workers", 2)]  # fmt: skip
+
+
+def test_the_ablation_of_a_serial_run_gives_its_full_arm_parallel_workers(world):
+    suite = ablation_suite_create(run=_template_run(world, serial_workers=True), seeds=[0])
+    runs = {c.agent: c.run for c in suite.cells.select_related("run")}
+    assert runs["heuristic"].max_parallel_workers == 2  # the default, not the serial run's 1
+    assert runs["heuristic-serial-workers"].max_parallel_workers == 1
+
+
+@pytest.fixture
+def finished_ablation(world):
+    """Six finished runs: full 11/20 and 13/20, serial 9/20 twice, no-reviewer 12/20 and 6/20 (θ0 5/20)."""
+    suite = suite_launch(suite=ablation_suite_create(run=_template_run(world), seeds=[0, 1], max_concurrent=6))
+    finals = {("heuristic", 0): 11, ("heuristic", 1): 13, ("heuristic-serial-workers", 0): 9,
+              ("heuristic-serial-workers", 1): 9, ("heuristic-no-reviewer", 0): 12,
+              ("heuristic-no-reviewer", 1): 6}  # fmt: skip
+    for cell in suite.cells.select_related("run"):
+        _plant(cell.run, iterations=[0.4])
+        _finish(cell.run, {"theta0": 5, "reference": 17, "best": finals[(cell.agent, cell.seed)]})
+    return suite_advance_once(suite=suite)
+
+
+def test_the_ablation_pairs_full_with_each_arm_over_seeds(finished_ablation):
+    assert finished_ablation.status == "finished"
+    (group,) = ablation_groups([c.run for c in finished_ablation.cells.select_related("run")])
+    arms = {a["name"]: a for a in group["arms"]}
+    assert arms["full"]["mean"] == pytest.approx(0.60)
+    assert arms["full"]["ci_low"] <= 0.60 <= arms["full"]["ci_high"]
+    assert (arms["serial-workers"]["ci_low"], arms["serial-workers"]["ci_high"]) == (0.45, 0.45)
+    paired = {p["arm"]: p for p in group["paired"]}
+    assert paired["serial-workers"]["seeds"] == [0, 1]
+    assert paired["serial-workers"]["difference"] == pytest.approx(0.15)  # (0.55 - 0.45 + 0.65 - 0.45) / 2
+    assert paired["no-reviewer"]["difference"] == pytest.approx(0.15)  # (0.55 - 0.60 + 0.65 - 0.30) / 2
+    # Per agent: one setting, trained; the seeds' mean final score decides whether it beats θ0.
+    stats = {r["agent"]: r for r in suite_stats(finished_ablation)["agents"]}
+    assert {k: stats["heuristic-no-reviewer"][k] for k in ("cells", "settings", "settings_trained",
+                                                           "settings_beat_base")} == {
+        "cells": 2, "settings": 1, "settings_trained": 1, "settings_beat_base": 1}  # fmt: skip
+    assert stats["heuristic-no-reviewer"]["posttrainbench_unweighted_mean"] == pytest.approx(0.45)
+
+
+def test_the_ablation_is_one_click_from_the_comparison_page_for_operators(world, people, client):
+    runs = [_template_run(world), _template_run(world, reviewer=False)]
+    query = "&".join(f"runs={r.uuid}" for r in runs)
+    viewer = _client(client, people["viewer"])
+    page = viewer.get(f"/runs/compare/?{query}").content.decode()
+    assert 'id="ablation"' in page
+    assert 'id="ablation-launch"' not in page
+    before = _counts()
+    assert viewer.post("/runs/ablation/launch/", {"run": str(runs[0].uuid), "seeds": 2}).status_code == 403
+    assert _counts() == before
+    operator = _client(client, people["operator"])
+    page = operator.get(f"/runs/compare/?{query}").content.decode()
+    assert 'action="/runs/ablation/launch/"' in page
+    bad = operator.post("/runs/ablation/launch/", {"run": str(runs[0].uuid), "seeds": 0, "max_concurrent": 1})
+    assert bad.status_code == 302
+    assert _counts() == before
+    done = operator.post("/runs/ablation/launch/", {"run": str(runs[0].uuid), "seeds": 2, "max_concurrent": 1})
+    suite = AgentSuite.objects.get()
+    assert done.status_code == 302
+    assert done["Location"] == f"/suites/{suite.uuid}/"
+    assert (suite.status, suite.max_concurrent, suite.seeds, suite.created_by) == ("running", 1, [0, 1],
+                                                                                   people["operator"])  # fmt: skip
+    assert [c.run.status for c in suite.cells.select_related("run").order_by("position")] == [
+        "running", "created", "created", "created", "created", "created"]  # fmt: skip
+    detail = operator.get(done["Location"]).content.decode()
+    assert f'href="/runs/ablation/?suite={suite.uuid}"' in detail
+
+
+def test_the_ablation_page_of_a_suite_shows_its_arms_and_paired_differences(finished_ablation, people, client):
+    viewer = _client(client, people["viewer"])
+    other = suite_create(name="elsewhere", agents=["heuristic"], tasks=["test/subtraction"])
+    page = viewer.get(f"/runs/ablation/?suite={finished_ablation.uuid}").content.decode()
+    assert page.count('class="arm"') == 3
+    assert 'data-arm="serial-workers"' in page
+    assert "0.150" in page
+    assert other.name not in page
