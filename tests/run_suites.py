@@ -33,6 +33,7 @@ EXCLUDED: dict[str, str] = {}
 EXPECTED_SECONDS = {
     "workers/agents": 2600,  # + test_agent_suite.py (~200 s)
     "apps/ml": 900,
+    "hard": 600,  # the hard profile's smoke build (cached) and one three-run ablation suite
     "faults": 330,
     "apps/expos": 320,
     "apps/jobs": 315,

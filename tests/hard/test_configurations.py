@@ -24,7 +24,9 @@ from apps.research.services import run_final_result
 from apps.reviews.models import ReviewReport
 from tests.workers.agents.stack import wait_for
 
-pytestmark = [pytest.mark.slow]
+# The django_db mark makes pytest-django create the test database for this session (it sets up
+# only the databases its collected tests are marked for); each test reads the committed runs.
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 # Each run's budget: two Workers of 10-step trainings, so the Main Agent spends it in a few
 # branches; the wait covers all three at once and the final evaluations (docs/benchmarks.md).
