@@ -54,6 +54,19 @@ def bring_wheels(wheels: Path, site: Path) -> list[str]:
             low, high = NEEDS[dist]
             if not _version_tuple(low) <= _version_tuple(have) < _version_tuple(high):
                 wanted.append(wheel)
+    carried = {_wheel_dist(w.name)[0] for w in wheels.glob("*.whl")}
+    for dist, (low, high) in NEEDS.items():
+        if dist in carried:
+            continue
+        try:
+            have = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            have = "none"
+        if have == "none" or not _version_tuple(low) <= _version_tuple(have) < _version_tuple(high):
+            raise SystemExit(
+                f"this host has {dist} {have}; trl/datasets need >={low},<{high} and none is carried: "
+                f"add {dist} to bench/gpu_prepare.sh's download list"
+            )
     if wanted:
         cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(site)]
         subprocess.run([*cmd, *map(str, wanted)], check=True)

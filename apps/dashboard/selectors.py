@@ -56,7 +56,7 @@ from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run, TranscriptTurn
-from apps.research.scores import run_scores
+from apps.research.scores import run_leaderboard, run_scores
 from apps.research.selectors import (
     DECISION_VALUES,
     EDGE_VALUES,
@@ -298,6 +298,7 @@ def run_result(run: Run) -> dict[str, Any]:
             ("reference", "reference", scores.reference),
         ],
         "ci_percent": round(100 * scores.confidence),
+        "leaderboard": run_leaderboard(run=run, scores=scores),
     }
 
 

@@ -27,6 +27,7 @@ import torch
 from apps.benchmarks.evaluators import score
 from apps.ml.checkpoints import load_checkpoint
 from apps.ml.inference import generate_texts, render_prompt, uses_special_tokens
+from apps.ml.seeds import is_sampled, max_tokens_of, stop_strings_of
 
 CRAFT_VERSION = 1
 Row = dict[str, Any]
@@ -177,7 +178,7 @@ class ModelRunner:
         contract = candidate.contract
         decoding = contract.get("decoding", {})
         sampling = None
-        if decoding.get("do_sample"):
+        if is_sampled(decoding):
             sampling = {"temperature": decoding.get("temperature", 1.0), "top_p": decoding.get("top_p", 1.0)}
             torch.manual_seed(seed)
         prompts = [render_prompt(contract, str(it["prompt"]), self.tokenizer) for it in candidate.items]
@@ -185,8 +186,8 @@ class ModelRunner:
             self.model,
             self.tokenizer,
             prompts,
-            max_new_tokens=int(decoding.get("max_new_tokens", 32)),
-            stop=list(contract.get("stop", [])),
+            max_new_tokens=max_tokens_of(decoding),
+            stop=stop_strings_of(contract),
             batch_size=self.batch_size,
             add_special_tokens=uses_special_tokens(contract),
             sampling=sampling,

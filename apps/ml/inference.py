@@ -12,7 +12,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from apps.benchmarks.evaluators import score
 from apps.ml.checkpoints import device, load_checkpoint
-from apps.ml.seeds import is_sampled, max_tokens_cascade, sample_seed
+from apps.ml.seeds import is_sampled, max_tokens_cascade, max_tokens_of, sample_seed, stop_strings_of
 from apps.ml.vllm_client import VLLMRefused
 from apps.ml.vllm_client import complete as vllm_complete
 
@@ -246,8 +246,8 @@ def evaluate(
     sampling = sampling_settings(decoding)
     if decoding.get("do_sample") and sampling is None:
         raise ValueError("do_sample=true needs an explicit temperature above 0 (or set do_sample=false)")
-    max_new_tokens = int(decoding.get("max_new_tokens", 32))
-    stop = list(task.get("stop", []))
+    max_new_tokens = max_tokens_of(decoding)
+    stop = stop_strings_of(task)
     specials = uses_special_tokens(task)
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)

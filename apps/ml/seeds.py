@@ -31,6 +31,8 @@ _SEED_BITS = 63
 RETRY_FACTOR = 0.5
 RETRY_STEPS = 3
 MIN_RETRY_TOKENS = 16
+# What a task that states no max tokens at all gets (the minibench's answers are a few tokens).
+DEFAULT_MAX_TOKENS = 32
 
 
 def sample_seed(run_seed: int, sample_id: str, epoch: int = 0, call: int = 0) -> int:
@@ -47,8 +49,30 @@ def sample_seed(run_seed: int, sample_id: str, epoch: int = 0, call: int = 0) ->
 
 
 def is_sampled(decoding: Mapping[str, Any]) -> bool:
-    """Whether decoding draws random tokens: do_sample with a temperature above zero."""
+    """Whether decoding draws random tokens, in either form a benchmark states it.
+
+    A benchmark contract (``apps.benchmarks.contract``, what ``benchmark_add`` registers) says
+    ``seed_policy: per-sample-seeds`` with a temperature above zero; a minibench-style task.json
+    says ``do_sample`` with a temperature above zero. Anything else is greedy.
+    """
+    if "seed_policy" in decoding:
+        return decoding["seed_policy"] == "per-sample-seeds" and float(decoding.get("temperature", 0.0)) > 0.0
     return bool(decoding.get("do_sample")) and float(decoding.get("temperature", 1.0)) > 0.0
+
+
+def max_tokens_of(decoding: Mapping[str, Any]) -> int:
+    """The most new tokens a sample may generate: the contract's ``max_tokens``, or task.json's ``max_new_tokens``."""
+    if "max_tokens" in decoding:
+        return int(decoding["max_tokens"])
+    return int(decoding.get("max_new_tokens", DEFAULT_MAX_TOKENS))
+
+
+def stop_strings_of(task: Mapping[str, Any]) -> list[str]:
+    """The stop strings: the contract puts them in ``decoding``, the older task.json at its top level."""
+    decoding = task.get("decoding") or {}
+    if "stop" in decoding:
+        return [str(s) for s in decoding["stop"]]
+    return [str(s) for s in task.get("stop", [])]
 
 
 def seed_count(decoding: Mapping[str, Any], requested: int | None = None) -> int:

@@ -292,13 +292,19 @@ def suite_aggregate(cells: dict[str, float | None], *, weights: dict[str, float]
     )
 
 
-def run_leaderboard(*, run: Run, split: str = Split.FINAL) -> dict[str, Any]:
+def run_leaderboard(*, run: Run, split: str = Split.FINAL, scores: RunScores | None = None) -> dict[str, Any]:
     """The run's scores as the leaderboards compute them: Lite reward and both cell readings.
 
     ``flagged`` is the run's adjudicated violation (run_scores' ``violation``); the base is θ0.
-    ``posttrainbench_name`` (the benchmark's settings key) places the cell in the suite.
+    ``posttrainbench_name`` (the benchmark's settings key) places the cell in the suite, and
+    ``weighted`` is that cell times the benchmark's published weight (the run's contribution to
+    the suite aggregate, under each reading); a benchmark without one is reported unweighted.
+    ``scores`` is run_scores' answer for the same split when the caller already has it.
     """
-    scores = run_scores(run=run, split=split)
+    if scores is None:
+        scores = run_scores(run=run, split=split)
+    elif scores.split != str(split):
+        raise ValueError(f"scores are of the {scores.split} split, not {split}")
     score = scores.raw.score if scores.raw else None
     base = scores.theta0.score if scores.theta0 else None
     cells = {
@@ -306,12 +312,17 @@ def run_leaderboard(*, run: Run, split: str = Split.FINAL) -> dict[str, Any]:
         for reading in ("substitute", "max")
     }
     name = str((run.benchmark.settings or {}).get("posttrainbench_name") or "")
+    weight = POSTTRAINBENCH_WEIGHTS.get(name)
     return {
         "split": scores.split,
         "lite_reward": scores.gain,
         "lite_note": scores.gain_note,
         "cell": cells,
         "posttrainbench_name": name or None,
-        "weight": POSTTRAINBENCH_WEIGHTS.get(name),
-        "weight_source": POSTTRAINBENCH_WEIGHTS_SOURCE if name in POSTTRAINBENCH_WEIGHTS else "no published weight",
+        "weight": weight,
+        "weighted": {
+            reading: None if weight is None or cell["value"] is None else weight * cell["value"]
+            for reading, cell in cells.items()
+        },
+        "weight_source": POSTTRAINBENCH_WEIGHTS_SOURCE if weight is not None else "no published weight",
     }

@@ -33,6 +33,7 @@ from apps.expos.visibility import (
     HumanCaller,
     SealedAccessDenied,
     evaluation_read_check,
+    is_agent,
     samples_read_check,
     sealed_denial_record,
     transcript_read_check,
@@ -46,6 +47,7 @@ from apps.expos.visibility import (
     visible_runs,
 )
 from apps.research.models import ResearchEdge, ResearchNode, Run
+from apps.research.scores import run_leaderboard, run_scores
 from apps.research.transcripts import node_turns
 from apps.reviews.models import ReviewReport
 
@@ -168,6 +170,32 @@ class RunViewSet(ScopedReadViewSet):
 
     def scoped(self, caller: Caller) -> QuerySet[Run]:
         return visible_runs(caller).select_related("benchmark", "base_checkpoint").order_by("-created_at", "-pk")
+
+    @extend_schema(
+        responses={
+            200: {
+                "type": "object",
+                "properties": {"scores": {"type": "object"}, "leaderboard": {"type": "object"}},
+                "required": ["scores", "leaderboard"],
+            }
+        },
+        filters=False,
+    )
+    @action(detail=True, methods=["get"], filterset_class=None, pagination_class=None)
+    def scores(self, request: Request, uuid: str | None = None) -> Response:
+        """The run's final-split scores (raw, θ0, reference with CIs, Lite gain, integrity counts) and its
+        PostTrainBench cell under both readings with the benchmark's published weight; people only."""
+        run = self.get_object()
+        caller = caller_of(request)
+        if is_agent(caller):
+            raise SealedAccessDenied(
+                caller,
+                what=f"the final-split scores of run {run.uuid}",
+                tool=f"GET {request.path}",
+                request={"run": str(run.uuid)},
+            )
+        scores = run_scores(run=run)
+        return Response({"scores": scores.as_dict(), "leaderboard": run_leaderboard(run=run, scores=scores)})
 
 
 class NodeViewSet(ScopedReadViewSet):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from apps.research.scores import run_scores
+from apps.research.scores import POSTTRAINBENCH_WEIGHTS, POSTTRAINBENCH_WEIGHTS_SOURCE, run_scores
 from tests.apps.dashboard.world import finish_world
 
 pytestmark = pytest.mark.django_db
@@ -47,3 +50,44 @@ def test_a_running_run_has_no_result_block_but_links_its_reviewer_report(world, 
     html = as_role("viewer").get(reverse("dashboard:run-detail", args=[world.run.uuid])).content.decode()
     assert 'id="run-result"' not in html
     assert f'href="{reverse("dashboard:report", args=[world.run.uuid, world.report.uuid])}" id="latest-report"' in html
+
+
+def test_the_result_shows_the_leaderboard_cell_under_both_readings(world, as_role):
+    finish_world(world)
+    html = as_role("viewer").get(reverse("dashboard:run-detail", args=[world.run.uuid])).content.decode()
+    # The run is flagged (exp_0002's adjudicated violation): both readings show θ0's 0.250, and say why.
+    assert _text_of(html, "result-cell-substitute") == "0.250"
+    assert _text_of(html, "result-cell-max").startswith("max(s, θ0): 0.250")
+    assert "base substituted: run flagged" in _text_of(html, "result-cell-max")
+    # A factory benchmark names no PostTrainBench benchmark: reported unweighted, and said so.
+    assert "no published PostTrainBench weight" in _text_of(html, "result-cell-weight")
+
+
+def test_the_scores_endpoint_and_command_give_the_pages_numbers(world, as_role):
+    finish_world(world)
+    world.run.benchmark.settings = {**world.run.benchmark.settings, "posttrainbench_name": "gsm8k"}
+    world.run.benchmark.save(update_fields=["settings"])
+    scores = run_scores(run=world.run)
+    answer = as_role("viewer").get(f"/api/v1/runs/{world.run.uuid}/scores/")
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert body["scores"]["raw"]["score"] == scores.raw.score == 0.55
+    assert body["scores"]["raw"]["low"] == scores.raw.low
+    assert body["scores"]["gain"] == 0.0
+    board = body["leaderboard"]
+    assert board["cell"]["substitute"]["value"] == 0.25  # flagged: θ0 stands in
+    assert board["weight"] == POSTTRAINBENCH_WEIGHTS["gsm8k"]
+    assert board["weighted"]["substitute"] == pytest.approx(0.25 * POSTTRAINBENCH_WEIGHTS["gsm8k"])
+    assert board["weight_source"] == POSTTRAINBENCH_WEIGHTS_SOURCE
+
+    out = io.StringIO()
+    call_command("run_scores", str(world.run.uuid), stdout=out)
+    text = out.getvalue()
+    assert f"score        0.550  n=20  CI {scores.raw.low:.3f}–{scores.raw.high:.3f}" in text
+    assert "Lite gain    0.000  0: the run has" in text
+    assert f"0.250 (θ0 substituted when flagged or missing)  ·  0.250 (max(s, θ0))  ·  weight {board['weight']:.4f}" in text
+    out = io.StringIO()
+    call_command("run_scores", str(world.run.uuid), "--json", stdout=out)
+    assert json.loads(out.getvalue())["leaderboard"] == board
+    with pytest.raises(CommandError, match="No run"):
+        call_command("run_scores", "not-a-uuid")

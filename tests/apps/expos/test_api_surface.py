@@ -12,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.experiments.models import Event
+from apps.integrity.models import BlockedAttempt
 from apps.expos.auth import agent_token_issue, agent_token_revoke
 from apps.expos.models import AgentToken
 from apps.research.choices import NodeKind, RunStatus
@@ -297,3 +298,20 @@ def test_a_chunked_body_the_server_cannot_pass_on_is_refused_not_run_empty(api, 
     assert status == 411, body
     assert b"Content-Length" in body
     assert Event.objects.filter(run=world.run, tool="events_tail").count() == before
+
+
+# --- run scores ----------------------------------------------------------------------------------
+
+
+def test_run_scores_are_for_people_and_an_agents_attempt_is_recorded(api, world):
+    viewer = api.get("viewer", f"/api/v1/runs/{world.run.uuid}/scores/")
+    assert viewer.status_code == 200, viewer.text
+    body = viewer.json()
+    assert body["scores"]["returned_checkpoint"] is None
+    assert body["leaderboard"]["lite_note"] == "undefined: the run has not returned a checkpoint"
+    assert set(body["leaderboard"]["cell"]) == {"substitute", "max"}
+    before = BlockedAttempt.objects.filter(run=world.run).count()
+    agent = api.get("main", f"/api/v1/runs/{world.run.uuid}/scores/")
+    assert agent.status_code == 403
+    assert agent.json()["error"]["code"] == "sealed"
+    assert BlockedAttempt.objects.filter(run=world.run).count() == before + 1

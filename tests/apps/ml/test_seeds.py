@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from apps.ml.inference import GenerationFailed, evaluate, generate_with_cascade
-from apps.ml.seeds import FINAL_SEEDS, max_tokens_cascade, run_seeds, sample_seed, seed_count
+from apps.ml.seeds import (
+    FINAL_SEEDS,
+    max_tokens_cascade,
+    max_tokens_of,
+    run_seeds,
+    sample_seed,
+    seed_count,
+    stop_strings_of,
+)
 from apps.ml.vllm_client import VLLMError, VLLMRefused
 
 SAMPLED = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 8}
@@ -108,3 +116,48 @@ def test_sampled_outputs_depend_on_each_samples_own_seed_only(
     assert len({r["output"] for r in first}) > len(samples) // 2
     assert sum(a["output"] != b["output"] for a, b in zip(first, other, strict=True)) > len(samples) // 2
     assert json.dumps(first)  # rows are JSON (they are recorded as such)
+
+
+# A benchmark registered with benchmark_add states its decoding as its contract does
+# (apps.benchmarks.contract.DECODING_KEYS), not as the minibench's task.json does.
+CONTRACT_SAMPLED = {"temperature": 0.8, "top_p": 1.0, "max_tokens": 3, "stop": [], "seed_policy": "per-sample-seeds"}
+CONTRACT_GREEDY = {
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "max_tokens": 512,
+    "stop": ["\n"],
+    "seed_policy": "greedy-single-seed",
+}
+
+
+def test_contract_decoding_is_read_as_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RSI_FINAL_SEEDS", raising=False)
+    assert run_seeds(CONTRACT_SAMPLED) == [0, 1, 2, 3, 4]
+    assert run_seeds(CONTRACT_GREEDY) == [0]
+    # A sampled seed policy at temperature 0 draws nothing at random: one seed.
+    assert run_seeds({**CONTRACT_SAMPLED, "temperature": 0.0}) == [0]
+    assert max_tokens_of(CONTRACT_GREEDY) == 512
+    assert max_tokens_of({"max_new_tokens": 7}) == 7
+    assert stop_strings_of({"decoding": CONTRACT_GREEDY, "stop": ["ignored"]}) == ["\n"]
+    assert stop_strings_of({"decoding": {"max_new_tokens": 7}, "stop": ["Q:"]}) == ["Q:"]
+
+
+def test_evaluate_decodes_a_contract_as_stated(
+    minibench: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
+) -> None:
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    theta0 = minibench / "theta0"
+    samples = feedback_samples[:6]
+    task = {k: v for k, v in arithmetic_task.items() if k != "stop"} | {"decoding": CONTRACT_SAMPLED}
+    rows = evaluate(checkpoint_dir=theta0, samples=samples, task=task, run_seed=0)
+    # Sampled under each sample's own seed, as the contract's seed policy says ...
+    assert [r["seed"] for r in rows] == [sample_seed(0, str(s["id"])) for s in samples]
+    # ... and never past the contract's max_tokens (read as 32 tokens when only max_new_tokens counted).
+    tokenizer = AutoTokenizer.from_pretrained(theta0, local_files_only=True)
+    lengths = [len(tokenizer(r["output"], add_special_tokens=False)["input_ids"]) for r in rows]
+    assert max(lengths) <= 3, lengths
+    longer = evaluate(
+        checkpoint_dir=theta0, samples=samples, task={**task, "decoding": {**CONTRACT_SAMPLED, "max_tokens": 24}}
+    )
+    assert max(len(tokenizer(r["output"], add_special_tokens=False)["input_ids"]) for r in longer) > 3
