@@ -20,6 +20,7 @@ import importlib.util
 import json
 import subprocess
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -137,22 +138,66 @@ def inspect_packages(task: dict[str, Any], task_file: Path | None) -> dict[str, 
     }
 
 
-def hf_generate(checkpoint_dir: Path) -> tuple[Callable[[str, int, Sequence[str]], str], Any]:
-    """The built-in engine (apps/ml/inference.py's greedy HF generate) as endpoint callbacks."""
+Generate = Callable[[str, int, Sequence[str], "int | None"], str]  # endpoint.Generate
+
+
+def hf_generate(checkpoint_dir: Path, decoding: dict[str, Any]) -> tuple[Generate, Any]:
+    """The built-in engine (apps/ml/inference.py's HF generate) as endpoint callbacks.
+
+    Greedy unless ``decoding`` samples (apps.ml.seeds.is_sampled); then each request is sampled
+    under the seed the endpoint gives it, with the contract's temperature and top_p and no top-k.
+    """
     from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415 - torch: only in the worker
-    from apps.ml.inference import generate_texts  # noqa: PLC0415
+    from apps.ml.inference import generate_texts, sample_texts, sampling_settings  # noqa: PLC0415
 
     model, tokenizer = load_checkpoint(checkpoint_dir)
+    sampling = sampling_settings(decoding)
 
-    def generate(prompt: str, max_tokens: int, stop: Sequence[str]) -> str:
-        return generate_texts(model, tokenizer, [prompt], max_new_tokens=max_tokens, stop=stop, batch_size=1)[0]
+    def generate(prompt: str, max_tokens: int, stop: Sequence[str], seed: int | None) -> str:
+        if sampling is None or seed is None:
+            return generate_texts(model, tokenizer, [prompt], max_new_tokens=max_tokens, stop=stop, batch_size=1)[0]
+        return sample_texts(
+            model, tokenizer, [prompt], seeds=[seed], sampling=sampling, max_new_tokens=max_tokens, stop=stop
+        )[0]
 
+    return generate, _chat_template_of(tokenizer)
+
+
+def _chat_template_of(tokenizer: Any) -> Callable[[list[dict[str, str]]], str]:
     def chat_template(messages: list[dict[str, str]]) -> str:
         if not tokenizer.chat_template:
             raise ValueError("the contract applies the chat template but the checkpoint's tokenizer has none")
         return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
 
-    return generate, chat_template
+    return chat_template
+
+
+def chat_renderer(checkpoint_dir: Path) -> Callable[[list[dict[str, str]]], str]:
+    """The checkpoint tokenizer's chat template as the endpoint's renderer (no weights loaded: vLLM has them)."""
+    from transformers import AutoTokenizer  # noqa: PLC0415 - transformers: only in the worker
+
+    return _chat_template_of(AutoTokenizer.from_pretrained(checkpoint_dir, local_files_only=True))
+
+
+def vllm_generate(url: str, served_dir: Path, decoding: dict[str, Any]) -> Generate:
+    """A vLLM server (a managed ``VLLMServer``'s URL and the folder it serves) as the endpoint's engine.
+
+    Every request states its decoding (greedy, or the contract's temperature and top_p under the
+    endpoint's seed): nothing falls back to the checkpoint's generation_config.json.
+    """
+    from apps.ml.inference import sampling_settings, truncate_at_stop  # noqa: PLC0415
+    from apps.ml.vllm_client import complete  # noqa: PLC0415
+
+    sampling = sampling_settings(decoding)
+
+    def generate(prompt: str, max_tokens: int, stop: Sequence[str], seed: int | None) -> str:
+        text = complete(
+            url, model=str(served_dir), prompts=[prompt], max_tokens=max_tokens, stop=stop, batch_size=1,
+            sampling=sampling if seed is not None else None, seeds=None if seed is None else [seed],
+        )[0]  # fmt: skip
+        return truncate_at_stop(text, stop)
+
+    return generate
 
 
 def inspect_evaluate(
@@ -161,17 +206,25 @@ def inspect_evaluate(
     sealed_path: Path,
     samples: list[dict[str, Any]],
     model_id: str,
-    generate: Callable[[str, int, Sequence[str]], str],
+    generate: Generate,
     chat_template: Callable[[list[dict[str, str]]], str] | None,
     scorer: Callable[[str, str], bool],
     log_dir: Path,
+    run_seed: int = 0,
+    epoch: int = 0,
 ) -> list[dict[str, Any]]:
     """Run the contract's Inspect task on ``samples`` (already hash-verified) and score each output.
 
-    Raises HarnessRefused when the runner refuses (task source or package versions changed)
-    and ApplicationError when a sealed sample has no record (the harness lost or invented one).
+    Under sampled decoding every request is generated under its sample's own seed for
+    ``run_seed`` (apps/benchmarks/endpoint.py); each row then carries the seed of the sample's
+    first request, and ``retries``, the retry-cascade steps its requests took. Raises
+    HarnessRefused when the runner refuses (task source or package versions changed),
+    GenerationFailed when a request failed through the whole retry cascade (the caller counts the
+    seed as failed), and ApplicationError when a sealed sample has no record (the harness lost or
+    invented one).
     """
     from apps.benchmarks.endpoint import serve  # noqa: PLC0415
+    from apps.ml.inference import GENERATION_FAILURES, GenerationFailed  # noqa: PLC0415 - torch: the worker only
 
     inspect = contract["inspect"]
     task = {"inspect_task": inspect["task"], "inspect_task_args": inspect["task_args"]}
@@ -181,7 +234,10 @@ def inspect_evaluate(
         data = Path(tmp) / "samples.jsonl"
         data.write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
         template = chat_template if contract["prompt"]["use_chat_template"] else None
-        with serve(model=model_id, decoding=contract["decoding"], generate=generate, chat_template=template) as served:
+        with serve(
+            model=model_id, decoding=contract["decoding"], generate=generate, chat_template=template,
+            samples=samples, run_seed=run_seed, epoch=epoch, failures=GENERATION_FAILURES,
+        ) as served:  # fmt: skip
             spec = _task_spec(task, sealed_path / "inspect_task.py") | {
                 "samples": str(data),
                 "task_source_sha256": contract["packages"]["task_source_sha256"],
@@ -193,8 +249,18 @@ def inspect_evaluate(
                 "score": kind != "code",
             }
             result = _runner("run", spec, timeout=INSPECT_TIMEOUT_SECONDS)
+            requests = list(served["requests"])
     if "refused" in result:
         raise HarnessRefused(result["refused"])
+    failed = [r for r in requests if "failed" in r]
+    if failed:
+        raise GenerationFailed(f"sample {failed[0]['sample']}: every retry failed: {failed[0]['failed']}")
+    first: dict[str, dict[str, Any]] = {}
+    retries: Counter[str] = Counter()
+    for request in requests:
+        if "sample" in request:
+            first.setdefault(request["sample"], request)
+            retries[request["sample"]] += request["retries"]
     by_id = {r["id"]: r for r in result["records"]}
     missing = [s["id"] for s in samples if s["id"] not in by_id]
     if missing or len(by_id) != len(samples):
@@ -205,8 +271,29 @@ def inspect_evaluate(
         if record.get("error"):
             raise ApplicationError("harness_failed", f"sample {sample['id']} failed in Inspect: {record['error']}")
         output = str(record["output"])
-        rows.append(
-            {"id": sample["id"], "output": output, "correct": bool(scorer(output, str(sample["answer"]))),
-             "inspect_score": record.get("inspect_score")}
-        )  # fmt: skip
+        row = {"id": sample["id"], "output": output, "correct": bool(scorer(output, str(sample["answer"]))),
+               "inspect_score": record.get("inspect_score"), "retries": retries[str(sample["id"])]}  # fmt: skip
+        seed = first.get(str(sample["id"]), {}).get("seed")
+        if seed is not None:
+            row["seed"] = seed
+        rows.append(row)
     return rows
+
+
+def inspect_evaluate_seeds(*, seeds: Sequence[int], log_dir: Path, **kwargs: Any) -> list[dict[str, Any]]:
+    """``inspect_evaluate`` under each run seed: ``{"seed", "status": "ok" | "failed", "rows" | "error"}``.
+
+    As apps.ml.inference.evaluate_seeds for the built-in adapter: a seed whose generation failed
+    through the whole retry cascade is recorded as failed and left out of the mean, never dropped.
+    """
+    from apps.ml.inference import GenerationFailed  # noqa: PLC0415 - torch: the worker only
+
+    results: list[dict[str, Any]] = []
+    for seed in seeds:
+        try:
+            rows = inspect_evaluate(run_seed=int(seed), log_dir=log_dir / f"seed-{int(seed)}", **kwargs)
+        except GenerationFailed as exc:
+            results.append({"seed": int(seed), "status": "failed", "error": str(exc)[:1000]})
+        else:
+            results.append({"seed": int(seed), "status": "ok", "rows": rows})
+    return results

@@ -8,19 +8,35 @@ anything is generated: the model name must be the checkpoint's manifest digest, 
 top_p must be the contract's (a provider default that samples is refused, not obeyed), and
 max_tokens may not exceed it. Chat messages are rendered with the checkpoint tokenizer's chat
 template when the contract applies one, else their contents joined by blank lines (base models).
+
+Seeds and retries are the endpoint's, as on the built-in path (apps/ml/seeds.py): under sampled
+decoding each request is generated under the per-sample seed sha256(run seed, sample id, epoch,
+call), never the one seed Inspect's config sends with every request (one shared seed once
+collapsed every GSM8K answer to the same output). The sample is the sealed sample whose prompt
+the request's messages contain (the longest such prompt; a request that contains none, or two
+different ones equally long, is keyed by its own text's digest, and the log says so); ``call``
+counts that sample's requests, so a multi-turn task's later turns and a retry each draw a fresh
+but reproducible seed. A generation the engine refuses (prompt + max_tokens over the context,
+out of memory) is retried with fewer max tokens (the retry cascade); when every step fails the
+request answers 500 and the log records the failure, which fails the evaluation's seed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Generate = Callable[[str, int, Sequence[str]], str]  # (prompt, max_tokens, stop) -> completion
+from apps.ml.seeds import is_sampled, max_tokens_cascade, sample_seed
+
+# (prompt, max_tokens, stop, seed or None for greedy) -> completion
+Generate = Callable[[str, int, Sequence[str], "int | None"], str]
 
 
 class RequestRefused(ValueError):
@@ -61,18 +77,51 @@ def check_request(body: dict[str, Any], *, model: str, decoding: dict[str, Any])
     return max_tokens, [*decoding["stop"], *(s for s in stop if s not in decoding["stop"])]
 
 
+def sample_key(messages: list[dict[str, Any]], samples: Sequence[dict[str, Any]]) -> tuple[str, bool]:
+    """(the sealed sample id a request is for, True) or (a digest of its text, False); module docstring."""
+    text = "\n\n".join(_content(m.get("content")) for m in messages)
+    found = [s for s in samples if str(s.get("prompt", "")).strip() and str(s["prompt"]).strip() in text]
+    if found:
+        longest = max(len(str(s["prompt"]).strip()) for s in found)
+        ids = {str(s["id"]) for s in found if len(str(s["prompt"]).strip()) == longest}
+        if len(ids) == 1:
+            return ids.pop(), True
+    return "prompt-sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16], False
+
+
 @contextmanager
 def serve(
     *, model: str, decoding: dict[str, Any], generate: Generate,
     chat_template: Callable[[list[dict[str, str]]], str] | None = None,
+    samples: Sequence[dict[str, Any]] = (), run_seed: int = 0, epoch: int = 0,
+    failures: tuple[type[BaseException], ...] = (),
 ) -> Iterator[dict[str, Any]]:  # fmt: skip
     """Serve ``/v1/chat/completions`` on 127.0.0.1 (a free port) while the block runs.
 
-    Yields ``{"base_url", "requests"}``; ``requests`` lists each request's prompt and completion
-    (or refusal), for the evaluation record. Generation is serialised: one model, one request at a time.
+    Yields ``{"base_url", "requests"}``; ``requests`` lists each request's sample, seed, retries,
+    prompt and completion (or refusal, or failure), for the evaluation record. ``samples`` are the
+    sealed rows (``id``, ``prompt``) the requests are matched to, ``run_seed`` and ``epoch`` the
+    evaluation's, ``failures`` the engine errors the retry cascade retries (module docstring).
+    Generation is serialised: one model, one request at a time.
     """
     lock = threading.Lock()
     log: list[dict[str, Any]] = []
+    sampled = is_sampled(decoding)
+    calls: Counter[str] = Counter()
+
+    def complete(prompt: str, key: str, max_tokens: int, stop: list[str]) -> dict[str, Any]:
+        errors: list[str] = []
+        for step, limit in enumerate(max_tokens_cascade(max_tokens)):
+            call = calls[key]
+            calls[key] += 1
+            seed = sample_seed(run_seed, key, epoch, call) if sampled else None
+            try:
+                text = generate(prompt, limit, stop, seed)
+            except failures as exc:
+                errors.append(f"max_tokens={limit}: {exc}"[:300])
+                continue
+            return {"completion": text, "seed": seed, "call": call, "retries": step}
+        return {"failed": " | ".join(errors)}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
@@ -99,14 +148,21 @@ def serve(
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 max_tokens, stop = check_request(body, model=model, decoding=decoding)
-                prompt = render_messages(body.get("messages") or [], chat_template=chat_template)
-            except (RequestRefused, ValueError, TypeError) as exc:
+                messages = body.get("messages") or []
+                prompt = render_messages(messages, chat_template=chat_template)
+                key, matched = sample_key(messages, samples)
+            except (RequestRefused, ValueError, TypeError, AttributeError) as exc:
                 log.append({"refused": str(exc)})
                 self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
                 return
             with lock:
-                text = generate(prompt, max_tokens, stop)
-            log.append({"prompt": prompt, "completion": text})
+                outcome = complete(prompt, key, max_tokens, stop)
+            log.append({"sample": key, "matched": matched, "prompt": prompt, **outcome})
+            if "failed" in outcome:
+                message = f"every retry failed: {outcome['failed']}"
+                self._send(500, {"error": {"message": message, "type": "server_error"}})
+                return
+            text = outcome["completion"]
             self._send(
                 200,
                 {

@@ -157,68 +157,73 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             )
             job_refuse_evaluation(job=job, checkpoint=checkpoint, benchmark=benchmark, split=split, reason=reason)
             return
-        if benchmark.contract.get("adapter") == "inspect":
-            running.log(
-                f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, Inspect over hf)"
-            )
-            # Out of process, in the Inspect env; the checkpoint is served to it on loopback.
-            from apps.benchmarks.adapters import HarnessRefused, hf_generate, inspect_evaluate  # noqa: PLC0415
+        # One path for both adapters: the same engine choice, seeds, retry cascade and aggregate.
+        # The contract's decoding is the verified one (its keys are explicit); the seeds are the
+        # final evaluation's, 1 for greedy decoding.
+        adapter = str(benchmark.contract.get("adapter") or "builtin")
+        decoding = benchmark.contract.get("decoding") or task_settings.get("decoding", {})
+        seeds = run_seeds(decoding, spec.get("seeds")) if split == "final" else [0]
+        running.log(
+            f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, "
+            f"{choice.engine}{' under Inspect' if adapter == 'inspect' else ''}, seeds {seeds})"
+        )
+        inference: dict[str, object] = {"engine": choice.engine, "weight_provenance": choice.provenance}
+        if adapter == "inspect":
+            inference["adapter"] = "inspect"
 
-            generate, chat_template = hf_generate(checkpoint_dir)
-            try:
-                rows = inspect_evaluate(
-                    contract=benchmark.contract,
-                    sealed_path=Path(benchmark.sealed_path),
-                    samples=samples,
-                    model_id=checkpoint.manifest_sha256,
-                    generate=generate,
-                    chat_template=chat_template,
+        def evaluate_all(url: str | None, served_dir: Path | None) -> list[dict[str, Any]]:
+            """Every seed on the engine at ``url`` (None: HF generate in this process)."""
+            if adapter != "inspect":
+                return evaluate_seeds(
+                    seeds=seeds, backend=engine, vllm_url=url, served_dir=served_dir,
+                    checkpoint_dir=checkpoint_dir, samples=samples, task={**task_settings, "decoding": decoding},
+                    batch_size=int(spec.get("batch_size", 32)),
+                    # The benchmark's sealed, hash-verified evaluator decides: the code that was
+                    # registered, not whatever evaluators.py the worker happens to import.
                     scorer=score,
-                    log_dir=Path(settings.DATA_DIR) / "inspect-logs" / str(job.uuid),
-                )
-            except HarnessRefused as exc:
-                job_refuse_evaluation(
-                    job=job, checkpoint=checkpoint, benchmark=benchmark, split=split, reason=exc.reason
-                )
-                return
-            engine = "hf"
-            inference: dict[str, object] = {"engine": "hf", "adapter": "inspect", "weight_provenance": "verified"}
-        else:
-            decoding = task_settings.get("decoding", {})
-            seeds = run_seeds(decoding, spec.get("seeds")) if split == "final" else [0]
-            running.log(
-                f"evaluating {checkpoint.handle} on {benchmark.name} {split} ({len(samples)} samples, "
-                f"{choice.engine}, seeds {seeds})"
+                )  # fmt: skip
+            # Out of process, in the Inspect env; the engine answers it on a loopback endpoint.
+            from apps.benchmarks.adapters import (  # noqa: PLC0415
+                chat_renderer,
+                hf_generate,
+                inspect_evaluate_seeds,
+                vllm_generate,
             )
-            kwargs = {
-                "checkpoint_dir": checkpoint_dir,
-                "samples": samples,
-                "task": task_settings,
-                "batch_size": int(spec.get("batch_size", 32)),
-                # The benchmark's sealed, hash-verified evaluator decides: the code that was
-                # registered, not whatever evaluators.py the worker happens to import.
-                "scorer": score,
-            }
-            inference = {"engine": choice.engine, "weight_provenance": choice.provenance}
+
+            if url is None:
+                generate, chat_template = hf_generate(checkpoint_dir, decoding)
+            else:
+                generate = vllm_generate(url, served_dir or checkpoint_dir, decoding)
+                chat_template = chat_renderer(checkpoint_dir)
+            return inspect_evaluate_seeds(
+                seeds=seeds, contract=benchmark.contract, sealed_path=Path(benchmark.sealed_path), samples=samples,
+                model_id=checkpoint.manifest_sha256, generate=generate, chat_template=chat_template, scorer=score,
+                log_dir=Path(settings.DATA_DIR) / "inspect-logs" / str(job.uuid),
+            )  # fmt: skip
+
+        from apps.benchmarks.adapters import HarnessRefused  # noqa: PLC0415
+
+        try:
             if choice.engine == "vllm":
                 server_python = str(choice.python)  # choose_engine names the vLLM environment's python
                 with VLLMServer(
                     checkpoint_dir=checkpoint_dir, manifest=checkpoint.manifest, python=server_python
                 ) as server:
                     running.log(f"vllm serve answered after {server.startup_seconds:.0f} s")
-                    results = evaluate_seeds(
-                        seeds=seeds, backend="vllm", vllm_url=server.url, served_dir=server.model_dir, **kwargs
-                    )
+                    results = evaluate_all(server.url, server.model_dir)
                     server.verify()  # the files it served are still the manifest's
                 inference["startup_seconds"] = round(server.startup_seconds, 1)
             else:
-                results = evaluate_seeds(seeds=seeds, backend=choice.engine, vllm_url=choice.url, **kwargs)
+                results = evaluate_all(choice.url, None)
                 if choice.url:
                     inference["server"] = choice.url
-            aggregate = seeds_aggregate(results)
-            inference["seeds"] = aggregate
-            # Per-sample rows: the first seed that succeeded (sealed; Reviewers compare them by id).
-            rows = next(r["rows"] for r in results if r["status"] == "ok")
+        except HarnessRefused as exc:
+            job_refuse_evaluation(job=job, checkpoint=checkpoint, benchmark=benchmark, split=split, reason=exc.reason)
+            return
+        aggregate = seeds_aggregate(results)
+        inference["seeds"] = aggregate
+        # Per-sample rows: the first seed that succeeded (sealed; Reviewers compare them by id).
+        rows = next(r["rows"] for r in results if r["status"] == "ok")
         if running.should_stop():
             running.finish_stopped()
             return

@@ -12,9 +12,9 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.experiments.models import Event
-from apps.integrity.models import BlockedAttempt
 from apps.expos.auth import agent_token_issue, agent_token_revoke
 from apps.expos.models import AgentToken
+from apps.integrity.models import BlockedAttempt
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import ResearchNode
 from apps.research.services import run_set_status

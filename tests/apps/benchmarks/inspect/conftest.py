@@ -32,16 +32,38 @@ def inspect_env() -> Path:
     return Path(done.stdout.strip())
 
 
-@pytest.fixture(scope="session")
-def theta0(built_minibench):
+GREEDY = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 6, "stop": [], "seed_policy": "greedy-single-seed"}
+SAMPLED = {"temperature": 0.9, "top_p": 1.0, "max_tokens": 6, "stop": [], "seed_policy": "per-sample-seeds"}
+
+
+def _engine(built_minibench, decoding):
+    """θ0 on the real HF engine, recording each (prompt, completion, seed) the endpoint asked for."""
     manifest = json.loads((built_minibench / "manifest.json").read_text())
     checkpoint_dir = built_minibench / manifest["theta0"]
-    generate, chat_template = hf_generate(checkpoint_dir)
+    generate, chat_template = hf_generate(checkpoint_dir, decoding)
     calls: list[tuple[str, str]] = []
+    seeds: list[int | None] = []
 
-    def recording(prompt: str, max_tokens: int, stop) -> str:
-        text = generate(prompt, max_tokens, stop)
+    def recording(prompt: str, max_tokens: int, stop, seed) -> str:
+        text = generate(prompt, max_tokens, stop, seed)
         calls.append((prompt, text))
+        seeds.append(seed)
         return text
 
-    return {"dir": checkpoint_dir, "generate": recording, "chat_template": chat_template, "calls": calls}
+    return {
+        "dir": checkpoint_dir,
+        "generate": recording,
+        "chat_template": chat_template,
+        "calls": calls,
+        "seeds": seeds,
+    }
+
+
+@pytest.fixture(scope="session")
+def theta0(built_minibench):
+    return _engine(built_minibench, GREEDY)
+
+
+@pytest.fixture(scope="session")
+def theta0_sampled(built_minibench):
+    return _engine(built_minibench, SAMPLED)

@@ -13,12 +13,15 @@ from pathlib import Path
 import pytest
 
 from apps.benchmarks import evaluators
-from apps.benchmarks.adapters import HarnessRefused, inspect_evaluate
+from apps.benchmarks.adapters import HarnessRefused, inspect_evaluate, inspect_evaluate_seeds
 from apps.benchmarks.adding import benchmark_add
 from apps.benchmarks.services import SealBroken, benchmark_load_sealed, benchmark_scorer
+from apps.ml.seeds import sample_seed
+from apps.ml.vllm_client import VLLMRefused
+from tests.apps.benchmarks.inspect.conftest import GREEDY, SAMPLED
 
 pytestmark = pytest.mark.django_db
-DECODING = {"temperature": 0, "top_p": 1, "max_tokens": 6, "stop": [], "seed_policy": "greedy-single-seed"}
+DECODING = GREEDY
 
 
 def write(path: Path, rows: list[dict]) -> Path:
@@ -170,3 +173,40 @@ def test_bfcl_format_through_a_sealed_task_module(sealed_root, inspect_env, thet
             generate=theta0["generate"], chat_template=None, scorer=lambda o, a: False, log_dir=tmp_path / "logs2",
         )  # fmt: skip
     assert theta0["calls"] == []  # refused before any generation
+
+
+def test_sampled_decoding_through_inspect_uses_each_samples_own_seed(
+    sealed_root, inspect_env, theta0_sampled, tmp_path
+):
+    """Inspect sends one seed with every request; the endpoint samples under sha256(run seed, id, epoch, call)."""
+    benchmark = benchmark_add(
+        name="gsm8k/sampled", feedback_file=write(tmp_path / "fb.jsonl", gsm8k("fb")),
+        final_file=write(tmp_path / "fin.jsonl", gsm8k("fin")), evaluator="gsm8k_numeric", decoding=SAMPLED,
+        prompt_field="question", inspect_task="inspect_evals/gsm8k", inspect_task_args={"fewshot": 0},
+    )  # fmt: skip
+    samples, _ = benchmark_load_sealed(benchmark=benchmark, split="final")
+    engine = theta0_sampled
+    common = {
+        "contract": benchmark.contract, "sealed_path": Path(benchmark.sealed_path), "samples": samples,
+        "model_id": "theta0", "chat_template": None, "scorer": benchmark_scorer(benchmark=benchmark),
+        "log_dir": tmp_path / "logs",
+    }  # fmt: skip
+    engine["seeds"].clear()
+    results = inspect_evaluate_seeds(seeds=[0, 1], generate=engine["generate"], **common)
+    assert [(r["seed"], r["status"]) for r in results] == [(0, "ok"), (1, "ok")]
+    for result in results:
+        # Each sample's record names the seed it was sampled under: its own, never Inspect's one seed.
+        assert [r["seed"] for r in result["rows"]] == [sample_seed(result["seed"], s["id"]) for s in samples]
+    assert sorted(engine["seeds"]) == sorted(sample_seed(k, s["id"]) for k in (0, 1) for s in samples)
+    outputs = [[r["output"] for r in result["rows"]] for result in results]
+    assert len(set(outputs[0])) > len(samples) // 2  # not one shared random stream
+    again = inspect_evaluate_seeds(seeds=[0], generate=engine["generate"], **common)
+    assert [r["output"] for r in again[0]["rows"]] == outputs[0]  # reproducible from the record
+
+    def refusing(prompt, max_tokens, stop, seed):
+        raise VLLMRefused("prompt + max_tokens exceed the context")
+
+    # A seed whose generations fail through the whole retry cascade is recorded failed, not dropped.
+    failed = inspect_evaluate_seeds(seeds=[2], generate=refusing, **common)
+    assert [(r["seed"], r["status"]) for r in failed] == [(2, "failed")]
+    assert "every retry failed" in failed[0]["error"]
