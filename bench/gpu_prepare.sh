@@ -29,7 +29,7 @@ cp -r "$MB/theta0" "$OUT/minibench/theta0"
 cp -r "$MB/tasks" "$OUT/minibench/tasks"
 cp -r "$MB/catalog/arithmetic-clean" "$OUT/minibench/catalog/arithmetic-clean"
 cp "$MB/manifest.json" "$OUT/minibench/manifest.json"
-du -sh "$OUT/wheels" "$OUT/minibench" "$OUT"
+du -sh "$OUT/wheels" "$OUT/minibench"
 # What a device run carries: the tracked tree plus this folder (carry: var/gpu-check), 64 MiB at most.
 tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 luggage=$(du -sb "$OUT" | cut -f1)
