@@ -153,11 +153,12 @@ def project(
 ) -> Iterator[Callable[..., Project]]:
     """``project("agents", "default", RSI_X="1")``: start those processes on the private servers.
 
-    Keyword arguments are extra environment. Every process started is stopped when the test ends.
+    ``commands`` replaces a process's command line (``{"agents": [...]}``); other keyword
+    arguments are extra environment. Every process started is stopped when the test ends.
     """
     started: list[Project] = []
 
-    def start(*names: str, **extra_env: str) -> Project:
+    def start(*names: str, commands: dict[str, list[str]] | None = None, **extra_env: str) -> Project:
         env = child_env(
             DATABASE_URL=database_url,
             REDIS_URL=redis_server.url,
@@ -168,7 +169,7 @@ def project(
             **{**TIMING, **extra_env},  # a test's own values win over the suite's timing
         )
         stack = Stack(env=env, log_dir=tmp_path / f"logs-{len(started)}", port=free_port(), gpu_slots=1,
-                      agent_threads=2)  # fmt: skip
+                      agent_threads=2, overrides=commands or {})  # fmt: skip
         project = Project(stack)
         started.append(project)
         return project.start(*names)

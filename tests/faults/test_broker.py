@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
+import sys
 import time
 from collections.abc import Callable
+
+import yaml
 
 from apps.core.queues import Queue, TaskName
 from apps.research.choices import NodeKind
@@ -20,6 +24,7 @@ from apps.research.models import AgentLoop, ResearchNode
 from apps.research.services import run_start
 from rsiweb.celery import app as celery_app
 from tests.factories import make_run
+from tests.support.procs import ROOT
 from tests.workers.agents.stack import wait_for
 
 # A task per queue that any worker of it finishes at once (the row it names does not exist).
@@ -49,9 +54,10 @@ def _away(redis_server) -> None:
 OUTAGES: dict[str, Callable[..., None]] = {"SIGKILL": _kill, "clean shutdown": _shutdown, "2 s away": _away}
 
 
-def _probe_all(workers, case: str) -> None:
+def _probe_all(workers, case: str, queues: tuple[str, ...] = tuple(PROBES)) -> None:
     """Each worker is alive and runs a task sent after the outage."""
-    for queue, (name, kwargs) in PROBES.items():
+    for queue in queues:
+        name, kwargs = PROBES[queue]
         assert workers.alive(queue), f"{case}: the {queue} worker exited:\n{workers.log(queue)[-4000:]}"
         task_id = celery_app.send_task(name, kwargs=kwargs, queue=queue).id
         wait_for(lambda q=queue, t=task_id: f"[{t}] succeeded" in workers.log(q), timeout=90,
@@ -69,6 +75,37 @@ def test_every_worker_reconnects_after_each_kind_of_outage_with_and_without_pers
             case = f"{label}, {'with' if persistence else 'without'} AOF"
             outage(redis_server)
             _probe_all(workers, case)
+    log = workers.log(Queue.AGENTS)
+    assert log.count("Connection to broker lost") >= 6, log[-4000:]
+    assert "Unrecoverable error" not in log
+
+
+def _compose_command(service: str, *, concurrency: int) -> list[str]:
+    """compose.yaml's command line of ``service``, run by this interpreter, with fewer pool processes."""
+    command = shlex.split(yaml.safe_load((ROOT / "compose.yaml").read_text())["services"][service]["command"])
+    assert command[0] == "celery", command
+    at = command.index("--concurrency")
+    command[at + 1] = str(concurrency)
+    return [sys.executable, "-m", *command, "--loglevel=INFO"]
+
+
+def test_the_agents_worker_as_compose_runs_it_rides_out_each_outage(project, redis_server):
+    """The fix is configuration, so the configuration shipped is what is tested: compose.yaml's agents
+    worker (prefork pool, broker heartbeats on, gossip and mingle off), not the test stack's."""
+    command = _compose_command("worker-agents", concurrency=2)
+    assert "--without-heartbeat" not in command
+    assert not any(flag.startswith(("--pool", "-P")) for flag in command)  # Celery's default: prefork
+    workers = project(Queue.AGENTS, commands={Queue.AGENTS: command})
+    assert "prefork" in workers.log(Queue.AGENTS)  # the banner names the pool
+    _probe_all(workers, "before any outage", (Queue.AGENTS,))
+    for persistence in (False, True):
+        if persistence:
+            redis_server.appendonly = True
+            redis_server.restart()
+        for label, outage in OUTAGES.items():
+            case = f"compose's agents worker, {label}, {'with' if persistence else 'without'} AOF"
+            outage(redis_server)
+            _probe_all(workers, case, (Queue.AGENTS,))
     log = workers.log(Queue.AGENTS)
     assert log.count("Connection to broker lost") >= 6, log[-4000:]
     assert "Unrecoverable error" not in log

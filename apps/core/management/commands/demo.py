@@ -64,6 +64,8 @@ class Stack:
     # Threads on one machine; production's agents worker forks (compose.yaml), and so do the
     # tests of a pool child that dies alone.
     agent_pool: str = "threads"
+    # A process's command line instead of the one below (the fault suite runs compose.yaml's).
+    overrides: dict[str, list[str]] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _logs: list[Any] = field(default_factory=list)
     _lifeline: Lifeline | None = None
@@ -91,7 +93,7 @@ class Stack:
                 f"--concurrency={self.agent_threads}",
             ],  # fmt: skip
             "default": [*worker, "-Q", "default", "-n", "default@%h", "--pool=prefork", "--concurrency=1"],
-        }
+        } | self.overrides
 
     def start(self, names: tuple[str, ...] = ("web", "gpu", "agents", "default")) -> Stack:
         """Start ``names``; raises PortInUse (starting nothing) when the web server's port is taken."""
