@@ -8,7 +8,8 @@ are restarted (started again if a test left one down) and Redis is emptied, so e
 from a running, clean broker. ``project`` starts the stack's processes (web, Celery workers by
 queue) on the private servers; they die with the test process (``Lifeline``).
 
-Tests use ``transactional_db``: the processes under test must see committed rows.
+Tests use ``transactional_db``: the processes under test must see committed rows. After a test
+that started processes, every event chain on the private database must verify.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from django.conf import settings
 from django.db import connections
 
 from apps.core.management.commands.demo import Stack
+from apps.experiments.events import chain_verify
+from apps.experiments.models import EventChain
 from rsiweb.celery import app as celery_app
 from tests.support.procs import ROOT, Lifeline, child_env
 from tests.support.services import PostgresCluster, RedisServer, free_port
@@ -177,3 +180,8 @@ def project(
     yield start
     for project in started:
         project.stop()
+    # Whatever the case broke and mended, every event chain it wrote still verifies: no event
+    # lost, altered or duplicated (checked before the test database is emptied).
+    for key in EventChain.objects.order_by("key").values_list("key", flat=True):
+        report = chain_verify(key)
+        assert report.ok, f"event chain {key} broken at seq {report.broken_at}: {report.reason}"
