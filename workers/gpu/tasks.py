@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,13 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
         inference: dict[str, object] = {"engine": choice.engine, "weight_provenance": choice.provenance}
         if adapter == "inspect":
             inference["adapter"] = "inspect"
+        # What generated: this worker's torch and transformers for HF generate, the vLLM
+        # environment (named by the hash of its pins, envs/vllm.txt) for a managed server; the
+        # Inspect packages are the contract's, verified by the runner.
+        if choice.engine == "hf":
+            inference["versions"] = {name: package_version(name) for name in ("torch", "transformers")}
+        elif choice.engine == "vllm":
+            inference["environment"] = Path(str(choice.python)).parents[1].name
 
         def evaluate_all(url: str | None, served_dir: Path | None) -> list[dict[str, Any]]:
             """Every seed on the engine at ``url`` (None: HF generate in this process)."""

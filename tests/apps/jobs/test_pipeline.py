@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+import transformers
 
 from apps.benchmarks import evaluators
 from apps.benchmarks.services import benchmark_register, checkpoint_local_dir
@@ -205,6 +207,9 @@ def test_a_train_eval_experiment_runs_end_to_end_on_a_worker(celery_worker, thet
     assert (evaluation.evaluator_sha256, evaluation.settings_sha256, evaluation.data_sha256) == (
         benchmark.evaluator_sha256, benchmark.settings_sha256, benchmark.data_sha256["feedback"],
     )  # fmt: skip
+    # The record names what generated: the engine, and the torch and transformers that ran it.
+    assert evaluation.backend == evaluation.inference["engine"] == "hf"
+    assert evaluation.inference["versions"] == {"torch": torch.__version__, "transformers": transformers.__version__}
     assert experiment_events(done) == ["running", "succeeded"]
 
 
