@@ -141,24 +141,36 @@ def inspect_packages(task: dict[str, Any], task_file: Path | None) -> dict[str, 
 Generate = Callable[[str, int, Sequence[str], "int | None"], str]  # endpoint.Generate
 
 
-def hf_generate(checkpoint_dir: Path, decoding: dict[str, Any]) -> tuple[Generate, Any]:
+def hf_generate(
+    checkpoint_dir: Path, decoding: dict[str, Any], model_profile: dict[str, Any] | None = None
+) -> tuple[Generate, Any]:
     """The built-in engine (apps/ml/inference.py's HF generate) as endpoint callbacks.
 
     Greedy unless ``decoding`` samples (apps.ml.seeds.is_sampled); then each request is sampled
     under the seed the endpoint gives it, with the contract's temperature and top_p and no top-k.
+    ``model_profile`` is the registered model's: its EOS ids end generations (stop_token_ids).
     """
     from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415 - torch: only in the worker
-    from apps.ml.inference import generate_texts, sample_texts, sampling_settings  # noqa: PLC0415
+    from apps.ml.inference import (  # noqa: PLC0415
+        generate_texts,
+        sample_texts,
+        sampling_settings,
+        stop_token_ids,
+    )
 
     model, tokenizer = load_checkpoint(checkpoint_dir)
     sampling = sampling_settings(decoding)
+    eos = stop_token_ids(tokenizer, model_profile)
 
     def generate(prompt: str, max_tokens: int, stop: Sequence[str], seed: int | None) -> str:
         if sampling is None or seed is None:
-            return generate_texts(model, tokenizer, [prompt], max_new_tokens=max_tokens, stop=stop, batch_size=1)[0]
+            return generate_texts(
+                model, tokenizer, [prompt], max_new_tokens=max_tokens, stop=stop, batch_size=1, eos_ids=eos
+            )[0]
         return sample_texts(
-            model, tokenizer, [prompt], seeds=[seed], sampling=sampling, max_new_tokens=max_tokens, stop=stop
-        )[0]
+            model, tokenizer, [prompt], seeds=[seed], sampling=sampling, max_new_tokens=max_tokens, stop=stop,
+            eos_ids=eos,
+        )[0]  # fmt: skip
 
     return generate, _chat_template_of(tokenizer)
 
@@ -172,6 +184,15 @@ def _chat_template_of(tokenizer: Any) -> Callable[[list[dict[str, str]]], str]:
     return chat_template
 
 
+def registered_stop_ids(checkpoint_dir: Path, model_profile: dict[str, Any] | None) -> list[int]:
+    """apps.ml.inference.stop_token_ids with the checkpoint's tokenizer alone (vLLM has the weights)."""
+    from transformers import AutoTokenizer  # noqa: PLC0415 - transformers: only in the worker
+
+    from apps.ml.inference import stop_token_ids  # noqa: PLC0415
+
+    return stop_token_ids(AutoTokenizer.from_pretrained(checkpoint_dir, local_files_only=True), model_profile)
+
+
 def chat_renderer(checkpoint_dir: Path) -> Callable[[list[dict[str, str]]], str]:
     """The checkpoint tokenizer's chat template as the endpoint's renderer (no weights loaded: vLLM has them)."""
     from transformers import AutoTokenizer  # noqa: PLC0415 - transformers: only in the worker
@@ -179,11 +200,12 @@ def chat_renderer(checkpoint_dir: Path) -> Callable[[list[dict[str, str]]], str]
     return _chat_template_of(AutoTokenizer.from_pretrained(checkpoint_dir, local_files_only=True))
 
 
-def vllm_generate(url: str, served_dir: Path, decoding: dict[str, Any]) -> Generate:
+def vllm_generate(url: str, served_dir: Path, decoding: dict[str, Any], stop_token_ids: Sequence[int] = ()) -> Generate:
     """A vLLM server (a managed ``VLLMServer``'s URL and the folder it serves) as the endpoint's engine.
 
     Every request states its decoding (greedy, or the contract's temperature and top_p under the
     endpoint's seed): nothing falls back to the checkpoint's generation_config.json.
+    ``stop_token_ids`` end completions besides the tokenizer's EOS (the registered model's).
     """
     from apps.ml.inference import sampling_settings, truncate_at_stop  # noqa: PLC0415
     from apps.ml.vllm_client import complete  # noqa: PLC0415
@@ -194,6 +216,7 @@ def vllm_generate(url: str, served_dir: Path, decoding: dict[str, Any]) -> Gener
         text = complete(
             url, model=str(served_dir), prompts=[prompt], max_tokens=max_tokens, stop=stop, batch_size=1,
             sampling=sampling if seed is not None else None, seeds=None if seed is None else [seed],
+            stop_token_ids=stop_token_ids,
         )[0]  # fmt: skip
         return truncate_at_stop(text, stop)
 

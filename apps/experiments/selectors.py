@@ -190,6 +190,22 @@ def checkpoint_lineage(checkpoint: Checkpoint, *, base: Checkpoint | None = None
     return CheckpointLineage(path, False, path[-1] if path else None, "lineage deeper than the walk limit")
 
 
+def checkpoint_registered_profile(checkpoint: Checkpoint) -> dict[str, Any]:
+    """The model profile (family, chat template, EOS ids) of the registered model a checkpoint descends
+    from: its own when it was registered (a base or a reference), else its lineage's base's.
+
+    Empty when the chain reaches no base or the base was registered without one (the minibench's
+    θ0). Read from the operator's registration, never from files a training run wrote.
+    """
+    if checkpoint.model_profile:
+        return dict(checkpoint.model_profile)
+    lineage = checkpoint_lineage(checkpoint)
+    if not lineage.reaches_base or not lineage.path:
+        return {}
+    base = Checkpoint.objects.filter(pk=lineage.path[-1]).values_list("model_profile", flat=True).first()
+    return dict(base or {})
+
+
 def metric_history(
     *, experiment_id: int, key: str, after_step: int | None = None, limit: int = 25_000
 ) -> tuple[list[tuple[int, float, int]], bool]:

@@ -56,6 +56,30 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase, model_profile: Mapping[str, Any] | None = None) -> list[int]:
+    """The token ids that end a generation: the tokenizer's EOS, and the registered model's.
+
+    ``model_profile`` is the profile recorded when the lineage's base (or the reference) was
+    registered (apps.ml.base_models.model_profile): every EOS id its generation_config.json listed
+    and the family's end-of-turn tokens (Qwen3 ends a chat turn with <|im_end|>, which is not its
+    tokenizer's EOS). It comes from the registered model, never from the checkpoint being scored,
+    whose files its training run wrote.
+    """
+    ids: list[int] = []
+    candidates: list[Any] = [tokenizer.eos_token_id, *((model_profile or {}).get("eos_token_ids") or [])]
+    vocab = tokenizer.get_vocab()
+    candidates += [vocab.get(str(token)) for token in (model_profile or {}).get("stop_tokens") or []]
+    for value in candidates:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0 and value not in ids:
+            ids.append(value)
+    return ids
+
+
+def _cut_at_eos(row: list[int], eos: Sequence[int]) -> list[int]:
+    cut = min((row.index(i) for i in eos if i in row), default=len(row))
+    return row[:cut]
+
+
 def _decoding_kwargs(sampling: Mapping[str, Any] | None) -> dict[str, Any]:
     if sampling is None:
         return {"do_sample": False}
@@ -78,8 +102,11 @@ def generate_texts(
     batch_size: int = 32,
     add_special_tokens: bool = True,
     sampling: Mapping[str, Any] | None = None,
+    eos_ids: Sequence[int] | None = None,
 ) -> list[str]:
     """Greedy continuations of `prompts`, cut at EOS and at the first stop string.
+
+    `eos_ids` are the ids that end a generation (`stop_token_ids`; the tokenizer's EOS by default).
 
     `sampling` (``temperature``, ``top_p``) decodes by sampling instead, for the task-environment
     reliability filter, which repeats a task under its own decoding; seed torch before calling.
@@ -92,6 +119,7 @@ def generate_texts(
     target = device()
     model.to(target)  # type: ignore[arg-type]  # transformers' stub wraps .to() oddly
     model.train(False)  # eval mode; .eval() is untyped in the stubs
+    eos = list(eos_ids) if eos_ids else stop_token_ids(tokenizer)
     outputs: list[str] = []
     for start in range(0, len(prompts), batch_size):
         batch = list(prompts[start : start + batch_size])
@@ -101,16 +129,14 @@ def generate_texts(
             max_new_tokens=max_new_tokens,
             **_decoding_kwargs(sampling),
             pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
+            eos_token_id=eos,
             # Stop strings end a sequence early (the batch ends when all have); the text is cut
             # again below, so results do not depend on how generation stopped.
             stop_strings=[s for s in stop if s] or None,
             tokenizer=tokenizer,
         )
         for row in generated[:, enc["input_ids"].shape[1] :].tolist():
-            if tokenizer.eos_token_id in row:
-                row = row[: row.index(tokenizer.eos_token_id)]
-            text = str(tokenizer.decode(row, skip_special_tokens=True))
+            text = str(tokenizer.decode(_cut_at_eos(row, eos), skip_special_tokens=True))
             outputs.append(truncate_at_stop(text, stop))
     return outputs
 
@@ -146,11 +172,13 @@ def sample_texts(
     max_new_tokens: int,
     stop: Sequence[str] = (),
     add_special_tokens: bool = True,
+    eos_ids: Sequence[int] | None = None,
 ) -> list[str]:
     """Sampled continuations, one prompt at a time, each under its own seed (reproducible per sample)."""
     target = device()
     model.to(target)  # type: ignore[arg-type]  # transformers' stub wraps .to() oddly
     model.train(False)
+    eos = list(eos_ids) if eos_ids else stop_token_ids(tokenizer)
     outputs: list[str] = []
     for prompt, seed in zip(prompts, seeds, strict=True):
         enc = tokenizer([prompt], return_tensors="pt", add_special_tokens=add_special_tokens).to(target)
@@ -163,13 +191,11 @@ def sample_texts(
             top_p=sampling["top_p"],
             top_k=int(sampling["top_k"]),
             pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
+            eos_token_id=eos,
             stop_strings=[s for s in stop if s] or None,
             tokenizer=tokenizer,
         )
-        row = generated[0, enc["input_ids"].shape[1] :].tolist()
-        if tokenizer.eos_token_id in row:
-            row = row[: row.index(tokenizer.eos_token_id)]
+        row = _cut_at_eos(generated[0, enc["input_ids"].shape[1] :].tolist(), eos)
         outputs.append(truncate_at_stop(str(tokenizer.decode(row, skip_special_tokens=True)), stop))
     return outputs
 
@@ -229,6 +255,7 @@ def evaluate(
     scorer: Callable[[str, str], bool] | None = None,
     run_seed: int = 0,
     epoch: int = 0,
+    model_profile: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the sealed samples through the checkpoint with the task's fixed inference settings.
 
@@ -240,7 +267,8 @@ def evaluate(
     does); without it the task's evaluator is looked up by name. For vLLM, `vllm_url` is the
     server and `served_dir` the folder it serves (a managed server's private copy; by default
     `checkpoint_dir`). A generation that fails is retried with fewer max tokens; when every retry
-    fails, GenerationFailed is raised (the caller counts that seed as failed).
+    fails, GenerationFailed is raised (the caller counts that seed as failed). `model_profile` is the
+    registered model's (`stop_token_ids`): its EOS ids end generations on every engine.
     """
     decoding = task.get("decoding", {})
     sampling = sampling_settings(decoding)
@@ -253,6 +281,7 @@ def evaluate(
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)
     prompts = [render_prompt(task, str(s["prompt"]), tokenizer) for s in samples]
     ids = [str(s["id"]) for s in samples]
+    eos = stop_token_ids(tokenizer, model_profile)
     generate: GenerateFn
     if backend == "hf":
         model, _ = load_checkpoint(checkpoint_dir)
@@ -267,6 +296,7 @@ def evaluate(
                     stop=stop,
                     batch_size=len(batch),
                     add_special_tokens=specials,
+                    eos_ids=eos,
                 )
             return sample_texts(
                 model,
@@ -277,6 +307,7 @@ def evaluate(
                 max_new_tokens=limit,
                 stop=stop,
                 add_special_tokens=specials,
+                eos_ids=eos,
             )
 
     elif backend in ("vllm", "vllm-external"):
@@ -296,6 +327,7 @@ def evaluate(
                 add_special_tokens=specials,
                 sampling=sampling,
                 seeds=seeds,
+                stop_token_ids=eos,
             )
             return [truncate_at_stop(text, stop) for text in raw]
 

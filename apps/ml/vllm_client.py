@@ -64,13 +64,15 @@ def complete(
     sampling: dict[str, float] | None = None,
     seeds: Sequence[int] | None = None,
     concurrency: int = 8,
+    stop_token_ids: Sequence[int] = (),
 ) -> list[str]:
     """Completions for `prompts`, in order.
 
     Greedy (no `sampling`): batched `batch_size` prompts per request. Sampled: `sampling` gives
     temperature, top_p and top_k explicitly (an unset one would fall back to the checkpoint's
     generation_config.json), and `seeds` one seed per prompt; each prompt is then its own request
-    with its own seed, since a request's seed is shared by all its prompts.
+    with its own seed, since a request's seed is shared by all its prompts. `stop_token_ids` end a
+    completion besides the served tokenizer's EOS (the registered model's other EOS ids).
     """
     model_id = served_model(base_url, model, timeout=timeout)
     url = f"{base_url.rstrip('/')}/v1/completions"
@@ -82,6 +84,8 @@ def complete(
         # vLLM's extension (default true): whether to add BOS to the already-rendered prompt.
         "add_special_tokens": add_special_tokens,
     }
+    if stop_token_ids:
+        base["stop_token_ids"] = [int(i) for i in stop_token_ids]  # vLLM's extension
     if sampling is None:
         base.update(temperature=0.0, top_p=1.0)
         texts: list[str] = []

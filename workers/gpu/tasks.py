@@ -27,6 +27,7 @@ from apps.dojo.models import EnvironmentBuild
 from apps.dojo.services import environment_build_execute, environment_build_fail
 from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint
+from apps.experiments.selectors import checkpoint_registered_profile
 from apps.jobs.models import Job
 from apps.jobs.services import (
     checkpoint_dir_for,
@@ -178,6 +179,9 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
             inference["versions"] = {name: package_version(name) for name in ("torch", "transformers")}
         elif choice.engine == "vllm":
             inference["environment"] = Path(str(choice.python)).parents[1].name
+        # The registered model's EOS handling (its family's end-of-turn tokens, every EOS id its
+        # generation_config listed) ends generations on every engine, as PostTrainBench pins it.
+        profile = checkpoint_registered_profile(checkpoint)
 
         def evaluate_all(url: str | None, served_dir: Path | None) -> list[dict[str, Any]]:
             """Every seed on the engine at ``url`` (None: HF generate in this process)."""
@@ -185,7 +189,7 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
                 return evaluate_seeds(
                     seeds=seeds, backend=engine, vllm_url=url, served_dir=served_dir,
                     checkpoint_dir=checkpoint_dir, samples=samples, task={**task_settings, "decoding": decoding},
-                    batch_size=int(spec.get("batch_size", 32)),
+                    batch_size=int(spec.get("batch_size", 32)), model_profile=profile,
                     # The benchmark's sealed, hash-verified evaluator decides: the code that was
                     # registered, not whatever evaluators.py the worker happens to import.
                     scorer=score,
@@ -195,13 +199,15 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
                 chat_renderer,
                 hf_generate,
                 inspect_evaluate_seeds,
+                registered_stop_ids,
                 vllm_generate,
             )
 
             if url is None:
-                generate, chat_template = hf_generate(checkpoint_dir, decoding)
+                generate, chat_template = hf_generate(checkpoint_dir, decoding, profile)
             else:
-                generate = vllm_generate(url, served_dir or checkpoint_dir, decoding)
+                stop_ids = registered_stop_ids(checkpoint_dir, profile)
+                generate = vllm_generate(url, served_dir or checkpoint_dir, decoding, stop_ids)
                 chat_template = chat_renderer(checkpoint_dir)
             return inspect_evaluate_seeds(
                 seeds=seeds, contract=benchmark.contract, sealed_path=Path(benchmark.sealed_path), samples=samples,

@@ -89,3 +89,18 @@ def test_other_base_is_not_theta0(run):
     child = CheckpointFactory(parent=other_base, producing_job=job())
     lineage = selectors.checkpoint_lineage(child, base=run.base_checkpoint)
     assert (lineage.reaches_base, lineage.broken_at) == (False, other_base.pk)
+
+
+def test_a_checkpoint_takes_the_profile_its_lineage_was_registered_with():
+    profile = {"family": "qwen", "eos_token_ids": [151643, 151645], "stop_tokens": ["<|im_end|>"]}
+    base = CheckpointFactory(is_base=True, model_profile=profile)
+    child = CheckpointFactory(parent=base, producing_job=job())
+    grandchild = CheckpointFactory(parent=child, producing_job=job(), model_profile={})
+    assert selectors.checkpoint_registered_profile(grandchild) == profile
+    assert selectors.checkpoint_registered_profile(base) == profile
+    # A chain that reaches no base has no registered profile to take (never a guess).
+    foreign = CheckpointFactory(parent=None)
+    assert selectors.checkpoint_registered_profile(CheckpointFactory(parent=foreign, producing_job=job())) == {}
+    # A base registered without one (the minibench's θ0): the tokenizer's EOS alone applies.
+    bare = CheckpointFactory(is_base=True)
+    assert selectors.checkpoint_registered_profile(CheckpointFactory(parent=bare, producing_job=job())) == {}

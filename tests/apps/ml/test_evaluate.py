@@ -77,3 +77,27 @@ def test_vllm_backend_refuses_a_server_with_other_weights(
             backend="vllm",
             vllm_url=server.url,
         )
+
+
+def test_the_registered_models_eos_ids_and_stop_tokens_end_generations(
+    reference: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
+) -> None:
+    """A family's end-of-turn token (Qwen3's <|im_end|>) is not its tokenizer's EOS: the registered
+    profile's ids must end a generation too, on every engine, or answers run on to max tokens."""
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    samples = feedback_samples[:8]
+    plain = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task)
+    assert all(r["output"] for r in plain)
+    tokenizer = AutoTokenizer.from_pretrained(reference, local_files_only=True)
+    first = [tokenizer(r["output"], add_special_tokens=False)["input_ids"][0] for r in plain]
+    # Every answer opens with the same token here (a leading space): as an EOS id it ends each at once.
+    assert len(set(first)) == 1
+    profile = {"eos_token_ids": [first[0]]}
+    assert [r["output"] for r in evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task,
+                                          model_profile=profile)] == [""] * len(samples)  # fmt: skip
+    # An end-of-turn string of the family cuts each answer before its first occurrence.
+    last = plain[0]["output"][-1]
+    cut = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task,
+                   model_profile={"stop_tokens": [last]})  # fmt: skip
+    assert [r["output"] for r in cut] == [r["output"].split(last)[0] for r in plain]
