@@ -142,6 +142,25 @@ _RESOLVED: dict[str, tuple[float, AgentToken]] = {}
 _RESOLVED_MAX = 10_000
 
 
+def _row_copy(instance: Any, memo: dict[int, Any]) -> Any:
+    """A copy of a model instance that shares nothing mutable with it: its own ``_state``, copies of
+    its JSON values and of the related instances it has loaded (one copy per instance, as
+    ``deepcopy``'s memo does), at a fraction of ``deepcopy``'s cost (it walked every field's value
+    and the model state on every request: an eighth of an append's time in a profile)."""
+    if id(instance) in memo:
+        return memo[id(instance)]
+    clone = copy.copy(instance)  # Model.__getstate__: a new __dict__, _state and fields_cache
+    memo[id(instance)] = clone
+    for name, value in clone.__dict__.items():
+        if isinstance(value, dict | list):
+            clone.__dict__[name] = copy.deepcopy(value)
+    cache = clone._state.fields_cache
+    for name, related in list(cache.items()):
+        if related is not None:
+            cache[name] = _row_copy(related, memo)
+    return clone
+
+
 def agent_token_authenticate(plaintext: str) -> AgentToken:
     """``agent_token_resolve`` behind a per-process cache of ``RSI_TOKEN_CACHE_SECONDS``.
 
@@ -161,12 +180,12 @@ def agent_token_authenticate(plaintext: str) -> AgentToken:
         if len(_RESOLVED) >= _RESOLVED_MAX:
             _RESOLVED.clear()  # a crude bound: refilling costs one look-up per live token
         _RESOLVED[digest] = (now, token)
-        return copy.deepcopy(token)
+        return _row_copy(token, {})
     token = entry[1]
     if token.expires_at is not None and token.expires_at <= timezone.now():
         _RESOLVED.pop(digest, None)
         raise exceptions.AuthenticationFailed(f"Agent token {token.prefix}… expired at {token.expires_at.isoformat()}.")
-    return copy.deepcopy(token)
+    return _row_copy(token, {})
 
 
 @dataclass(frozen=True)

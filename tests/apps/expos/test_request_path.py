@@ -23,9 +23,10 @@ from django.test.utils import CaptureQueriesContext
 from apps.experiments.events import chain_key, chain_verify
 from apps.experiments.models import Event, MetricPoint
 from apps.experiments.services import experiment_create
-from apps.expos.auth import agent_token_issue, agent_token_revoke
+from apps.expos.auth import agent_token_authenticate, agent_token_issue, agent_token_revoke
 from apps.expos.models import AgentToken
 from apps.research.choices import NodeKind, RunStatus
+from apps.research.models import Run
 from apps.research.services import node_create, run_set_status
 from tests.factories import make_run
 from tests.support.procs import run_python
@@ -168,6 +169,25 @@ def test_a_token_revoked_in_this_process_stops_at_once(appender, settings):
     assert _append(client, plaintext, experiment.handle, 0).status_code == 200
     agent_token_revoke(token=token, reason="test")
     assert _append(client, plaintext, experiment.handle, 1).status_code == 401
+
+
+def test_each_cache_hit_is_a_copy_that_shares_nothing_mutable(appender, settings):
+    settings.RSI_TOKEN_CACHE_SECONDS = 3600
+    run, _, plaintext, _ = appender
+    first = agent_token_authenticate(plaintext)
+    second = agent_token_authenticate(plaintext)  # a hit: no query
+    assert first.pk == second.pk
+    assert first is not second
+    assert first.run is not second.run
+    assert first.node is not second.node
+    first.run.policy["changed by a request"] = True
+    first.run.tags.append("mine")
+    first.node.task = "rewritten"
+    third = agent_token_authenticate(plaintext)
+    assert "changed by a request" not in third.run.policy
+    assert "mine" not in third.run.tags
+    assert third.node.task == "logs metrics"
+    assert third.run.policy == Run.objects.get(pk=run.pk).policy
 
 
 def test_the_rate_limit_refuses_past_the_rate_with_retry_after(appender, settings):
