@@ -64,20 +64,24 @@ def _probe_all(workers, case: str, queues: tuple[str, ...] = tuple(PROBES)) -> N
                  what=f"{case}: the {queue} worker to run a task sent after the outage")  # fmt: skip
 
 
-def test_every_worker_reconnects_after_each_kind_of_outage_with_and_without_persistence(project, redis_server):
-    workers = project(Queue.AGENTS, Queue.GPU, Queue.DEFAULT)
-    _probe_all(workers, "before any outage")
+def _ride_out_every_outage(workers, redis_server, queues: tuple[str, ...], label: str = "") -> None:
+    """Each outage, without and then with AOF; after each, the workers of ``queues`` run a new task."""
+    _probe_all(workers, f"{label}before any outage", queues)
     for persistence in (False, True):
         if persistence:
             redis_server.appendonly = True
             redis_server.restart()
-        for label, outage in OUTAGES.items():
-            case = f"{label}, {'with' if persistence else 'without'} AOF"
+        for name, outage in OUTAGES.items():
             outage(redis_server)
-            _probe_all(workers, case)
+            _probe_all(workers, f"{label}{name}, {'with' if persistence else 'without'} AOF", queues)
     log = workers.log(Queue.AGENTS)
     assert log.count("Connection to broker lost") >= 6, log[-4000:]
     assert "Unrecoverable error" not in log
+
+
+def test_every_worker_reconnects_after_each_kind_of_outage_with_and_without_persistence(project, redis_server):
+    workers = project(Queue.AGENTS, Queue.GPU, Queue.DEFAULT)
+    _ride_out_every_outage(workers, redis_server, tuple(PROBES))
 
 
 def _compose_command(service: str, *, concurrency: int) -> list[str]:
@@ -97,18 +101,7 @@ def test_the_agents_worker_as_compose_runs_it_rides_out_each_outage(project, red
     assert not any(flag.startswith(("--pool", "-P")) for flag in command)  # Celery's default: prefork
     workers = project(Queue.AGENTS, commands={Queue.AGENTS: command})
     assert "prefork" in workers.log(Queue.AGENTS)  # the banner names the pool
-    _probe_all(workers, "before any outage", (Queue.AGENTS,))
-    for persistence in (False, True):
-        if persistence:
-            redis_server.appendonly = True
-            redis_server.restart()
-        for label, outage in OUTAGES.items():
-            case = f"compose's agents worker, {label}, {'with' if persistence else 'without'} AOF"
-            outage(redis_server)
-            _probe_all(workers, case, (Queue.AGENTS,))
-    log = workers.log(Queue.AGENTS)
-    assert log.count("Connection to broker lost") >= 6, log[-4000:]
-    assert "Unrecoverable error" not in log
+    _ride_out_every_outage(workers, redis_server, (Queue.AGENTS,), label="compose's agents worker, ")
 
 
 def _queued(redis_server, queue: str) -> list[tuple[str, dict]]:
