@@ -18,10 +18,10 @@ it). A segment without a trained assistant message is left out.
 Reviewer transcripts are never exported: a Reviewer reads sealed-adjacent evidence (prompts of
 matched sealed items, model outputs) and there is no redaction. Trajectories are judged by the
 filters (apps.dojo.filters) first; the report counts what each removed and what survives
-behaviour-only, outcome-only and both. Before the dataset is registered it is scanned against the
-sealed items of every benchmark with the same overlap function the submission review uses
-(apps.integrity.overlap.rows_overlap); any match, or a required layer that could not run, refuses
-the export and nothing is registered.
+behaviour-only, outcome-only and both. Before the dataset is registered its messages, tool
+definitions and metadata text are scanned against the sealed items of every benchmark with the
+same overlap function the submission review uses (apps.integrity.overlap.rows_overlap); any
+match, or a required layer that could not run, refuses the export and nothing is registered.
 
 The tool registry lives in the interface layer (apps.expos), which domain apps may not import: the
 caller passes ``tool_definitions(role)``.
@@ -341,12 +341,29 @@ def _examples(
     return out
 
 
+# What of a row is scanned: everything a model could be trained on (the messages, the tool
+# definitions) and the metadata's free text. Not the metadata's identifiers and references (run
+# and node uuids, the source turns' content hashes): hex digests split into digit runs, and a
+# random uuid then "contained" a sealed item whose key is a few small numbers (CI, 1 in 12 runs).
+_SCANNED_METADATA = ("task", "compaction_summary")
+
+
+def _scanned(row: dict[str, Any]) -> dict[str, Any]:
+    metadata = row.get("metadata") or {}
+    return {
+        "messages": row["messages"],
+        "tools": row["tools"],
+        "metadata": {key: metadata[key] for key in _SCANNED_METADATA if key in metadata},
+    }
+
+
 def _scan(rows: list[dict[str, Any]], sha256: str) -> None:
     """Refuse rows that overlap any benchmark's sealed items, or that could not be fully checked."""
+    scanned = [_scanned(row) for row in rows]  # same order: a match's row index is the row's
     for benchmark in Benchmark.objects.order_by("pk"):
         label = f"trajectory export {sha256[:12]}"
         try:
-            result = rows_overlap(rows=rows, sha256=sha256, label=label, benchmark=benchmark, policy=None)
+            result = rows_overlap(rows=scanned, sha256=sha256, label=label, benchmark=benchmark, policy=None)
         except ApplicationError as exc:
             raise Conflict(
                 "contamination_unverifiable",
