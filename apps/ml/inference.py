@@ -129,7 +129,7 @@ def generate_texts(
             max_new_tokens=max_new_tokens,
             **_decoding_kwargs(sampling),
             pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=eos,
+            eos_token_id=eos or None,  # a tokenizer without an EOS: none, as before
             # Stop strings end a sequence early (the batch ends when all have); the text is cut
             # again below, so results do not depend on how generation stopped.
             stop_strings=[s for s in stop if s] or None,
@@ -191,7 +191,7 @@ def sample_texts(
             top_p=sampling["top_p"],
             top_k=int(sampling["top_k"]),
             pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=eos,
+            eos_token_id=eos or None,  # a tokenizer without an EOS: none, as before
             stop_strings=[s for s in stop if s] or None,
             tokenizer=tokenizer,
         )
