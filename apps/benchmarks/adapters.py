@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from apps.benchmarks import evaluators
+from apps.benchmarks.endpoint import Generate, serve
 from apps.core.errors import ApplicationError
 from apps.ml.engines import envs_root
 
@@ -138,9 +139,6 @@ def inspect_packages(task: dict[str, Any], task_file: Path | None) -> dict[str, 
     }
 
 
-Generate = Callable[[str, int, Sequence[str], "int | None"], str]  # endpoint.Generate
-
-
 def hf_generate(
     checkpoint_dir: Path, decoding: dict[str, Any], model_profile: dict[str, Any] | None = None
 ) -> tuple[Generate, Any]:
@@ -246,7 +244,6 @@ def inspect_evaluate(
     seed as failed), and ApplicationError when a sealed sample has no record (the harness lost or
     invented one).
     """
-    from apps.benchmarks.endpoint import serve  # noqa: PLC0415
     from apps.ml.inference import GENERATION_FAILURES, GenerationFailed  # noqa: PLC0415 - torch: the worker only
 
     inspect = contract["inspect"]
