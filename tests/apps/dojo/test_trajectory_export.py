@@ -29,7 +29,7 @@ from apps.datapool.models import AGENT_FORMATS, DataEntry
 from apps.datapool.selectors import data_entry_list
 from apps.datapool.services import data_load_rows, data_register_export
 from apps.datapool.storage import artifact_store, checkpoint_key
-from apps.dojo.export import trajectory_export
+from apps.dojo.export import _scanned, trajectory_export
 from apps.dojo.services import agent_sft_enqueue
 from apps.experiments.models import Checkpoint, Event
 from apps.experiments.services import checkpoint_register, manifest_digest
@@ -323,3 +323,19 @@ def test_agent_sft_trains_on_an_exported_entry_on_a_gpu_worker(artifact_root, tm
     assert trained.parent_id == base.pk
     assert job.spec["data"] == [{"uuid": str(entry.uuid), "handle": entry.handle, "uri": entry.uri,
                                  "sha256": entry.sha256}]  # fmt: skip
+
+
+def test_the_scan_reads_what_a_model_could_learn_not_identifiers():
+    """Hex identifiers split into digit runs: a random run uuid once "contained" a sealed item whose key
+    is a few small numbers. The scan reads the messages, the tools and the metadata's free text."""
+    row = {
+        "messages": [{"role": "user", "content": "the task"}],
+        "tools": "[]",
+        "metadata": {"run": "3e4377f6-0b08-4cf5-ae8f-451f69258b8f", "node_uuid": "8f8e8d88-0000-4000-8000-000000000008",
+                     "source_turns": [{"request": "8" * 64}], "task": "add 8 and 8", "compaction_summary": "so far 8"},
+    }  # fmt: skip
+    assert _scanned(row) == {
+        "messages": row["messages"],
+        "tools": "[]",
+        "metadata": {"task": "add 8 and 8", "compaction_summary": "so far 8"},
+    }
