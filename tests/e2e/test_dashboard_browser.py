@@ -110,7 +110,8 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
     page.click("#guidance-form button[type=submit]")
     pending = page.locator("li.guidance.pending", has_text="Compare DPO with the SFT baseline")
     pending.wait_for(timeout=WAIT_MS)
-    assert page.input_value("#guidance-form textarea") == ""
+    # The form empties when the POST answers; the websocket may show the pending item first.
+    page.wait_for_function("document.querySelector('#guidance-form textarea').value === ''", timeout=WAIT_MS)
     posted = Guidance.objects.get(text="Compare DPO with the SFT baseline before scaling.")
 
     def apply_guidance():

@@ -57,7 +57,13 @@ def test_a_gpu_worker_builds_the_variants_and_rejects_each_for_its_reason(celery
 
     wait_for(finished, timeout=1200, what="the dojo build", logs=worker.log)
     assert build.status == "succeeded", build.error
-    build.job.refresh_from_db()
+
+    def job_ended() -> bool:
+        # The build row is finished inside the job; the job's own success is recorded just after.
+        build.job.refresh_from_db()
+        return build.job.status != JobStatus.RUNNING
+
+    wait_for(job_ended, timeout=120, what="the build job to record its end", logs=worker.log)
     assert build.job.status == JobStatus.SUCCEEDED
 
     envs = {env.name: env for env in TaskEnvironment.objects.filter(build=build)}
