@@ -6,6 +6,8 @@ Each change of an experiment or an evaluation is announced to the run's watchers
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -301,13 +303,23 @@ def metric_points_log(*, experiment: Experiment, points: list[tuple[str, int, fl
 
 
 def metric_points_log_owned(
-    *, run: Run, owner: ResearchNode, handle: str, points: list[tuple[str, int, float]]
+    *,
+    run: Run,
+    owner: ResearchNode,
+    handle: str,
+    points: list[tuple[str, int, float]],
+    also: Callable[[], object] | None = None,
 ) -> tuple[Experiment, int, int] | None:
     """``metric_points_log`` on the experiment ``handle`` of ``run`` if ``owner`` owns it, else None.
 
     On PostgreSQL the ownership check is part of the INSERT (one statement: the experiment is
     found by run, handle and owner, and the points are inserted for it), because this is what
     agents call most. None says only "not yours or not there"; the caller tells which.
+
+    ``also`` (PostgreSQL only) runs right after the INSERT is sent and before its answer is read,
+    in pipeline mode: the statements it sends (the call's event) travel with the INSERT, and the
+    transaction's BEGIN with them, in one round trip. It runs whatever the INSERT finds, so it must
+    only write what the caller's transaction rolls back when this returns None or raises.
     """
     if connection.vendor != "postgresql" or not points:
         experiment = Experiment.objects.filter(run=run, handle=handle, owner=owner).only("pk", "uuid", "handle").first()
@@ -321,14 +333,25 @@ def metric_points_log_owned(
         "WITH e AS (SELECT id, uuid FROM experiments_experiment WHERE run_id = %s AND handle = %s AND owner_id = %s), "
         f"ins AS ({insert}) SELECT e.id, e.uuid, ins.key, ins.step FROM e LEFT JOIN ins ON true"
     )
-    with connection.cursor() as cursor:
+    with _pipelined(also is not None), connection.cursor() as cursor:
         cursor.execute(sql, [run.pk, handle, owner.pk, timezone.now(), *params])
+        if also is not None:
+            also()
         rows = cursor.fetchall()
     if not rows:
         return None
     experiment = Experiment(pk=rows[0][0], uuid=rows[0][1], handle=handle, run_id=run.pk, owner_id=owner.pk)
     inserted = {(key, step) for _, _, key, step in rows if key is not None}
     return experiment, *_metric_points_settle(experiment, points, inserted)
+
+
+def _pipelined(wanted: bool) -> AbstractContextManager[object]:
+    """psycopg's pipeline mode on Django's connection: statements are sent without waiting for answers."""
+    if not wanted:
+        return nullcontext()
+    connection.ensure_connection()
+    pipeline: AbstractContextManager[object] = connection.connection.pipeline()
+    return pipeline
 
 
 def _metric_points_settle(

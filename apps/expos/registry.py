@@ -42,7 +42,8 @@ class ToolContext:
     """Who is calling: resolved from the bearer token before the handler runs.
 
     Handlers may set ``result_ref`` ("experiment:<uuid>") for the call's event, and
-    ``etag_node`` to the research node whose version the response's ETag should carry.
+    ``etag_node`` to the research node whose version the response's ETag should carry, or record
+    their successful call themselves (``record_success``).
     """
 
     run: Run
@@ -54,6 +55,12 @@ class ToolContext:
     token: AgentToken | None = None
     result_ref: str = ""
     etag_node: ResearchNode | None = None
+    # Set by the view for a plain (not idempotent-create, not If-Match) call: a handler may append
+    # the call's ``tool.called`` event itself, inside its own write, so both reach the database in
+    # one round trip (experiment_log_metrics). ``record_success(result_ref)`` appends exactly the
+    # event the view would append after the handler, and sets ``recorded`` so the view does not.
+    record_success: Callable[[str], None] | None = None
+    recorded: bool = False
 
     @property
     def actor(self) -> str:

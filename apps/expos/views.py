@@ -414,6 +414,13 @@ class ToolCallView(APIView):
                             current_etag=etag_value(locked),
                         )
                     ctx.etag_node = locked
+                if not tool.idempotent_create and tool.etag_node is None:
+
+                    def record_success(result_ref: str) -> None:
+                        tool_call_record(ctx=ctx, tool=tool.name, arguments=args, status=code, result_ref=result_ref)
+                        ctx.result_ref, ctx.recorded = result_ref, True
+
+                    ctx.record_success = record_success
                 result = tool.handler(ctx, args)
                 problems = output_errors(tool, result)
                 if problems:
@@ -431,14 +438,15 @@ class ToolCallView(APIView):
                             status_code=code,
                             response=result,
                         )
-                tool_call_record(
-                    ctx=ctx,
-                    tool=tool.name,
-                    arguments=args,
-                    status=code,
-                    result_ref=result_ref,
-                    idempotency_key=ctx.idempotency_key if tool.idempotent_create else None,
-                )
+                if not ctx.recorded:
+                    tool_call_record(
+                        ctx=ctx,
+                        tool=tool.name,
+                        arguments=args,
+                        status=code,
+                        result_ref=result_ref,
+                        idempotency_key=ctx.idempotency_key if tool.idempotent_create else None,
+                    )
                 harness_turn_record(ctx=ctx, tool=tool.name, arguments=args, status=code, answer=result)
                 etag_node = ctx.etag_node
                 if etag_node is not None:

@@ -297,6 +297,10 @@ def training_curve_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
     }
 
 
+# (run pk, Worker pk, handle) -> uuid of an experiment this process has logged metrics on: a
+# uuid never changes, so a later call's event (which names it) can travel with its INSERT.
+_LOGGED_ON: dict[tuple[int, int, str], str] = {}
+_LOGGED_ON_MAX = 10_000
 METRIC_KEY = string(100, min_length=1, pattern=r"^[A-Za-z0-9_.\-/ ]+$", description="A metric name, e.g. rows_kept.")
 STEP = integer(0, 2**62)
 MAX_HISTORY = 25_000
@@ -324,13 +328,35 @@ MAX_HISTORY = 25_000
 def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     # Values are finite: the view refuses infinities.
     points = [(point["key"], point["step"], float(point["value"])) for point in args["points"]]
+    key = (ctx.run.pk, ctx.node.pk, args["experiment"])
+    known = _LOGGED_ON.get(key)
+    also = None
+    if known is not None and ctx.record_success is not None:
+        # The event names the experiment by uuid; known from an earlier call, it is sent with the
+        # INSERT (one round trip), and rolled back with it if the INSERT refuses.
+        record_success = ctx.record_success
+
+        def also() -> None:
+            record_success(f"experiment:{known}")
+
     # Ownership is checked by the insert itself; only a refusal pays for telling 404 from 403.
-    logged = metric_points_log_owned(run=ctx.run, owner=ctx.node, handle=args["experiment"], points=points)
+    logged = metric_points_log_owned(run=ctx.run, owner=ctx.node, handle=args["experiment"], points=points, also=also)
     if logged is None:
+        _LOGGED_ON.pop(key, None)
         experiment_for(ctx, args["experiment"])  # 404 unless the caller may see it
         raise PermissionDenied("not_your_experiment", "A Worker logs metrics only on its own experiments.")
     experiment, count, unchanged = logged
-    ctx.result_ref = f"experiment:{experiment.uuid}"
+    if known is not None and known != str(experiment.uuid):
+        # Only a database recreated under this process gets here (experiments are never deleted or
+        # renamed): forget, roll back (the event named the old uuid) and let the agent call again.
+        _LOGGED_ON.pop(key, None)
+        raise ApplicationError("retry", f"{experiment.handle} was not the experiment this server remembered; "
+                               "nothing was logged: send the same call again.", status=503)  # fmt: skip
+    if len(_LOGGED_ON) >= _LOGGED_ON_MAX:
+        _LOGGED_ON.clear()
+    _LOGGED_ON[key] = str(experiment.uuid)
+    if not ctx.recorded:
+        ctx.result_ref = f"experiment:{experiment.uuid}"
     return {"experiment": experiment.handle, "logged": count, "unchanged": unchanged}
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 
+import psycopg
 import pytest
 import redis
 from django.conf import settings
@@ -73,6 +74,21 @@ class RedisCommands:
         assert not self._thread.is_alive(), "MONITOR never saw the end marker"
 
 
+class PipelineWatch:
+    """A Django execute wrapper: for each statement, whether psycopg sent it in pipeline mode."""
+
+    def __init__(self) -> None:
+        self.modes: list[tuple[str, bool]] = []
+
+    def __call__(self, execute, sql, params, many, context):
+        pgconn = context["connection"].connection.pgconn
+        name = "rsiweb_event_append" if "rsiweb_event_append" in sql else sql.split()[0]
+        if "experiments_metricpoint" in sql:
+            name = "INSERT"
+        self.modes.append((name, pgconn.pipeline_status == psycopg.pq.PipelineStatus.ON))
+        return execute(sql, params, many, context)
+
+
 @pytest.fixture
 def appender():
     run = make_run(name="request path")
@@ -100,7 +116,8 @@ def test_a_single_append_is_one_transaction_of_four_statements_and_one_redis_cal
     run, experiment, plaintext, _ = appender
     client = Client()
     assert _append(client, plaintext, experiment.handle, 0).status_code == 200  # resolves and caches the token
-    with RedisCommands() as commands, CaptureQueriesContext(connection) as queries:
+    piped = PipelineWatch()
+    with RedisCommands() as commands, CaptureQueriesContext(connection) as queries, connection.execute_wrapper(piped):
         response = _append(client, plaintext, experiment.handle, 1)
     assert response.status_code == 200, response.content
     assert response.json() == {"experiment": experiment.handle, "logged": 1, "unchanged": 0}
@@ -114,6 +131,9 @@ def test_a_single_append_is_one_transaction_of_four_statements_and_one_redis_cal
     assert "owner_id" in sql[1], sql
     assert "rsiweb_event_append" in sql[2], sql
     assert not [s for s in sql if "expos_agenttoken" in s or "rsiweb_seal_chain" in s], sql
+    # The INSERT and the event append went out in pipeline mode: sent together (with the BEGIN),
+    # one wait for both answers, then COMMIT: two round trips, as many as a bare INSERT + COMMIT.
+    assert piped.modes == [("INSERT", True), ("rsiweb_event_append", True)], piped.modes
     # Was GET and SET of DRF's throttle history: now one script call.
     assert len(commands.seen) == 1, commands.seen
     assert commands.seen[0].startswith("EVALSHA"), commands.seen
@@ -199,3 +219,33 @@ def test_the_rate_limit_refuses_past_the_rate_with_retry_after(appender, setting
     refused = _append(client, plaintext, experiment.handle, 9)
     assert refused.status_code == 429
     assert 1 <= int(refused["Retry-After"]) <= 60
+
+
+def test_a_refused_pipelined_append_leaves_only_its_refusal(appender):
+    """The event travels with the INSERT; when the INSERT's answer refuses the call, both roll back."""
+    run, experiment, plaintext, _ = appender
+    client = Client()
+    assert _append(client, plaintext, experiment.handle, 0).status_code == 200  # remembers the experiment
+    before = list(Event.objects.filter(run=run, type="tool.called").values_list("arguments", flat=True))
+    piped = PipelineWatch()
+    with connection.execute_wrapper(piped):
+        conflict = client.post(
+            "/api/v1/tools/experiment_log_metrics",
+            {"experiment": experiment.handle, "points": [{"key": "loss", "step": 0, "value": 0.25}]},
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {plaintext}",
+        )
+        same = _append(client, plaintext, experiment.handle, 0)  # the identical point again: a no-op
+    assert conflict.status_code == 409, conflict.content
+    assert conflict.json()["error"]["code"] == "metric_conflict"
+    assert ("rsiweb_event_append", True) in piped.modes  # the success event was sent, then rolled back
+    assert same.status_code == 200
+    assert same.json() == {"experiment": experiment.handle, "logged": 0, "unchanged": 1}
+    calls = Event.objects.filter(run=run, type="tool.called").order_by("id")
+    after = list(calls.values_list("arguments", "result_ref"))
+    added = after[len(before) :]
+    assert [args["status"] for args, _ in added] == [409, 200], added
+    assert added[0][0]["error"] == "metric_conflict"
+    assert added[1][1] == f"experiment:{experiment.uuid}"
+    assert list(MetricPoint.objects.filter(experiment=experiment).values_list("step", "value")) == [(0, 0.5)]
+    assert chain_verify(chain_key(run)).ok
