@@ -1,14 +1,15 @@
 """The paper's ablation on the minibench hard profile (issue 19): full vs --serial-workers vs --no-reviewer.
 
     cd bench && REDIS_URL=redis://127.0.0.1:6379/N ../.venv/bin/python ablation.py \\
-        --hard <built hard profile> --seeds 0 1 2 3 4 [--accelerator-seconds 900] [--concurrent 1]
+        --hard <built hard profile> --seeds 0 1 2 3 4 [--wall-seconds 1200] [--concurrent 3]
     ../.venv/bin/python ablation.py --analyze <suite or run uuid> ...   (finished runs, any order)
 
 The runs are one agent suite (apps.dojo.suites, agents ``ABLATION_AGENTS``: heuristic,
 heuristic-serial-workers, heuristic-no-reviewer; one cell per seed), the same suite the comparison
 page's "Run the ablation" button creates: each (configuration, seed) is one real heuristic run on
 the real stack (daphne + Celery gpu / agents / default workers, a dedicated PostgreSQL database,
-the Redis db of REDIS_URL, which is flushed), every configuration at the same budget, at most
+the Redis db of REDIS_URL, which is flushed), every configuration at the same budget (the wall
+clock binds; the accelerator budget is set above what the training slots can spend), at most
 ``--concurrent`` at once (the suite's clock). From the records it reports, per arm (the arms and
 the paired comparison over seeds are the ablation page's, ``apps.research.compare.ablation_groups``):
 
@@ -41,6 +42,7 @@ from typing import Any
 from _setup import django_on_bench_db
 
 N_BOOT = 2000
+SLOTS = 2  # training jobs at once on the stack (the gpu worker's concurrency), shared by concurrent runs
 # The suite's agent configurations and the ablation arm each one is (apps.research.selectors.run_ablation).
 ARM_OF = {"heuristic": "full", "heuristic-serial-workers": "serial-workers", "heuristic-no-reviewer": "no-reviewer"}
 
@@ -153,7 +155,7 @@ def _start_stack(base: Path, hard: Path) -> Any:
                RSI_WORKSPACE_ROOT=settings.WORKSPACE_ROOT, RSI_MINIBENCH_ROOT=str(hard),
                RSI_AGENT_POLL_SECONDS="1", RSI_AGENT_WAIT_SECONDS="20", RSI_RUN_SUPERVISE_SECONDS="1",
                RSI_FINAL_GRACE_SECONDS="60", OMP_NUM_THREADS="1", RSI_TOKEN_RATE="")  # fmt: skip
-    stack = Stack(env=env, log_dir=base / "logs", port=port, gpu_slots=2, agent_threads=4)
+    stack = Stack(env=env, log_dir=base / "logs", port=port, gpu_slots=SLOTS, agent_threads=4)
     settings.RSI_API_URL = stack.url
     stack.start()
     stack.wait_ready()
@@ -181,16 +183,32 @@ def main() -> None:
     parser.add_argument("--hard", type=Path, help="a built hard profile (python -m apps.benchmarks.minibench.hard)")
     parser.add_argument("--configs", nargs="*", default=list(ARM_OF.values()), choices=list(ARM_OF.values()))
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--accelerator-seconds", type=int, default=900)
-    parser.add_argument("--wall-seconds", type=int, default=3600)
+    # The binding budget is the wall clock, equal for every arm: within it a serial line of work
+    # tries fewer directions than parallel Workers (the profile's budget trap). The accelerator
+    # budget defaults to more than the stack's training slots can spend in that time, so it never
+    # binds first (on a CPU host a job's accelerator seconds are its wall seconds).
+    parser.add_argument("--wall-seconds", type=int, default=1200)
+    parser.add_argument(
+        "--accelerator-seconds",
+        type=int,
+        default=None,
+        help=f"default: {SLOTS} training slots x the wall clock x 2 (not binding)",
+    )
     parser.add_argument("--parallel", type=int, default=3, help="Workers at once in the non-serial arms")
     parser.add_argument("--max-workers", type=int, default=4)
     parser.add_argument("--screen-steps", type=int, default=60)
     parser.add_argument("--train-steps", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--concurrent", type=int, default=1, help="runs at once (the suite's max_concurrent)")
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        default=3,
+        help="runs at once (the suite's max_concurrent; 3: the arms of a seed side by side)",
+    )
     parser.add_argument("--out", type=Path, default=Path("/tmp/rsiweb-bench-ablation/result.json"))
     args = parser.parse_args()
+    if args.accelerator_seconds is None:
+        args.accelerator_seconds = SLOTS * args.wall_seconds * 2
     if args.analyze:
         django_on_bench_db("rsiweb_bench_ablation", fresh=False)
         from apps.dojo.models import AgentSuite

@@ -6,6 +6,7 @@ from typing import Any
 
 from workers.agents.client import ToolResult
 from workers.agents.policies.heuristic import (
+    MainHeuristic,
     ReviewerHeuristic,
     WorkerHeuristic,
     diagnose_outputs,
@@ -290,3 +291,18 @@ def test_extra_search_terms_count_as_on_task():
     assert "on task" not in plain["reasons"]
     assert "on task" in wider["reasons"]
     assert wider["score"] > plain["score"]
+
+
+def test_the_main_agent_counts_the_wall_clock_as_budget_too():
+    def low(accel_left: float, wall_left: float) -> bool:
+        policy = MainHeuristic()
+        policy.quota = {
+            "accelerator_seconds": {"budget": 1000, "reserved_final": 200, "left": accel_left},
+            "wall_clock_seconds": {"budget": 1200, "elapsed": 1200 - wall_left, "left": wall_left},
+        }
+        return policy._budget_low()
+
+    assert not low(accel_left=700, wall_left=1000)
+    assert low(accel_left=100, wall_left=1000)  # under 15 % of the 800 s left after the reserve
+    assert low(accel_left=700, wall_left=150)  # under 15 % of the 1,200 s wall clock
+    assert not low(accel_left=700, wall_left=200)

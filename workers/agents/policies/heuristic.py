@@ -1159,9 +1159,14 @@ class MainHeuristic:
         return int(state["spawned"]) - int(state["replaced"])
 
     def _budget_low(self) -> bool:
+        """Under 15 % left of the accelerator budget or of the wall clock, whichever binds first."""
         accel = self.quota.get("accelerator_seconds") or {}
         budget = float(accel.get("budget", 0)) - float(accel.get("reserved_final", 0))
-        return budget > 0 and float(accel.get("left", 0)) < 0.15 * budget
+        wall = self.quota.get("wall_clock_seconds") or {}
+        wall_budget = float(wall.get("budget", 0))
+        return (budget > 0 and float(accel.get("left", 0)) < 0.15 * budget) or (
+            wall_budget > 0 and float(wall.get("left", 0)) < 0.15 * wall_budget
+        )
 
     def _spawn_pending(self, view: StepView, state: dict[str, Any]) -> None:
         remaining = []
