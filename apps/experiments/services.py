@@ -317,8 +317,8 @@ def metric_points_log_owned(
     agents call most. None says only "not yours or not there"; the caller tells which.
 
     ``also`` (PostgreSQL only) runs right after the INSERT is sent and before its answer is read,
-    in pipeline mode: the statements it sends (the call's event) travel with the INSERT, and the
-    transaction's BEGIN with them, in one round trip. It runs whatever the INSERT finds, so it must
+    in pipeline mode: the statements it sends (the call's event) travel with the INSERT, and one
+    wait answers both (psycopg still waits for the BEGIN on its own, as it does outside a pipeline). It runs whatever the INSERT finds, so it must
     only write what the caller's transaction rolls back when this returns None or raises.
     """
     if connection.vendor != "postgresql" or not points:

@@ -131,8 +131,8 @@ def test_a_single_append_is_one_transaction_of_four_statements_and_one_redis_cal
     assert "owner_id" in sql[1], sql
     assert "rsiweb_event_append" in sql[2], sql
     assert not [s for s in sql if "expos_agenttoken" in s or "rsiweb_seal_chain" in s], sql
-    # The INSERT and the event append went out in pipeline mode: sent together (with the BEGIN),
-    # one wait for both answers, then COMMIT: two round trips, as many as a bare INSERT + COMMIT.
+    # The INSERT and the event append went out in pipeline mode: sent together, one wait for both
+    # answers. Round trips: BEGIN, INSERT + event, COMMIT: as many as a bare INSERT's transaction.
     assert piped.modes == [("INSERT", True), ("rsiweb_event_append", True)], piped.modes
     # Was GET and SET of DRF's throttle history: now one script call.
     assert len(commands.seen) == 1, commands.seen
