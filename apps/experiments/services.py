@@ -318,8 +318,9 @@ def metric_points_log_owned(
 
     ``also`` (PostgreSQL only) runs right after the INSERT is sent and before its answer is read,
     in pipeline mode: the statements it sends (the call's event) travel with the INSERT, and one
-    wait answers both (psycopg still waits for the BEGIN on its own, as it does outside a pipeline). It runs whatever the INSERT finds, so it must
-    only write what the caller's transaction rolls back when this returns None or raises.
+    wait answers both (psycopg still waits for the BEGIN on its own, as it does outside a
+    pipeline). It runs whatever the INSERT finds, so it must only write what the caller's
+    transaction rolls back when this returns None or raises.
     """
     if connection.vendor != "postgresql" or not points:
         experiment = Experiment.objects.filter(run=run, handle=handle, owner=owner).only("pk", "uuid", "handle").first()
