@@ -94,6 +94,8 @@ def analyze(run: Any) -> dict[str, Any]:
         "reviews": _reviews_changed(run),
         "wall_seconds": round(((run.finished_at or run.updated_at) - run.started_at).total_seconds(), 1)
         if run.started_at else None,
+        # Training time the run got (final evaluation excluded): the slots' share between the arms.
+        "accelerator_seconds": round(run.used_accelerator_seconds, 1),
     }  # fmt: skip
 
 

@@ -38,7 +38,9 @@ from apps.jobs.services import (
     job_fail,
     job_give_up,
     job_heartbeat,
+    job_pass_turn,
     job_report,
+    job_yields_turn,
     jobs_reap_stale,
     jobs_republish_unclaimed,
     scratch_root,
@@ -51,6 +53,8 @@ T = TypeVar("T")
 # Reports queued while the database is away: a 60 s outage at a few lines a second fits many
 # times over; beyond it new ones are dropped (the job stops at the stale threshold anyway).
 MAX_PENDING_REPORTS = 10_000
+# A message that passes its turn (fair share between runs) is sent again after this pause.
+PASS_TURN_PAUSE_SECONDS = float(os.environ.get("RSI_PASS_TURN_PAUSE_SECONDS", "0.5"))
 
 
 def worker_name() -> str:
@@ -86,6 +90,13 @@ def job_start(*, job_id: int) -> Job | None:
     job = job_get(job_id=job_id)
     if job is None:
         logger.warning("job %s does not exist; message dropped", job_id)
+        return None
+    if job.status == JobStatus.QUEUED and job_yields_turn(job=job):
+        # Another run waits with fewer jobs running: its message is further back in the queue.
+        # A pause first, so a queue holding only yielding messages is not a busy loop.
+        time.sleep(PASS_TURN_PAUSE_SECONDS)
+        job_pass_turn(job=job)
+        logger.info("job %s passes its turn to a run with fewer jobs running", job.uuid)
         return None
     claimed = job_claim(job_id=job_id, worker=worker_name())
     if claimed is None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Count, F, Max
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -569,6 +569,45 @@ def job_give_up(*, job: Job, reason: str) -> Job:
     with transaction.atomic():
         locked = _lock_own_running(job, what="its loss")
         return _lose(locked, reason=reason, actor=job.worker or SYSTEM, max_attempts=engine_config().max_attempts)
+
+
+def job_yields_turn(*, job: Job) -> bool:
+    """Should a worker with a free slot pass over ``job`` for another run's? The slots' fair share.
+
+    A queue's messages are first in, first out, so a run that submits many jobs at once would
+    hold every slot while runs that submitted a moment later wait (concurrent runs of an agent
+    suite or an ablation then compare scheduling luck, not agents). A run's job yields when
+    another run has a job queued on the same queue and fewer jobs running there than this one:
+    max-min fairness over runs, one slot at a time. A run with nothing running never yields, so
+    every run with work gets a slot; final evaluations and jobs of no run never yield.
+    """
+    if job.run_id is None or job.kind == JobKind.FINAL_EVAL:
+        return False
+    running = dict(
+        Job.objects.filter(queue=job.queue, status=JobStatus.RUNNING, run__isnull=False)
+        .values_list("run_id")
+        .annotate(n=Count("id"))
+        .values_list("run_id", "n")
+    )
+    mine = running.get(job.run_id, 0)
+    if mine == 0:
+        return False
+    waiting = (
+        Job.objects.filter(queue=job.queue, status=JobStatus.QUEUED, run__isnull=False)
+        .exclude(run_id=job.run_id)
+        .values_list("run_id", flat=True)
+        .distinct()
+    )
+    return any(running.get(run_id, 0) < mine for run_id in waiting)
+
+
+def job_pass_turn(*, job: Job) -> None:
+    """Send ``job``'s message again, to the back of its queue, without claiming it (it stays queued).
+
+    Its send time is renewed, so the reaper does not take it for a lost message.
+    """
+    Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(published_at=timezone.now())
+    _resend(job)
 
 
 # A job that only waits its turn (behind hours of training on the one accelerator) is re-sent

@@ -20,6 +20,7 @@ from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine, JobTransition
 from apps.live.groups import job_group, run_group
 from apps.research.models import Run
+from tests.factories import make_run
 
 
 def enqueue(run, **overrides) -> Job:
@@ -295,3 +296,30 @@ def test_a_diverged_loss_is_recorded_as_null_not_an_error(run):
     job.refresh_from_db()
     assert job.metrics["points"] == [{"step": 10, "loss": None, "grad_norm": None}]
     assert job.result == {"final_loss": None, "steps": 10}
+
+
+@pytest.mark.django_db
+def test_a_job_yields_its_turn_only_to_a_run_waiting_with_fewer_jobs_running():
+    a, b = make_run(name="a"), make_run(name="b")
+
+    def queued(run, kind=JobKind.DATA, queue=None):
+        return services.job_enqueue(kind=kind, spec={"x": 1}, run=run, **({"queue": queue} if queue else {}))
+
+    def running(run):
+        return services.job_claim(job_id=queued(run).pk, worker="host:1")
+
+    a_next = queued(a)
+    assert not services.job_yields_turn(job=a_next)  # nobody else waits
+    b_next = queued(b)
+    assert not services.job_yields_turn(job=a_next)  # a runs nothing yet: every run gets a slot
+    running(a)
+    assert services.job_yields_turn(job=a_next)  # a runs one, b waits with none
+    assert not services.job_yields_turn(job=b_next)
+    running(b)
+    assert not services.job_yields_turn(job=a_next)  # one each: first in, first out again
+    running(a)
+    assert services.job_yields_turn(job=a_next)
+    # Other queues, final evaluations and jobs of no run are not counted or never yield.
+    assert not services.job_yields_turn(job=queued(a, queue="gpu"))
+    assert not services.job_yields_turn(job=queued(a, kind=JobKind.FINAL_EVAL))
+    assert not services.job_yields_turn(job=services.job_enqueue(kind=JobKind.DATA, spec={"x": 1}))

@@ -168,3 +168,33 @@ def test_a_queued_job_whose_message_was_lost_is_sent_again_by_the_reaper_and_run
     wait_for(lambda: worker.log().count(dropped) > before, timeout=60, what="the copy to be dropped", logs=worker.log)
     assert transitions(fresh(job)) == ["queued", "running", "succeeded"]
     assert DataEntry.objects.filter(source__job=str(job.uuid)).count() == 1
+
+
+def test_a_run_holding_a_slot_passes_its_turn_to_a_run_waiting_behind_it_in_the_queue(celery_worker, tmp_path):
+    """Fair share between runs: the queue is first in, first out, but a run with a job running lets
+    another run's waiting job go first (concurrent runs of a suite must not compare queue luck)."""
+    greedy, late = make_run(name="submits first"), make_run(name="submits later")
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(f'{{"prompt": "Question: {i} pens?", "completion": " {i}"}}\n' for i in range(20)), encoding="utf-8"
+    )
+    source = data_register_from_workspace(workspace=tmp_path, path="rows.jsonl", name="pens")
+    spec = {"op": "filter", "inputs": [source.handle], "params": {"exclude_regex": "1", "column": "prompt"}}
+    first, *more = [services.job_enqueue(kind=JobKind.DATA, spec=spec, run=greedy) for _ in range(3)]
+    waiting = services.job_enqueue(kind=JobKind.DATA, spec=spec, run=late)
+    # The greedy run's first job runs on another host (claimed there, never finished here).
+    assert services.job_claim(job_id=first.pk, worker="other-host:1") is not None
+
+    # (Its heartbeat is that host's business: this worker's reaper must not take it for lost.)
+    worker = celery_worker("w1", queues="default", RSI_PASS_TURN_PAUSE_SECONDS="0.1", RSI_JOB_STALE_SECONDS="600")
+    jobs = [waiting, *more]
+    done = wait_for(lambda: all(finished(j) for j in jobs) and [fresh(j) for j in jobs], timeout=120,
+                    what="the three queued jobs to finish", logs=worker.log)  # fmt: skip
+
+    assert [j.status for j in done] == [JobStatus.SUCCEEDED] * 3, [j.error for j in done]
+    # The late run's job was behind both of the greedy run's in the queue, and ran before them.
+    assert done[0].started_at < min(j.started_at for j in done[1:])
+    assert worker.log().count("passes its turn") >= 2
+    # Passing a turn is not running: each job ran once, and the reaper was not needed.
+    assert [transitions(j) for j in done] == [["queued", "running", "succeeded"]] * 3
+    assert not Event.objects.filter(type="job.republished").exists()
+    assert fresh(first).status == JobStatus.RUNNING
