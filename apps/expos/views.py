@@ -248,8 +248,8 @@ def parse_body(request: Request) -> dict[str, Any]:
         raise ApplicationError(
             "request_too_large", "The request body exceeds the size limit (RSI_MAX_REQUEST_BYTES).", status=413
         )
-    if not raw.strip():
-        return {}
+    if not raw:
+        return {}  # whitespace alone is not JSON: refused below, like any other invalid body
     content_type = (request.content_type or "").split(";")[0].strip().lower()
     if content_type not in ("application/json", ""):
         raise ApplicationError(

@@ -55,7 +55,9 @@ VIEWER_DEFAULT_URL = "https://datasets-server.huggingface.co"
 VIEWER_TOOLS = frozenset({"hf_dataset_configs", "hf_dataset_splits", "hf_dataset_sample"})
 DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 
-_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+# A part: letters, digits, '_', '-' and single dots ('..' would be a path traversal).
+_ID_PART = r"[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.?"
+_ID_RE = re.compile(rf"^{_ID_PART}(/{_ID_PART})?$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][\w.-]{0,99}$")
 
 # ---------------------------------------------------------------- schemas, shared by both providers
@@ -253,8 +255,8 @@ MATERIALIZE_OUT = {
 
 
 def check_dataset_id(dataset: str) -> str:
-    # The schema pattern already holds; '..' is the one traversal it cannot express.
-    if not _ID_RE.match(dataset) or ".." in dataset:
+    # The schema pattern already holds (it has no '..'); checked again for callers other than the view.
+    if not _ID_RE.match(dataset):
         raise ConnectorError("bad_request", f"invalid dataset id {dataset!r}")
     return dataset
 

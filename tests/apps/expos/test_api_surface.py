@@ -119,6 +119,7 @@ def test_malformed_bodies_get_json_4xx_with_an_actionable_message(api, world, se
         (b"{not json", "application/json", 400, "invalid_json"),
         (b'{"limit": NaN}', "application/json", 400, "invalid_json"),
         (b"\xff\xfe", "application/json", 400, "invalid_json"),
+        (b" \n\t", "application/json", 400, "invalid_json"),  # whitespace is not an empty body
         (b"[1, 2]", "application/json", 400, "invalid_input"),
         (b'{"limit": 1}', "text/plain", 415, "unsupported_media_type"),
         (b'{"limit": 99999999999999999999999999}', "application/json", 400, "invalid_input"),
@@ -135,6 +136,10 @@ def test_malformed_bodies_get_json_4xx_with_an_actionable_message(api, world, se
         assert body["error"]["message"]
         if code:
             assert body["error"]["code"] == code, (data[:40], body)
+    # A dataset id with '..' is refused by its schema, before the connector is asked.
+    dotted = api.call("main", "hf_dataset_configs", {"dataset": "org/name..x"})
+    assert dotted.status_code == 400
+    assert dotted.json()["error"]["code"] == "invalid_input", dotted.text
     missing = api.call("main", "state_inspect_worker", {})
     assert missing.status_code == 400
     assert "worker" in missing.json()["error"]["message"]
