@@ -55,6 +55,7 @@ T = TypeVar("T")
 MAX_PENDING_REPORTS = 10_000
 # A message that passes its turn (fair share between runs) is sent again after this pause.
 PASS_TURN_PAUSE_SECONDS = float(os.environ.get("RSI_PASS_TURN_PAUSE_SECONDS", "0.5"))
+MAX_PASSES = 20
 
 
 def worker_name() -> str:
@@ -85,17 +86,22 @@ class JobTask(Task):  # type: ignore[misc]
             logger.warning("job %s: failure not recorded, database unavailable; left to the reaper", kwargs)
 
 
-def job_start(*, job_id: int) -> Job | None:
-    """Fetch and claim the job a message points at; None (logged) when there is nothing to run."""
+def job_start(*, job_id: int, passes: int = 0) -> Job | None:
+    """Fetch and claim the job a message points at; None (logged) when there is nothing to run.
+
+    ``passes``: how often this message already passed its turn to another run (fair share); past
+    ``MAX_PASSES`` the job runs regardless, so a waiting job whose message was lost (the reaper
+    re-sends it only minutes later) cannot keep a free slot cycling.
+    """
     job = job_get(job_id=job_id)
     if job is None:
         logger.warning("job %s does not exist; message dropped", job_id)
         return None
-    if job.status == JobStatus.QUEUED and job_yields_turn(job=job):
+    if job.status == JobStatus.QUEUED and passes < MAX_PASSES and job_yields_turn(job=job):
         # Another run waits with fewer jobs running: its message is further back in the queue.
         # A pause first, so a queue holding only yielding messages is not a busy loop.
         time.sleep(PASS_TURN_PAUSE_SECONDS)
-        job_pass_turn(job=job)
+        job_pass_turn(job=job, passes=passes + 1)
         logger.info("job %s passes its turn to a run with fewer jobs running", job.uuid)
         return None
     claimed = job_claim(job_id=job_id, worker=worker_name())

@@ -179,11 +179,11 @@ def _lock_experiment(job: Job) -> None:
         list(Experiment.objects.select_for_update().filter(pk=job.experiment_id).values_list("pk", flat=True))
 
 
-def _send_message(job: Job) -> None:
+def _send_message(job: Job, *, passes: int = 0) -> None:
     """Put "look at job N" on the job's queue (the same task id every time it is sent)."""
     celery_app.send_task(
         TASK_NAMES[JobKind(job.kind)],
-        kwargs={"job_id": job.pk},
+        kwargs={"job_id": job.pk, **({"passes": passes} if passes else {})},
         queue=job.queue,
         task_id=job.celery_id,
         soft_time_limit=job.time_limit_seconds,
@@ -601,13 +601,14 @@ def job_yields_turn(*, job: Job) -> bool:
     return any(running.get(run_id, 0) < mine for run_id in waiting)
 
 
-def job_pass_turn(*, job: Job) -> None:
+def job_pass_turn(*, job: Job, passes: int) -> None:
     """Send ``job``'s message again, to the back of its queue, without claiming it (it stays queued).
 
-    Its send time is renewed, so the reaper does not take it for a lost message.
+    The message carries ``passes`` (how often it passed its turn). Its send time is renewed, so
+    the reaper does not take it for a lost message.
     """
     Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(published_at=timezone.now())
-    _resend(job)
+    _resend(job, passes=passes)
 
 
 # A job that only waits its turn (behind hours of training on the one accelerator) is re-sent
@@ -615,9 +616,9 @@ def job_pass_turn(*, job: Job) -> None:
 MAX_REQUEUE_DOUBLINGS = 6
 
 
-def _resend(job: Job) -> None:
+def _resend(job: Job, *, passes: int = 0) -> None:
     try:
-        _send_message(job)
+        _send_message(job, passes=passes)
     except OperationalError:
         # Unlike a first send, not a reason to fail the job: the row still says queued, and the
         # next sweep after the back-off tries again.

@@ -35,13 +35,13 @@ HARD_LIMIT_GRACE_SECONDS = 60
     soft_time_limit=DATA_SOFT_LIMIT_SECONDS,
     time_limit=DATA_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
 )
-def data_job_task(self: JobTask, *, job_id: int) -> None:
+def data_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Run one datapool transform; the new entry is the job's result.
 
     Spec: ``{"op": filter|deduplicate|mix|convert|decontaminate, "inputs": [entry handle or uuid],
     "params": {...}, "name": optional}`` (see apps.datapool.services.data_transform).
     """
-    job = job_start(job_id=job_id)
+    job = job_start(job_id=job_id, passes=passes)
     if job is None:
         return
     spec = job.spec

@@ -56,9 +56,9 @@ HARD_LIMIT_GRACE_SECONDS = 60
     soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS,
     time_limit=TRAIN_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
 )
-def train_job_task(self: JobTask, *, job_id: int) -> None:
+def train_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Train θ_in on datapool files with a validated recipe; register exactly one output checkpoint."""
-    job = job_start(job_id=job_id)
+    job = job_start(job_id=job_id, passes=passes)
     if job is None:
         return
 
@@ -121,9 +121,9 @@ def _train_and_register(job: Job, *, parent_uuid: str, run: Callable[..., Any]) 
     soft_time_limit=EVAL_SOFT_LIMIT_SECONDS,
     time_limit=EVAL_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
 )
-def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
+def evaluate_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Evaluate a checkpoint on a sealed split with the benchmark's own settings; refuse if the seal broke."""
-    job = job_start(job_id=job_id)
+    job = job_start(job_id=job_id, passes=passes)
     if job is None:
         return
     spec = job.spec
@@ -267,9 +267,9 @@ def evaluate_job_task(self: JobTask, *, job_id: int) -> None:
     soft_time_limit=EVAL_SOFT_LIMIT_SECONDS,
     time_limit=EVAL_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
 )
-def dojo_build_job_task(self: JobTask, *, job_id: int) -> None:
+def dojo_build_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Build RSI-Dojo task environments: every RSI-Craft step on every task, each decision recorded."""
-    job = job_start(job_id=job_id)
+    job = job_start(job_id=job_id, passes=passes)
     if job is None:
         return
     build = EnvironmentBuild.objects.get(uuid=job.spec["build"])
@@ -299,13 +299,13 @@ def dojo_build_job_task(self: JobTask, *, job_id: int) -> None:
     soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS,
     time_limit=TRAIN_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
 )
-def agent_sft_job_task(self: JobTask, *, job_id: int) -> None:
+def agent_sft_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Fine-tune a chat checkpoint on trajectory datasets; register the output with its base as parent.
 
     The producing job's spec names the datasets (uuid and sha256): the checkpoint's lineage to
     its trajectories.
     """
-    job = job_start(job_id=job_id)
+    job = job_start(job_id=job_id, passes=passes)
     if job is None:
         return
 

@@ -24,6 +24,7 @@ from apps.research.models import Run
 from rsiweb.celery import app
 from tests.apps.jobs.conftest import wait_for
 from tests.factories import make_run
+from workers.runtime import MAX_PASSES
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -198,3 +199,26 @@ def test_a_run_holding_a_slot_passes_its_turn_to_a_run_waiting_behind_it_in_the_
     assert [transitions(j) for j in done] == [["queued", "running", "succeeded"]] * 3
     assert not Event.objects.filter(type="job.republished").exists()
     assert fresh(first).status == JobStatus.RUNNING
+
+
+def test_passing_turns_is_bounded_when_the_waiting_job_has_no_message(celery_worker, tmp_path):
+    """A waiting job whose message was lost (the reaper re-sends it only minutes later) cannot keep a
+    free slot cycling: a message passes its turn at most MAX_PASSES times, then runs."""
+    greedy, stuck = make_run(name="has work"), make_run(name="lost its message")
+    (tmp_path / "rows.jsonl").write_text('{"prompt": "Question: 2 pens?", "completion": " 2"}\n', encoding="utf-8")
+    source = data_register_from_workspace(workspace=tmp_path, path="rows.jsonl", name="pens")
+    spec = {"op": "filter", "inputs": [source.handle], "params": {"exclude_regex": "9", "column": "prompt"}}
+    lost = services.job_enqueue(kind=JobKind.DATA, spec=spec, run=stuck)
+    with app.connection_for_write() as conn:
+        assert conn.default_channel.queue_purge("default") == 1
+    elsewhere = services.job_enqueue(kind=JobKind.DATA, spec=spec, run=greedy)
+    assert services.job_claim(job_id=elsewhere.pk, worker="other-host:1") is not None
+    job = services.job_enqueue(kind=JobKind.DATA, spec=spec, run=greedy)
+
+    worker = celery_worker("w1", queues="default", RSI_PASS_TURN_PAUSE_SECONDS="0.05", RSI_JOB_STALE_SECONDS="600",
+                           RSI_JOB_REQUEUE_SECONDS="0")  # fmt: skip
+    done = wait_for(lambda: finished(job), timeout=120, what="the job to run after its passes", logs=worker.log)
+
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    assert worker.log().count(f"job {job.uuid} passes its turn") == MAX_PASSES
+    assert fresh(lost).status == JobStatus.QUEUED
