@@ -50,7 +50,8 @@ MAX_DATA_BYTES = 1 << 30
 MAX_README_CHARS = 20_000
 FORMAT_COLUMNS = transforms.FORMAT_COLUMNS
 TRANSFORM_OPS = ("filter", "deduplicate", "mix", "convert", "decontaminate")
-_CATALOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+CATALOG_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"  # also the tools' schema pattern
+_CATALOG_NAME = re.compile(CATALOG_NAME_PATTERN)
 _COPY_CHUNK = 1 << 20
 
 
@@ -93,6 +94,13 @@ def _open_confined(root: Path, parts: list[str], *, shown: str) -> int:
             except FileNotFoundError:
                 raise ApplicationError(
                     "not_found", f"{prefix!r} does not exist in your workspace.", status=404
+                ) from None
+            except OSError as exc:
+                if exc.errno != errno.ENAMETOOLONG:
+                    raise
+                # No file system holds a name that long, so no such file exists.
+                raise ApplicationError(
+                    "not_found", f"{prefix[:80]!r}... does not exist in your workspace: a name is too long.", status=404
                 ) from None
             except PermissionError:
                 raise ApplicationError("unreadable", f"{prefix!r} cannot be read (permission denied).") from None

@@ -438,9 +438,11 @@ def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str],
     own = set(Experiment.objects.filter(owner=node, handle__in=cited).values_list("handle", flat=True))
     foreign = sorted(cited - own)
     if foreign:
+        # Whose an experiment is comes from the records, not the request's shape: 409, as for state.
         raise ApplicationError(
             "foreign_experiment",
             f"A Worker's summary cites only its own experiments; not {', '.join(foreign)}.",
+            status=409,
             experiments=foreign,
         )
     if not cited and Experiment.objects.filter(owner=node).exists():

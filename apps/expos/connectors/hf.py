@@ -305,10 +305,14 @@ class DatasetsContract(Connector):
         return path
 
     @staticmethod
-    def inside(workspace: Path, relative: str) -> Path:
+    def inside(workspace: Path, relative: str, *, existing: bool = False) -> Path:
         # A component no file system can hold (over NAME_MAX) would fail as OSError in resolve/exists.
+        # Where the path must already exist, such a name is a missing file (404), like any other.
         if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in Path(relative).parts):
-            raise ConnectorError("bad_request", f"a part of {relative[:80]!r}... is over {NAME_MAX} bytes")
+            told = f"a part of {relative[:80]!r}... is over {NAME_MAX} bytes"
+            if existing:
+                raise ConnectorError("not_found", f"{told}, so it does not exist")
+            raise ConnectorError("bad_request", told)
         target = (workspace / relative).resolve()
         if not _within(target, workspace):
             raise ConnectorError("bad_request", f"{relative!r} leaves the workspace")
@@ -395,7 +399,7 @@ class DatasetsContract(Connector):
     def materialize_dataset(self, args: JSON) -> JSON:
         dataset = check_dataset_id(args["dataset"])
         workspace = self.workspace(args["workspace"])
-        source = self.inside(workspace, args.get("source") or download_dirname(dataset))
+        source = self.inside(workspace, args.get("source") or download_dirname(dataset), existing=True)
         if not source.exists():
             # The state of the workspace, not the request, is wrong: 404, as for any missing file.
             raise ConnectorError(

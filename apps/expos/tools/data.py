@@ -18,7 +18,12 @@ from apps.benchmarks.models import Benchmark
 from apps.core.errors import ApplicationError
 from apps.datapool.models import AGENT_FORMATS, DataEntry, DataUsage, SourceKind
 from apps.datapool.selectors import data_entry_get, data_entry_list, data_readme, data_rows
-from apps.datapool.services import data_readme_append, data_register_from_catalog, data_register_from_workspace
+from apps.datapool.services import (
+    CATALOG_NAME_PATTERN,
+    data_readme_append,
+    data_register_from_catalog,
+    data_register_from_workspace,
+)
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
 from apps.expos.schemas import alternatives
 from apps.expos.tools.discovery import connector_config
@@ -183,7 +188,13 @@ ADD_IN = obj(
             "description": "A JSONL file in your workspace, relative to it (e.g. materialized/x.jsonl from "
             "hf_materialize_dataset).",
         },
-        "catalog": {"type": "string", "minLength": 1, "maxLength": 200, "description": "A local catalog dataset name."},
+        "catalog": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "pattern": CATALOG_NAME_PATTERN,
+            "description": "A local catalog dataset name.",
+        },
         "name": {
             "type": "string",
             "minLength": 1,

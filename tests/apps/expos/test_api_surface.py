@@ -140,6 +140,10 @@ def test_malformed_bodies_get_json_4xx_with_an_actionable_message(api, world, se
     dotted = api.call("main", "hf_dataset_configs", {"dataset": "org/name..x"})
     assert dotted.status_code == 400
     assert dotted.json()["error"]["code"] == "invalid_input", dotted.text
+    # A catalog name's rule is in its schema too.
+    odd = api.call("own", "worker_add_data", {"catalog": "ø name"})
+    assert odd.status_code == 400
+    assert odd.json()["error"]["code"] == "invalid_input", odd.text
     missing = api.call("main", "state_inspect_worker", {})
     assert missing.status_code == 400
     assert "worker" in missing.json()["error"]["message"]

@@ -51,7 +51,7 @@ MATRIX: dict[str, tuple[Callable[[World], dict[str, Any]], dict[str, Any]]] = {
     "state_finalize_worker": (lambda w: {"worker": w.nodes["own"].handle, "reason": "enough"}, only({"main": OK})),
     "worker_finalize": (
         lambda w: {"summary": "done", "experiments": [w.exp["own1"].handle]},
-        only({"own": OK, "other": (400, "foreign_experiment")}),
+        only({"own": OK, "other": (409, "foreign_experiment")}),
     ),
     "state_sync_results": (lambda w: {}, ALL_AGENTS_OK),
     "events_tail": (lambda w: {"limit": 10}, ALL_AGENTS_OK),

@@ -327,11 +327,12 @@ def test_materialize_templates_take_plain_placeholders_only(config, tmp_path, te
     assert error.code == "bad_request"
 
 
-def test_materialize_source_over_name_max_is_bad_request_not_a_crash(config, tmp_path):
+def test_materialize_source_over_name_max_is_a_missing_download_not_a_crash(config, tmp_path):
+    # No file system holds such a name, so the download it names does not exist: 404, as for any.
     error = error_of(
         config,
         "hf_materialize_dataset",
         {"dataset": "acme/math-qa", "workspace": str(tmp_path), "source": "0" * 300, "prompt": "q", "completion": "a"},
     )
-    assert error.code == "bad_request"
+    assert error.code == "not_found"
     assert "255" in error.message

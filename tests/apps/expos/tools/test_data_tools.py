@@ -139,6 +139,14 @@ def test_worker_add_data_refuses_paths_leaving_the_workspace(world, tmp_path, pa
     assert DataEntry.objects.count() == 2
 
 
+def test_worker_add_data_of_a_name_no_file_system_holds_is_not_found(world):
+    for path in ("0" * 300, "é" * 200 + ".jsonl"):  # over 255 bytes in one part
+        with pytest.raises(ApplicationError) as excinfo:
+            call(world.ctx(world.worker), "worker_add_data", {"path": path})
+        assert (excinfo.value.code, excinfo.value.status_code) == ("not_found", 404), path
+    assert DataEntry.objects.count() == 2
+
+
 def test_worker_add_data_needs_exactly_one_source(world):
     for args in ({}, {"path": "a.jsonl", "catalog": "arith-clean"}, {"catalog": "arith-clean", "teacher": "x"}):
         with pytest.raises(ApplicationError) as excinfo:
