@@ -188,7 +188,7 @@ def test_reaper_sends_an_unclaimed_queued_jobs_message_again_with_back_off(
     run, monkeypatch, django_capture_on_commit_callbacks
 ):
     sent: list[int] = []
-    monkeypatch.setattr(services, "_send_message", lambda job: sent.append(job.pk))
+    monkeypatch.setattr(services, "_send_message", lambda job, **_: sent.append(job.pk))
     waiting = enqueue(run)  # its message is lost: no worker will ever see it
     claimed = services.job_claim(job_id=enqueue(run).pk, worker="host-a:1")
     young = enqueue(run)
