@@ -10,9 +10,11 @@ already sealed; one that does not inserts it unsealed and seals after its commit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
@@ -32,15 +34,38 @@ _SECRET_WORDS = ("token", "secret", "password", "api_key", "apikey", "authorizat
 
 
 def redact(value: Any) -> Any:
-    """Replace the values of secret-looking keys, at any depth, before they reach the log."""
+    """Replace the values of secret-looking keys, at any depth, before they reach the log.
+
+    Numbers are also written as PostgreSQL's JSONB gives them back (``_as_stored``), so the
+    content hash taken at insert is the one ``chain_verify`` recomputes from the stored row.
+    """
     if isinstance(value, dict):
-        return {
-            key: REDACTED if any(word in str(key).lower() for word in _SECRET_WORDS) else redact(item)
-            for key, item in value.items()
-        }
+        return {key: REDACTED if _secret_key(key) else redact(item) for key, item in value.items()}
     if isinstance(value, list):
         return [redact(item) for item in value]
+    if isinstance(value, float):
+        return _as_stored(value)
     return value
+
+
+def _as_stored(value: float) -> float | int:
+    """A float as JSONB returns it: JSONB keeps the decimal text's own digits, with no negative zero.
+
+    Python writes 1e16 as ``1e+16``, which JSONB stores as the integer 10000000000000000 (and
+    1e300 as 10**300 exactly, not the float's binary value); -0.0 comes back as 0.0. Every other
+    finite float comes back as the same float.
+    """
+    if value == 0.0:
+        return 0.0
+    text = repr(value)
+    return int(Decimal(text)) if "e+" in text else value
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: Any) -> bool:
+    # Cached: the same few keys ("args", "status", "points", ...) come on every call.
+    lowered = str(key).lower()
+    return any(word in lowered for word in _SECRET_WORDS)
 
 
 def chain_key(run: Run | None) -> str:
@@ -63,6 +88,25 @@ def event_content(event: Event, *, run_uuid: str | None) -> dict[str, Any]:
 
 def content_hash(content: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
+
+
+def _scalar_json(value: Any) -> str:
+    # A string, None or number as canonical_json writes it inside an object.
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def content_json(event: Event, *, run_uuid: str | None, arguments_json: str) -> str:
+    """``canonical_json(event_content(event, run_uuid=...))``, given the arguments already serialised.
+
+    The keys in canonical_json's (sorted) order, with ``arguments_json`` (their canonical JSON)
+    spliced in: the arguments are serialised once per append, not twice.
+    """
+    return (
+        f'{{"actor":{_scalar_json(event.actor)},"arguments":{arguments_json},'
+        f'"created_at":{_scalar_json(event.created_at.isoformat())},"result_ref":{_scalar_json(event.result_ref)},'
+        f'"role":{_scalar_json(event.role)},"run":{_scalar_json(run_uuid)},"tool":{_scalar_json(event.tool)},'
+        f'"type":{_scalar_json(event.type)}}}'
+    )
 
 
 def link_hash(prev_hash: str, seq: int, content_sha256: str) -> str:
@@ -106,16 +150,19 @@ def event_append(
         result_ref=result_ref,
     )
     # Round-trip the arguments through JSON now so the hash covers what the database returns.
-    event.arguments = json.loads(canonical_json(event.arguments))
-    event.content_sha256 = content_hash(event_content(event, run_uuid=None if run is None else key))
+    arguments_json = canonical_json(event.arguments)
+    event.arguments = json.loads(arguments_json)
+    run_uuid = None if run is None else key
+    content = content_json(event, run_uuid=run_uuid, arguments_json=arguments_json)
+    event.content_sha256 = hashlib.sha256(content.encode("utf-8")).hexdigest()
     if connection.vendor == "postgresql":
         # One round trip (and, outside a transaction, one commit): chain look-up, a seal of what is
         # pending that does not wait when another writer is sealing this chain, and the insert.
         with connection.cursor() as cursor:
             cursor.execute(
                 _APPEND_SQL,
-                [key, event.run_id, event.created_at, type, actor, role, tool, canonical_json(event.arguments),
-                 result_ref, event.content_sha256],
+                [key, event.run_id, event.created_at, type, actor, role, tool, arguments_json, result_ref,
+                 event.content_sha256],
             )  # fmt: skip
             event.pk, event.chain_id, sealed = cursor.fetchone()
         event._state.adding = False

@@ -271,8 +271,25 @@ def _metric_points_source(points: list[tuple[str, int, float]]) -> tuple[str, li
     """The points as a row source with columns column1..3, and its parameters."""
     keys, steps, values = (list(column) for column in zip(*points, strict=True))
     if connection.vendor == "postgresql":
-        # Three array parameters, whatever the batch size: nothing to parse per point.
-        return "unnest(%s::text[], %s::bigint[], %s::float8[]) AS v(column1, column2, column3)", [keys, steps, values]
+        # Four text parameters, whatever the batch size: the distinct keys as an array, and each
+        # point's key number, step and value as comma-separated text that PostgreSQL splits and
+        # parses. Quoting 3,000 array elements in Python (psycopg's client-side binding) was a
+        # quarter of a 1,000-point call's CPU; joining them is a C loop. repr() of a float is its
+        # shortest exact text, which float8 input reads back as the same double (NaN and
+        # infinities included).
+        numbers: dict[str, int] = {}
+        key_numbers = [numbers.setdefault(key, len(numbers) + 1) for key in keys]
+        source = (
+            "(SELECT (%s::text[])[u.k] AS column1, u.column2, u.column3 FROM unnest("
+            "string_to_array(%s, ',')::int[], string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::float8[]"
+            ") AS u(k, column2, column3)) AS v"
+        )
+        return source, [
+            list(numbers),
+            ",".join(map(str, key_numbers)),
+            ",".join(map(str, map(int, steps))),
+            ",".join(map(repr, map(float, values))),
+        ]
     # SQLite: a VALUES list (its columns are column1.. too)
     return f"(VALUES {', '.join(['(%s, %s, %s)'] * len(points))}) AS v", [x for point in points for x in point]
 

@@ -31,6 +31,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -39,7 +40,14 @@ from apps.core.api import error_body
 from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.hashing import canonical_json, sha256_text
 from apps.core.jsonsafe import MAX_DEPTH as JSON_MAX_DEPTH
-from apps.core.jsonsafe import Constant, first_bad_value, json_path, json_pointer
+from apps.core.jsonsafe import (
+    Constant,
+    first_bad_value,
+    json_path,
+    json_pointer,
+    plainly_clean,
+    text_may_hold_bad_chars,
+)
 from apps.core.jsonsafe import loads as jsonsafe_loads
 from apps.core.people import is_human_viewer
 from apps.core.transient import TRANSIENT_ERRORS, service_unavailable_for
@@ -47,7 +55,7 @@ from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, ag
 from apps.expos.models import IdempotencyRecord
 from apps.expos.payloads import etag_value
 from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
-from apps.expos.schemas import REFUSAL_KEY, integers_coerced
+from apps.expos.schemas import REFUSAL_KEY, Coercion, integer_coercion, integers_coerced
 from apps.expos.services import harness_turn_record, tool_call_record
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
 from apps.research.models import ResearchNode
@@ -198,15 +206,31 @@ def _passes_compiled(tool: Tool, which: str, value: Any) -> bool:
     return True
 
 
-def validate_input(tool: Tool, args: Any) -> Any:
+_COERCIONS: dict[str, Coercion] = {}
+
+
+def validate_input(tool: Tool, args: Any, *, strings_screened: bool = False) -> Any:
     """The arguments, whole floats made integers where the schema wants one (5.0 -> 5); else 400.
 
     The 400 is ``invalid_input`` naming the path of the first error, phrased so an agent can fix it.
+    ``strings_screened``: the JSON text the arguments came from passed ``text_may_hold_bad_chars``,
+    so no string in them needs looking at.
     """
-    _refuse_bad_value(args)
-    args = integers_coerced(tool.input_schema, args)
-    # After the coercion, so a float so large it is whole (1e300) is refused here too, with its path.
-    _refuse_huge_integer(args)
+    if plainly_clean(args, check_strings=not strings_screened, max_int=MAX_INT, max_depth=MAX_DEPTH):
+        # The common case, in one quick pass: nothing to refuse; coerce where the schema wants
+        # integers, and check the range only of values that coercion made integers.
+        coercion = _COERCIONS.get(tool.name)
+        if coercion is None:
+            coercion = _COERCIONS[tool.name] = integer_coercion(tool.input_schema)
+        coerced: list[int] = []
+        args = coercion(args, coerced)
+        if coerced:
+            _refuse_huge_integer(args)
+    else:
+        _refuse_bad_value(args)
+        args = integers_coerced(tool.input_schema, args)
+        # After the coercion, so a float so large it is whole (1e300) is refused here too, with its path.
+        _refuse_huge_integer(args)
     if _passes_compiled(tool, "input", args):
         return args
     errors = list(_validator(tool, "input").iter_errors(args))
@@ -236,8 +260,9 @@ def output_errors(tool: Tool, result: Any) -> list[str]:
     return [f"{_json_pointer(e.absolute_path)}: {e.message}" for e in errors][:5]
 
 
-def parse_body(request: Request) -> dict[str, Any]:
-    """The JSON object in the body; an empty body is ``{}``. Errors are 400/413/415, never 500."""
+def parse_body(request: Request) -> tuple[dict[str, Any], bool]:
+    """The JSON object in the body (an empty body is ``{}``), and whether its text was free of
+    anything that parses into a NUL or a lone surrogate. Errors are 400/413/415, never 500."""
     try:
         raw = request._request.body
     except RequestDataTooBig:
@@ -249,7 +274,7 @@ def parse_body(request: Request) -> dict[str, Any]:
             "request_too_large", "The request body exceeds the size limit (RSI_MAX_REQUEST_BYTES).", status=413
         )
     if not raw:
-        return {}  # whitespace alone is not JSON: refused below, like any other invalid body
+        return {}, True  # whitespace alone is not JSON: refused below, like any other invalid body
     content_type = (request.content_type or "").split(";")[0].strip().lower()
     if content_type not in ("application/json", ""):
         raise ApplicationError(
@@ -258,12 +283,13 @@ def parse_body(request: Request) -> dict[str, Any]:
     try:
         # NaN/Infinity are kept as markers so validate_input can name their path. Invalid UTF-8
         # inside a string decodes to lone surrogates (surrogateescape), refused there with a path too.
-        args = jsonsafe_loads(raw.decode("utf-8", errors="surrogateescape"))
+        text = raw.decode("utf-8", errors="surrogateescape")
+        args = jsonsafe_loads(text)
     except (ValueError, RecursionError) as exc:
         raise ApplicationError("invalid_json", f"The body is not valid UTF-8 JSON: {exc}".strip()) from None
     if not isinstance(args, dict):
         raise InvalidInput("The body must be a JSON object of the tool's arguments.", path="/")
-    return args
+    return args, not text_may_hold_bad_chars(text)
 
 
 def _record_refusal(ctx: ToolContext, tool: Tool, args: Any, exc: ApplicationError) -> None:
@@ -301,6 +327,13 @@ class ToolCallView(APIView):
     permission_classes = [IsAuthenticated]
     throttle_classes = [AgentTokenRateThrottle]
     parser_classes: list[Any] = []  # the body is parsed here, so every failure has our JSON shape
+    renderer_classes = [JSONRenderer]
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[JSONRenderer, str]:
+        # A tool answers JSON, whatever the Accept header asks (the OpenAPI document says so):
+        # nothing to negotiate, so the Accept header is not parsed on every call.
+        renderer = JSONRenderer()
+        return renderer, renderer.media_type
 
     def post(self, request: Request, name: str) -> Response:
         tool = load_all().get(name)
@@ -333,8 +366,8 @@ class ToolCallView(APIView):
                 raise ApplicationError(
                     "invalid_if_match", f"If-Match is at most {MAX_IF_MATCH} characters: send the ETag you read."
                 )
-            args = parse_body(request)
-            args = validate_input(tool, args)
+            args, screened = parse_body(request)
+            args = validate_input(tool, args, strings_screened=screened)
             if tool.idempotent_create and ctx.idempotency_key is not None:
                 if not _IDEMPOTENCY_KEY_RE.match(ctx.idempotency_key):
                     raise ApplicationError(

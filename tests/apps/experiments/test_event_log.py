@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sqlite3
 import subprocess
@@ -16,6 +17,7 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from apps.core.hashing import canonical_json
 from apps.experiments.events import (
     GLOBAL_CHAIN,
     _ChainRecheck,
@@ -23,7 +25,9 @@ from apps.experiments.events import (
     chain_key,
     chain_seal,
     chain_verify,
+    content_json,
     event_append,
+    event_content,
 )
 from apps.experiments.models import Event, EventChain
 from tests.factories import make_run
@@ -57,6 +61,35 @@ def test_events_chain_and_redact_secrets(run):
     )
     leaked.refresh_from_db()
     assert leaked.arguments == {"api_key": "***", "nested": {"Authorization": "***"}, "lr": 0.001}
+    assert chain_verify(chain_key(run)).ok
+
+
+NUMBERS = {"i": 1, "neg_zero": -0.0, "e16": 1e16, "e300": 1e300, "max": 1.7976931348623157e308, "tiny": 5e-324,
+           "small": 1.5e-7, "whole": 5.0, "list": [-0.0, 2.5e16, -1e22]}  # fmt: skip
+AWKWARD = [
+    {},
+    NUMBERS,
+    {'quote"': "é\u2028\\", "z": [None, True, {"b": 1, "a": 2}]},
+    {"nul": "a\x00b", "lone": "\ud800", "nan": float("nan"), "deep": [[[[[1]]]]]},
+]
+
+
+@pytest.mark.parametrize("arguments", AWKWARD)
+def test_an_event_s_content_hash_is_the_hash_of_its_canonical_content_as_stored(run, arguments):
+    # event_append serialises the arguments once and splices them into the content (content_json);
+    # chain_verify hashes canonical_json(event_content(...)) of the row as read back: they agree,
+    # numbers included (JSONB gives 1e16 back as an integer and -0.0 as 0.0).
+    event = event_append(run=run, type="t.\u00e9\"", actor='a"b', role="worker", tool="t\\", arguments=arguments,
+                         result_ref="r\u2028")  # fmt: skip
+    event.refresh_from_db()
+    content = canonical_json(event_content(event, run_uuid=str(run.uuid)))
+    assert content_json(event, run_uuid=str(run.uuid), arguments_json=canonical_json(event.arguments)) == content
+    assert event.content_sha256 == hashlib.sha256(content.encode()).hexdigest()
+    global_event = event_append(type="t", actor="a", role="system", arguments=arguments)
+    global_event.refresh_from_db()
+    stored = canonical_json(event_content(global_event, run_uuid=None))
+    assert global_event.content_sha256 == hashlib.sha256(stored.encode()).hexdigest()
+    chain_seal(chain_key(run))
     assert chain_verify(chain_key(run)).ok
 
 

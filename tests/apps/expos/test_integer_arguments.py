@@ -7,6 +7,7 @@ tried, at any depth (worker_submit's hyperparameters too).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import jsonschema
@@ -14,7 +15,7 @@ import pytest
 
 from apps.experiments.models import Event
 from apps.expos.registry import load_all
-from apps.expos.schemas import _wants_integer
+from apps.expos.schemas import _wants_integer, integer_coercion, integers_coerced
 from apps.expos.views import InvalidInput, validate_input
 from tests.apps.expos.test_validation import _sample
 
@@ -75,6 +76,35 @@ def test_whole_floats_become_integers_and_fractions_are_refused_with_their_path(
     with pytest.raises(InvalidInput) as refused:
         validate_input(tool, _with(sample, path, value + 0.5))
     assert refused.value.detail["path"] == "/" + "/".join(map(str, path))
+
+
+@pytest.mark.parametrize(
+    ("name", "path"), CASES, ids=lambda case: "/".join(map(str, case)) if isinstance(case, tuple) else case
+)
+def test_the_planned_coercion_gives_what_the_general_walk_gives(name, path):
+    # validate_input's quick path coerces by a plan of the schema's integer places, in place;
+    # the general walk (integers_coerced) is the reference, on the same whole float.
+    tool = load_all()[name]
+    sample = _sample(tool.input_schema)
+    floated = _with(sample, path, float(_at(sample, path)))
+    expected = integers_coerced(tool.input_schema, copy.deepcopy(floated))
+    changed: list[int] = []
+    planned = integer_coercion(tool.input_schema)(copy.deepcopy(floated), changed)
+    assert planned == expected
+    assert type(_at(planned, path)) is int
+    assert changed  # so validate_input checks the coerced value's range
+    unchanged: list[int] = []
+    assert integer_coercion(tool.input_schema)(copy.deepcopy(sample), unchanged) == sample
+
+
+@pytest.mark.parametrize("whole", [1e300, -1e19, 2.0**63])
+def test_a_whole_float_beyond_bigint_is_refused_with_its_path_on_the_quick_path(whole):
+    tool = load_all()["worker_submit"]
+    path = ("train", "hyperparameters", "batch_size")
+    with pytest.raises(InvalidInput) as refused:
+        validate_input(tool, _with(_sample(tool.input_schema), path, whole), strings_screened=True)
+    assert refused.value.detail["rule"] == "integer_range"
+    assert refused.value.detail["path"] == "/train/hyperparameters/batch_size"
 
 
 def test_a_handler_gets_the_integer_end_to_end(api, world):
