@@ -173,7 +173,7 @@ def _plain(value: Any, level: int, strings: bool, max_int: int, max_depth: int) 
     if kind is dict:
         if level > max_depth:
             return False
-        if strings and any(_BAD_CHARS.search(key) for key in value):
+        if strings and any(type(key) is not str or _BAD_CHARS.search(key) for key in value):
             return False
         items = value.values()
     elif kind is list:
