@@ -34,7 +34,7 @@ EXPECTED_SECONDS = {
     "workers/agents": 2600,  # + test_agent_suite.py (~200 s)
     "apps/ml": 900,
     "hard": 600,  # the hard profile's smoke build (cached) and one three-run ablation suite
-    "faults": 330,
+    "faults": 410,  # + the pool child, full disk and runner-dies cases (~80 s)
     "apps/expos": 320,
     "apps/jobs": 315,
     "e2e": 275,

@@ -205,7 +205,7 @@ def _plain_scalar(value: Any, strings: bool, max_int: int) -> bool:
     if kind is float:
         return math.isfinite(value)
     if kind is int:
-        return -max_int <= value <= max_int
+        return bool(-max_int <= value <= max_int)
     return value is None or kind is bool  # anything else (a NaN token's Constant): the full walk
 
 

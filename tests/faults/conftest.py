@@ -9,7 +9,10 @@ from a running, clean broker. ``project`` starts the stack's processes (web, Cel
 queue) on the private servers; they die with the test process (``Lifeline``).
 
 Tests use ``transactional_db``: the processes under test must see committed rows. After a test
-that started processes, every event chain on the private database must verify.
+that started processes, every event chain on the private database must verify. ``training``
+queues real trainings of the minibench θ0 (stored in the test's artifact root, which a module
+may override: test_full_disk mounts a small tmpfs there); ``project_env`` and ``project_stack``
+are how ``project`` builds its processes, for a test whose child process starts them.
 """
 
 from __future__ import annotations
@@ -17,20 +20,34 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
 from django.db import connections
 
+from apps.core.hashing import sha256_tree
 from apps.core.management.commands.demo import Stack
+from apps.datapool.models import DataEntry
+from apps.datapool.services import data_register_from_workspace
+from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.events import chain_verify
-from apps.experiments.models import EventChain
+from apps.experiments.models import Checkpoint, EventChain
+from apps.experiments.pipeline import train_job_spec
+from apps.experiments.services import checkpoint_register, manifest_digest
+from apps.jobs.choices import JobKind
+from apps.jobs.models import Job
+from apps.jobs.services import job_enqueue
+from apps.research.models import Run
 from rsiweb.celery import app as celery_app
+from tests.factories import make_run
 from tests.support.procs import ROOT, Lifeline, child_env
 from tests.support.services import PostgresCluster, RedisServer, free_port
 
 DATABASE = "rsiweb_faults"
+LOGGING_STEPS = 5  # the training fixture's logging_steps
 
 # Liveness and loop timing for the processes under test (seconds): quick reapers and short
 # leases, so a lost message or a dead worker is noticed within a test's patience.
@@ -117,6 +134,39 @@ def artifact_roots(settings, tmp_path: Path) -> dict[str, str]:
     return roots
 
 
+@pytest.fixture(scope="session")
+def minibench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
+
+    return ci_minibench(tmp_path_factory)
+
+
+@dataclass
+class Training:
+    """``training(max_steps)`` queues a training job of θ0 on 300 clean catalog rows for ``run``."""
+
+    run: Run
+    theta0: Checkpoint
+    data: DataEntry
+
+    def __call__(self, max_steps: int) -> Job:
+        hyper = {"max_steps": max_steps, "batch_size": 8, "logging_steps": LOGGING_STEPS}
+        spec = train_job_spec(input_checkpoint=self.theta0, data=[self.data], hyperparameters=hyper)
+        return job_enqueue(kind=JobKind.TRAIN, spec=spec, run=self.run, time_limit_seconds=900)
+
+
+@pytest.fixture
+def training(transactional_db, artifact_roots, minibench_dir: Path, tmp_path: Path) -> Training:
+    """θ0 and the rows stored in the artifact root and registered, and a (created) run on them."""
+    manifest = sha256_tree(minibench_dir / "theta0")
+    uri = artifact_store().put_dir(minibench_dir / "theta0", key=checkpoint_key(manifest_digest(manifest)))
+    theta0 = checkpoint_register(handle="mb/theta0/faults", uri=uri, manifest=manifest, is_base=True)
+    lines = (minibench_dir / "catalog" / "arithmetic-clean" / "data.jsonl").read_text().splitlines()[:300]
+    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    entry = data_register_from_workspace(workspace=tmp_path, path="rows.jsonl", name="arithmetic-clean")
+    return Training(run=make_run(base_checkpoint=theta0), theta0=theta0, data=entry)
+
+
 class Project:
     """The stack's processes on the private servers, tied to the test process by a Lifeline."""
 
@@ -150,29 +200,45 @@ class Project:
         self._lifelines.clear()
 
 
+def project_env(*, database_url: str, redis_url: str, roots: dict[str, str], data_dir: Path,
+                **extra_env: str) -> dict[str, str]:  # fmt: skip
+    """The environment of the project's processes on the private servers, with the suite's timing."""
+    return child_env(
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
+        RSI_ARTIFACT_ROOT=roots["ARTIFACT_ROOT"],
+        RSI_SEALED_ROOT=roots["SEALED_ROOT"],
+        RSI_WORKSPACE_ROOT=roots["WORKSPACE_ROOT"],
+        RSI_DATA_DIR=str(data_dir),
+        **{**TIMING, **extra_env},  # a test's own values win over the suite's timing
+    )
+
+
+def project_stack(*, env: dict[str, str], log_dir: Path, commands: dict[str, list[str]] | None = None,
+                  **options: Any) -> Stack:  # fmt: skip
+    """The Stack of the project's processes; ``options`` override Stack's (agent_pool, port, ...)."""
+    return Stack(env=env, log_dir=log_dir, overrides=commands or {},
+                 **{"port": free_port(), "gpu_slots": 1, "agent_threads": 2, **options})  # fmt: skip
+
+
 @pytest.fixture
 def project(
     transactional_db, database_url: str, redis_server: RedisServer, artifact_roots: dict[str, str], tmp_path: Path
 ) -> Iterator[Callable[..., Project]]:
     """``project("agents", "default", RSI_X="1")``: start those processes on the private servers.
 
-    ``commands`` replaces a process's command line (``{"agents": [...]}``); other keyword
-    arguments are extra environment. Every process started is stopped when the test ends.
+    ``commands`` replaces a process's command line (``{"agents": [...]}``), ``stack_options``
+    overrides the Stack's (``{"agent_pool": "prefork"}``); other keyword arguments are extra
+    environment. Every process started is stopped when the test ends.
     """
     started: list[Project] = []
 
-    def start(*names: str, commands: dict[str, list[str]] | None = None, **extra_env: str) -> Project:
-        env = child_env(
-            DATABASE_URL=database_url,
-            REDIS_URL=redis_server.url,
-            RSI_ARTIFACT_ROOT=artifact_roots["ARTIFACT_ROOT"],
-            RSI_SEALED_ROOT=artifact_roots["SEALED_ROOT"],
-            RSI_WORKSPACE_ROOT=artifact_roots["WORKSPACE_ROOT"],
-            RSI_DATA_DIR=str(tmp_path / "data"),
-            **{**TIMING, **extra_env},  # a test's own values win over the suite's timing
-        )
-        stack = Stack(env=env, log_dir=tmp_path / f"logs-{len(started)}", port=free_port(), gpu_slots=1,
-                      agent_threads=2, overrides=commands or {})  # fmt: skip
+    def start(*names: str, commands: dict[str, list[str]] | None = None, stack_options: dict[str, Any] | None = None,
+              **extra_env: str) -> Project:  # fmt: skip
+        env = project_env(database_url=database_url, redis_url=redis_server.url, roots=artifact_roots,
+                          data_dir=tmp_path / "data", **extra_env)  # fmt: skip
+        stack = project_stack(env=env, log_dir=tmp_path / f"logs-{len(started)}", commands=commands,
+                              **(stack_options or {}))  # fmt: skip
         project = Project(stack)
         started.append(project)
         return project.start(*names)

@@ -8,51 +8,16 @@ private PostgreSQL mid-training (issue 14: a 20 s outage killed the job in fligh
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connections
 
-from apps.core.hashing import sha256_tree
-from apps.datapool.services import data_register_from_workspace
-from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.models import Checkpoint
-from apps.experiments.pipeline import train_job_spec
-from apps.experiments.services import checkpoint_register, manifest_digest
-from apps.jobs import services
-from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
+from apps.jobs.choices import JOB_TERMINAL_STATES, JobStatus
 from apps.jobs.models import Job, JobLogLine, JobTransition
-from tests.factories import make_run
+from tests.faults.conftest import LOGGING_STEPS
 
 pytestmark = pytest.mark.slow
-
-LOGGING_STEPS = 5
-
-
-@pytest.fixture(scope="session")
-def minibench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
-
-    return ci_minibench(tmp_path_factory)
-
-
-@pytest.fixture
-def training(transactional_db, artifact_roots, minibench_dir: Path, tmp_path: Path):
-    """``training(max_steps)``: a queued training job of θ0 on 300 clean catalog rows."""
-    manifest = sha256_tree(minibench_dir / "theta0")
-    uri = artifact_store().put_dir(minibench_dir / "theta0", key=checkpoint_key(manifest_digest(manifest)))
-    theta0 = checkpoint_register(handle="mb/theta0/faults", uri=uri, manifest=manifest, is_base=True)
-    lines = (minibench_dir / "catalog" / "arithmetic-clean" / "data.jsonl").read_text().splitlines()[:300]
-    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n")
-    entry = data_register_from_workspace(workspace=tmp_path, path="rows.jsonl", name="arithmetic-clean")
-    run = make_run(base_checkpoint=theta0)
-
-    def enqueue(max_steps: int) -> Job:
-        hyper = {"max_steps": max_steps, "batch_size": 8, "logging_steps": LOGGING_STEPS}
-        spec = train_job_spec(input_checkpoint=theta0, data=[entry], hyperparameters=hyper)
-        return services.job_enqueue(kind=JobKind.TRAIN, spec=spec, run=run, time_limit_seconds=900)
-
-    return enqueue
 
 
 def wait_for(predicate, *, timeout: float, what: str, logs=None):  # type: ignore[no-untyped-def]
