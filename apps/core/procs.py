@@ -78,8 +78,8 @@ class PortInUse(RuntimeError):
     """A server is already listening on the port a start was asked to serve on."""
 
 
-def port_holder(port: int) -> int | None:
-    """The pid of a process listening on TCP ``port`` (any address), when /proc tells it."""
+def _listening_inodes(port: int) -> set[str]:
+    """The sockets listening on TCP ``port`` (any address), as /proc/<pid>/fd links name them."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -91,6 +91,18 @@ def port_holder(port: int) -> int | None:
             # local_address is HEXIP:HEXPORT; state 0A is LISTEN; field 9 is the socket's inode.
             if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
                 inodes.add(f"socket:[{fields[9]}]")
+    return inodes
+
+
+def port_listened(port: int) -> bool:
+    """Whether anything listens on TCP ``port``. Unlike a failed bind, an outgoing connection that
+    happens to use the port as its local (ephemeral) port does not count: no server is there."""
+    return bool(_listening_inodes(port))
+
+
+def port_holder(port: int) -> int | None:
+    """The pid of a process listening on TCP ``port`` (any address), when /proc tells it."""
+    inodes = _listening_inodes(port)
     if not inodes:
         return None
     for proc in Path("/proc").iterdir():
