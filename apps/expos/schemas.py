@@ -222,14 +222,15 @@ def integers_coerced(schema: Any, value: Any) -> Any:
     return coerced
 
 
-# A compiled coercion: fn(value, changed) -> value, whole floats made int in place where the
-# schema wants an integer; ``changed`` gets an entry per float it turned into an int.
+# A compiled coercion: fn(value, changed) -> value, whole floats made int where the schema wants
+# an integer (the same object back when nothing changed); ``changed`` gets an entry per change.
 Coercion = Callable[[Any, list[int]], Any]
 
 
 def integer_coercion(schema: Any) -> Coercion:
     """``integers_coerced(schema, ·)`` for one schema, planned once: only the places where the
-    schema can want an integer are visited, and containers are changed in place instead of copied.
+    schema can want an integer are visited, and a container is copied only when an item in it
+    changes (the caller's value is never changed: a refused call is recorded as it was sent).
 
     A 1,000-point metric batch has integers only at ``points[*].step``: the plan reads that one
     key of each point, where the general walk rebuilt every dict and looked up every value's
@@ -270,15 +271,17 @@ def _coercion(schema: Any) -> Coercion | None:
             return None
 
         def object_(value: Any, changed: list[int]) -> Any:
-            if type(value) is dict:
-                for key, plan in planned.items():
-                    if key in value:
-                        value[key] = plan(value[key], changed)
-                if extra is not None:
-                    for key in value:
-                        if key not in properties:
-                            value[key] = extra(value[key], changed)
-            return value
+            if type(value) is not dict:
+                return value
+            # Copied once an item changes: the caller's value stays as it was sent.
+            copy: dict[str, Any] | None = None
+            for key, item in value.items():
+                plan = planned.get(key) if key in properties else extra
+                if plan is not None and (new := plan(item, changed)) is not item:
+                    if copy is None:
+                        copy = dict(value)
+                    copy[key] = new
+            return value if copy is None else copy
 
         return object_
     items = _coercion(schema.get("items"))
@@ -286,9 +289,14 @@ def _coercion(schema: Any) -> Coercion | None:
         return None
 
     def array(value: Any, changed: list[int]) -> Any:
-        if type(value) is list:
-            for index, item in enumerate(value):
-                value[index] = items(item, changed)
-        return value
+        if type(value) is not list:
+            return value
+        copy: list[Any] | None = None
+        for index, item in enumerate(value):
+            if (new := items(item, changed)) is not item:
+                if copy is None:
+                    copy = list(value)
+                copy[index] = new
+        return value if copy is None else copy
 
     return array

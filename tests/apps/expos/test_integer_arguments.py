@@ -89,8 +89,10 @@ def test_the_planned_coercion_gives_what_the_general_walk_gives(name, path):
     floated = _with(sample, path, float(_at(sample, path)))
     expected = integers_coerced(tool.input_schema, copy.deepcopy(floated))
     changed: list[int] = []
-    planned = integer_coercion(tool.input_schema)(copy.deepcopy(floated), changed)
+    sent = copy.deepcopy(floated)
+    planned = integer_coercion(tool.input_schema)(sent, changed)
     assert planned == expected
+    assert type(_at(sent, path)) is float  # the caller's arguments are left as sent (refusals record them)
     assert type(_at(planned, path)) is int
     assert changed  # so validate_input checks the coerced value's range
     unchanged: list[int] = []
