@@ -271,7 +271,7 @@ def _metric_points_source(points: list[tuple[str, int, float]]) -> tuple[str, li
     """The points as a row source with columns column1..3, and its parameters."""
     keys, steps, values = (list(column) for column in zip(*points, strict=True))
     if connection.vendor == "postgresql":
-        # Four text parameters, whatever the batch size: the distinct keys as an array, and each
+        # Four parameters, whatever the batch size: the distinct keys as a text array, and each
         # point's key number, step and value as comma-separated text that PostgreSQL splits and
         # parses. Quoting 3,000 array elements in Python (psycopg's client-side binding) was a
         # quarter of a 1,000-point call's CPU; joining them is a C loop. repr() of a float is its
