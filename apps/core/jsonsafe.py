@@ -165,48 +165,33 @@ def plainly_clean(value: Any, *, check_strings: bool = True, max_int: int, max_d
     passed :func:`text_may_hold_bad_chars` leaves them out), where the full checks walked a
     1,000-point batch three times building paths: most of that call's CPU.
     """
-    return _plain(value, 1, check_strings, max_int, max_depth)
+    return _plain_items((value,), 0, check_strings, max_int, max_depth)
 
 
-def _plain(value: Any, level: int, strings: bool, max_int: int, max_depth: int) -> bool:
-    kind = type(value)
-    if kind is dict:
-        if level > max_depth:
-            return False
-        if strings and any(type(key) is not str or _BAD_CHARS.search(key) for key in value):
-            return False
-        items = value.values()
-    elif kind is list:
-        if level > max_depth:
-            return False
-        items = value
-    else:
-        return _plain_scalar(value, strings, max_int)
+def _plain_items(items: Any, level: int, strings: bool, max_int: int, max_depth: int) -> bool:
+    """Whether every one of ``items`` (values nested in ``level`` objects and arrays) is plainly clean."""
     for item in items:
         kind = type(item)
-        if kind is dict or kind is list:
-            if not _plain(item, level + 1, strings, max_int, max_depth):
+        if kind is dict:
+            if level >= max_depth or (strings and any(type(key) is not str or _BAD_CHARS.search(key) for key in item)):
+                return False
+            if not _plain_items(item.values(), level + 1, strings, max_int, max_depth):
+                return False
+        elif kind is list:
+            if level >= max_depth or not _plain_items(item, level + 1, strings, max_int, max_depth):
                 return False
         elif kind is float:
-            if item - item != 0.0:  # infinity or NaN
+            if not math.isfinite(item):
                 return False
         elif kind is int:
             if not -max_int <= item <= max_int:
                 return False
-        elif not _plain_scalar(item, strings, max_int):
-            return False
+        elif kind is str:
+            if strings and _BAD_CHARS.search(item):
+                return False
+        elif item is not None and kind is not bool:
+            return False  # anything else (a NaN token's Constant): the full walk
     return True
-
-
-def _plain_scalar(value: Any, strings: bool, max_int: int) -> bool:
-    kind = type(value)
-    if kind is str:
-        return not strings or _BAD_CHARS.search(value) is None
-    if kind is float:
-        return math.isfinite(value)
-    if kind is int:
-        return bool(-max_int <= value <= max_int)
-    return value is None or kind is bool  # anything else (a NaN token's Constant): the full walk
 
 
 def storable(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
