@@ -5,15 +5,17 @@
 bench/api_vs_mlflow.py measures the append against its floor (one INSERT and COMMIT behind the
 same server) over HTTP. This script takes the HTTP server away: it calls both views through
 Django's test client (the same middleware, handler and views, in this process), interleaved in
-slices, and prints the Python time of each per call, the PostgreSQL and Redis round trips of
-one append, and a cProfile of the appends sorted by their own time. The world is api_vs_mlflow's
-(one running run, Workers with tokens, their experiments) on the same database, re-created.
+slices, and prints each one's p50 and CPU per call, the SQL statements of one call, and a CPU-time
+cProfile of the measured calls. ``--points 1000`` measures the batched append, ``--list 1000``
+the 1,000-record listing instead. The world is api_vs_mlflow's (one running run, Workers with
+tokens, their experiments) on the same database, re-created.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -42,6 +44,8 @@ def main() -> None:
         metavar="N",
         help="profile GET /api/v1/experiments/?limit=N (N records) instead of the append",
     )
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after set-up, as the server (rsiweb/asgi.py) does at start-up")  # fmt: skip
     args = parser.parse_args()
 
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/6")
@@ -58,9 +62,7 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext, override_settings
 
     settings.ALLOWED_HOSTS = ["*"]
-    if os.environ.get("PROFILE_GC_FREEZE"):
-        import gc
-
+    if args.gc_freeze:
         gc.freeze()
     token, handle = world.appenders[0]
     client = Client(headers={"authorization": f"Bearer {token}"})
@@ -80,8 +82,8 @@ def main() -> None:
         if answer.status_code != 200 or len(answer.json()["results"]) != args.list:
             raise RuntimeError(answer.content[:500])
 
-    if args.list:
-        append = listing  # noqa: F811 - the call profiled below
+    measured = listing if args.list else append
+    name = "listing" if args.list else "append"
 
     def floor() -> None:
         point = {"key": "loss", "step": next(step), "value": random.random()}
@@ -91,35 +93,35 @@ def main() -> None:
 
     with override_settings(ROOT_URLCONF="bench._floor_urls"):
         for _ in range(20):  # warm: compiled schemas, the token cache, the experiment's uuid
-            append()
+            measured()
             floor()
         with CaptureQueriesContext(connection) as queries:
-            append()
-        print(f"one append: {len(queries)} SQL statements")
+            measured()
+        print(f"one {name}: {len(queries)} SQL statements")
         for query in queries.captured_queries:
             print(f"  {query['sql'][:150]}")
 
-        times: dict[str, list[float]] = {"append": [], "floor": []}
-        cpu: dict[str, float] = {"append": 0.0, "floor": 0.0}
+        times: dict[str, list[float]] = {name: [], "floor": []}
+        cpu: dict[str, float] = {name: 0.0, "floor": 0.0}
         per_round = args.calls // args.rounds
         for r in range(args.rounds):
-            for name, call in (("append", append), ("floor", floor))[:: 1 if r % 2 == 0 else -1]:
+            for which, call in ((name, measured), ("floor", floor))[:: 1 if r % 2 == 0 else -1]:
                 started_cpu = time.process_time()
                 for _ in range(per_round):
                     t = time.perf_counter()
                     call()
-                    times[name].append(time.perf_counter() - t)
-                cpu[name] += time.process_time() - started_cpu
+                    times[which].append(time.perf_counter() - t)
+                cpu[which] += time.process_time() - started_cpu
         print(f"\n{'':8s} {'p50 ms':>8s} {'mean ms':>8s} {'cpu ms/call':>12s}  (n={per_round * args.rounds} each)")
-        for name, values in times.items():
-            print(f"{name:8s} {statistics.median(values) * 1000:8.3f} {statistics.mean(values) * 1000:8.3f}"
-                  f" {cpu[name] / len(values) * 1000:12.3f}")  # fmt: skip
-        print(f"append/floor p50 {statistics.median(times['append']) / statistics.median(times['floor']):.2f}x")
+        for which, values in times.items():
+            print(f"{which:8s} {statistics.median(values) * 1000:8.3f} {statistics.mean(values) * 1000:8.3f}"
+                  f" {cpu[which] / len(values) * 1000:12.3f}")  # fmt: skip
+        print(f"{name}/floor p50 {statistics.median(times[name]) / statistics.median(times['floor']):.2f}x")
 
         profile = cProfile.Profile(time.process_time)  # CPU: what Python costs, not the waits
         profile.enable()
         for _ in range(per_round):
-            append()
+            measured()
         profile.disable()
     out = io.StringIO()
     stats = pstats.Stats(profile, stream=out)
