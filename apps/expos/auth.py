@@ -290,22 +290,93 @@ class _LimiterOutage:
 _OUTAGE = _LimiterOutage()
 
 
-# GCRA (the generic cell rate algorithm) in one script, so a throttled call is one Redis round
-# trip and concurrent calls of one token cannot both read the same count: the key holds the
+# GCRA (the generic cell rate algorithm) in one script, so taking permits is one Redis round trip
+# and concurrent callers of one token cannot both read the same count: the key holds the
 # "theoretical arrival time" (ms, Redis's clock) of the next call; a call is let through while
-# that lies at most ``duration - interval`` ahead of now, which admits a burst of the full rate.
-# Returns 0 when allowed, else the milliseconds to wait.
+# that lies at most ``burst = duration - interval`` ahead of now, which admits a burst of the full
+# rate. A call may take up to ARGV[3] permits at once (a lease, below) and hand back ARGV[4] it
+# took earlier and did not use. Returns {permits taken, ms to wait when none}.
 _GCRA = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+local wanted = tonumber(ARGV[3])
+local unused = tonumber(ARGV[4])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now) - unused * interval
 if tat < now then tat = now end
-if tat - now > burst then return math.ceil(tat - now - burst) end
-redis.call('SET', KEYS[1], string.format('%.3f', tat + interval), 'PX', math.ceil(tat + interval - now))
-return 0
+local room = math.floor((burst + interval - (tat - now)) / interval + 1e-9)
+local taken = math.min(wanted, room)
+if taken < 1 then
+    if unused > 0 then
+        redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', math.ceil(tat - now) + 1)
+    end
+    return {0, math.ceil(tat - now - burst)}
+end
+tat = tat + taken * interval
+redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', math.ceil(tat - now))
+return {taken, 0}
 """
+
+# A web process takes its tokens' permits in leases, so most calls skip the round trip: a lease
+# starts at one permit, doubles while the token's calls use each lease up within its lifetime
+# (``RSI_TOKEN_RATE_LEASE_SECONDS``), halves when one expires unused, and never exceeds what the
+# rate allows in that lifetime (nor MAX_LEASE). Permits are counted in Redis when leased, so every
+# process still draws on the one shared limit; a permit not used in time is handed back with the
+# process's next lease for the token. A token can therefore run at most one lease ahead of its
+# rate, and only within a lease's lifetime. A rate of a few calls a minute always leases one permit.
+MAX_LEASE = 64
+_MAX_LEASED_TOKENS = 10_000
+
+
+@dataclass
+class _Lease:
+    permits: int = 0  # taken from Redis, not used yet
+    expires: float = 0.0  # time.monotonic() after which they are not used
+    size: int = 1  # permits the next lease asks for
+
+
+class _Leases:
+    """Per process: each token's current lease. A lock, because requests run on several threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_key: dict[str, _Lease] = {}
+
+    def use(self, key: str) -> bool:
+        """Spend a leased permit of ``key`` if one is left and fresh."""
+        with self.lock:
+            lease = self.by_key.get(key)
+            if lease is None or lease.permits == 0 or time.monotonic() >= lease.expires:
+                return False
+            lease.permits -= 1
+            return True
+
+    def next_lease(self, key: str, largest: int) -> tuple[int, int]:
+        """(permits to ask for, unused permits to hand back), sizing the lease by how the last one went."""
+        with self.lock:
+            lease = self.by_key.get(key)
+            if lease is None:
+                if len(self.by_key) >= _MAX_LEASED_TOKENS:
+                    self.by_key.clear()  # their unused permits stay counted: stricter, never looser
+                lease = self.by_key[key] = _Lease()
+            unused, lease.permits = lease.permits, 0
+            if unused:
+                lease.size = max(1, lease.size // 2)
+            elif time.monotonic() < lease.expires:
+                lease.size *= 2  # used up before it expired
+            lease.size = max(1, min(lease.size, largest, MAX_LEASE))
+            return lease.size, unused
+
+    def add(self, key: str, permits: int, seconds: float) -> None:
+        """Keep ``permits`` (the one this call spends already taken off) until ``seconds`` from now."""
+        with self.lock:
+            lease = self.by_key.setdefault(key, _Lease())
+            lease.permits += permits
+            lease.expires = time.monotonic() + seconds
+
+
+_LEASES = _Leases()
 
 
 class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
@@ -313,7 +384,8 @@ class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
 
     People are not throttled here: the limit exists to keep a runaway agent loop from flooding the
     database. With Redis as the cache (REDIS_URL set, so all web processes share the counts) a
-    check is one script call (``_GCRA``); any other cache gets DRF's sliding window.
+    check spends a permit this process leased (``_Leases``) or is one script call (``_GCRA``);
+    any other cache gets DRF's sliding window.
 
     When Redis is unreachable the limit *degrades open*: requests pass uncounted for at most
     ``RSI_RATE_LIMIT_FAIL_OPEN_SECONDS`` (60), recorded as a ``rate_limit.degraded`` event on each
@@ -351,12 +423,22 @@ class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
         return self._wait_ms == 0
 
     def _redis_wait_ms(self, client: Any, key: str) -> int:
-        """One round trip: 0 when the call is within the rate, else how long to wait (ms)."""
+        """0 when the call is within the rate, else how long to wait (ms): a leased permit, or one round trip."""
+        if _LEASES.use(key):
+            return 0
         assert self.num_requests is not None
         assert self.duration is not None
+        lifetime = float(getattr(settings, "RSI_TOKEN_RATE_LEASE_SECONDS", 1.0))
+        largest = int(self.num_requests * lifetime / self.duration)  # 0 (no leases) when lifetime is 0
+        wanted, unused = _LEASES.next_lease(key, largest)
         interval = self.duration * 1000 / self.num_requests
         script = _gcra_script(client)
-        return int(script(keys=[cache.make_key(key)], args=[interval, self.duration * 1000 - interval], client=client))
+        args = [interval, self.duration * 1000 - interval, wanted, unused]
+        taken, wait_ms = script(keys=[cache.make_key(key)], args=args, client=client)
+        if taken < 1:
+            return max(1, int(wait_ms))
+        _LEASES.add(key, int(taken) - 1, lifetime)
+        return 0
 
     def wait(self) -> float | None:
         if hasattr(self, "_wait_ms"):

@@ -281,6 +281,10 @@ SPECTACULAR_SETTINGS = {
 }
 # Per agent token, e.g. "600/min"; empty turns the limit off.
 RSI_TOKEN_RATE = env.text("RSI_TOKEN_RATE", "600/min")
+# How long permits a web process leases from that shared limit stay usable (apps.expos.auth): a
+# token can run at most one lease (<= this many seconds of its rate, <= 64 calls) ahead of its
+# rate. 0: no leases, one Redis round trip per call.
+RSI_TOKEN_RATE_LEASE_SECONDS = env.number("RSI_TOKEN_RATE_LEASE_SECONDS", 1.0)
 # How long a web process reuses a resolved agent token (apps.expos.auth): the most a revocation,
 # or the end of the token's run, lags in the other processes. 0: look it up on every call.
 RSI_TOKEN_CACHE_SECONDS = env.integer("RSI_TOKEN_CACHE_SECONDS", 5)

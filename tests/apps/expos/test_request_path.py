@@ -30,7 +30,7 @@ from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Run
 from apps.research.services import node_create, run_set_status
 from tests.factories import make_run
-from tests.support.procs import run_python
+from tests.support.procs import child_env, run_python
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -134,15 +134,21 @@ def test_a_single_append_is_one_transaction_of_four_statements_and_one_redis_cal
     # The INSERT and the event append went out in pipeline mode: sent together, one wait for both
     # answers. Round trips: BEGIN, INSERT + event, COMMIT: as many as a bare INSERT's transaction.
     assert piped.modes == [("INSERT", True), ("rsiweb_event_append", True)], piped.modes
-    # Was GET and SET of DRF's throttle history: now one script call.
+    # Was GET and SET of DRF's throttle history: now one script call, which leased two permits
+    # (the first call's lease of one was used up within its lifetime).
     assert len(commands.seen) == 1, commands.seen
     assert commands.seen[0].startswith("EVALSHA"), commands.seen
+    assert _lease_args(commands.seen[0]) == (2, 0), commands.seen
+    # The next call spends the second permit of that lease: no round trip to Redis at all.
+    with RedisCommands() as commands:
+        assert _append(client, plaintext, experiment.handle, 2).status_code == 200
+    assert commands.seen == [], commands.seen
     # The event was sealed as it was inserted, and the chain holds.
     event = Event.objects.filter(run=run, type="tool.called").order_by("-id").first()
     assert event.hash
     assert event.seq is not None
     assert chain_verify(chain_key(run)).ok
-    assert MetricPoint.objects.filter(experiment=experiment).count() == 2
+    assert MetricPoint.objects.filter(experiment=experiment).count() == 3
 
 
 def test_appending_to_an_experiment_of_another_worker_is_refused(appender):
@@ -219,6 +225,84 @@ def test_the_rate_limit_refuses_past_the_rate_with_retry_after(appender, setting
     refused = _append(client, plaintext, experiment.handle, 9)
     assert refused.status_code == 429
     assert 1 <= int(refused["Retry-After"]) <= 60
+
+
+def _lease_args(evalsha: str) -> tuple[int, int]:
+    """(permits asked for, unused permits handed back) of a MONITOR line of the rate-limit script."""
+    # EVALSHA <sha> 1 <key> <interval> <burst> <wanted> <unused>, each argument quoted
+    words = evalsha.replace('"', "").split()
+    return int(words[-2]), int(words[-1])
+
+
+def _calls_until_refused(client: Client, plaintext: str, handle: str, first_step: int, most: int) -> int:
+    for n in range(most):
+        response = _append(client, plaintext, handle, first_step + n)
+        if response.status_code == 429:
+            return n
+        assert response.status_code == 200, response.content
+    raise AssertionError(f"{most} calls and no 429")
+
+
+def test_a_busy_token_leases_its_permits_and_still_gets_exactly_its_rate(appender, settings):
+    # 120 a minute, leases live 5 s: a lease holds at most 10 permits (5 s of the rate).
+    settings.RSI_TOKEN_RATE = "120/min"
+    settings.RSI_TOKEN_RATE_LEASE_SECONDS = 5
+    run, experiment, plaintext, _ = appender
+    started = time.monotonic()
+    with RedisCommands() as commands:
+        admitted = _calls_until_refused(Client(), plaintext, experiment.handle, 0, most=400)
+    refill = (time.monotonic() - started) * 2  # 2 permits a second come back meanwhile
+    # The burst of the whole rate, and what refilled while the calls ran: no more, no less.
+    assert 120 <= admitted <= 120 + refill + 1, (admitted, refill)
+    scripts = [c for c in commands.seen if c.startswith("EVALSHA")]
+    assert len(scripts) == len(commands.seen), commands.seen
+    asked = [_lease_args(c)[0] for c in scripts]
+    # Leases grow while they are used up in time (1, 2, 4, 8), never beyond 10 permits.
+    assert asked[:4] == [1, 2, 4, 8], asked
+    assert max(asked) == 10, asked
+    assert len(scripts) <= admitted // 5, (len(scripts), admitted)
+
+
+LEASED_CALLS = """
+from django.conf import settings
+from django.test import Client
+settings.ALLOWED_HOSTS = ["*"]
+client = Client(HTTP_AUTHORIZATION="Bearer {token}")
+codes = [client.post("/api/v1/tools/experiment_log_metrics",
+                     {{"experiment": "{handle}", "points": [{{"key": "other", "step": i, "value": 1.0}}]}},
+                     content_type="application/json").status_code for i in range({calls})]
+assert codes == [200] * {calls}, codes
+"""
+
+
+def test_processes_lease_from_one_shared_limit(appender, settings):
+    settings.RSI_TOKEN_RATE = "120/min"
+    settings.RSI_TOKEN_RATE_LEASE_SECONDS = 5
+    run, experiment, plaintext, _ = appender
+    started = time.monotonic()
+    # Another web process spends 50 of the token's 120 (and keeps what its last lease has left).
+    env = {"RSI_TOKEN_RATE": "120/min", "RSI_TOKEN_RATE_LEASE_SECONDS": "5"}
+    run_python(LEASED_CALLS.format(token=plaintext, handle=experiment.handle, calls=50), env=child_env(**env))
+    admitted = _calls_until_refused(Client(), plaintext, experiment.handle, 0, most=400)
+    refill = (time.monotonic() - started) * 2
+    # At most the other process's unused lease (< 10 permits) is lost to this one; nothing is doubled.
+    assert 120 - 10 < 50 + admitted <= 120 + refill + 1, (admitted, refill)
+
+
+def test_permits_a_lease_did_not_use_are_handed_back(appender, settings):
+    settings.RSI_TOKEN_RATE = "600/min"
+    settings.RSI_TOKEN_RATE_LEASE_SECONDS = 0.5  # leases of at most 5 permits
+    run, experiment, plaintext, _ = appender
+    client = Client()
+    with RedisCommands() as commands:
+        for step in range(9):  # leases of 1, 2, 4 and then 5: 12 permits taken, 9 used
+            assert _append(client, plaintext, experiment.handle, step).status_code == 200
+    assert [_lease_args(c) for c in commands.seen] == [(1, 0), (2, 0), (4, 0), (5, 0)], commands.seen
+    time.sleep(0.6)  # the lease expires with 3 permits unused
+    with RedisCommands() as commands:
+        assert _append(client, plaintext, experiment.handle, 9).status_code == 200
+    # They go back with the next request, and the lease shrinks.
+    assert [_lease_args(c) for c in commands.seen] == [(2, 3)], commands.seen
 
 
 def test_a_refused_pipelined_append_leaves_only_its_refusal(appender):
