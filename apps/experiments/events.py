@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -95,14 +96,14 @@ def _scalar_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def content_json(event: Event, *, run_uuid: str | None, arguments_json: str) -> str:
-    """``canonical_json(event_content(event, run_uuid=...))``, given the arguments already serialised.
+def content_json(event: PendingEvent, *, run_uuid: str | None) -> str:
+    """``canonical_json(event_content(event, run_uuid=...))`` of an event about to be written.
 
-    The keys in canonical_json's (sorted) order, with ``arguments_json`` (their canonical JSON)
-    spliced in: the arguments are serialised once per append, not twice.
+    The keys in canonical_json's (sorted) order, with the arguments' canonical JSON spliced in:
+    the arguments are serialised once per append, not twice.
     """
     return (
-        f'{{"actor":{_scalar_json(event.actor)},"arguments":{arguments_json},'
+        f'{{"actor":{_scalar_json(event.actor)},"arguments":{event.arguments_json},'
         f'"created_at":{_scalar_json(event.created_at.isoformat())},"result_ref":{_scalar_json(event.result_ref)},'
         f'"role":{_scalar_json(event.role)},"run":{_scalar_json(run_uuid)},"tool":{_scalar_json(event.tool)},'
         f'"type":{_scalar_json(event.type)}}}'
@@ -114,8 +115,85 @@ def link_hash(prev_hash: str, seq: int, content_sha256: str) -> str:
     return hashlib.sha256(f"{prev_hash}:{seq}:{content_sha256}".encode()).hexdigest()
 
 
-# rsiweb_event_append() and rsiweb_seal_chain() are installed by migrations 0005 and 0006.
-_APPEND_SQL = "SELECT * FROM rsiweb_event_append(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)"
+# rsiweb_event_append() and rsiweb_seal_chain() are installed by migrations 0005 and 0009. The
+# call takes PendingEvent.params and answers (event_id, event_chain_id, event_sealed).
+EVENT_APPEND_CALL = "rsiweb_event_append(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)"
+_APPEND_SQL = f"SELECT * FROM {EVENT_APPEND_CALL}"
+
+
+@dataclass
+class PendingEvent:
+    """An event ready for its chain, not yet written: ``event_append`` writes it, or a statement
+    that also writes the change it records calls EVENT_APPEND_CALL with ``params`` and hands the
+    answer to ``appended`` (one round trip for both; PostgreSQL only). The Event object is built
+    only when asked for: a request that writes its event in its own statement never needs it."""
+
+    run: Run | None
+    key: str  # its chain's
+    created_at: datetime
+    type: str
+    actor: str
+    role: str
+    tool: str
+    arguments_json: str  # canonical JSON, as stored and hashed
+    result_ref: str
+    content_sha256: str
+    written: bool = False
+    _ids: tuple[int, int] | None = None  # (event, chain) once written
+    _event: Event | None = None
+
+    @property
+    def params(self) -> list[Any]:
+        run_id = None if self.run is None else self.run.pk
+        return [self.key, run_id, self.created_at, self.type, self.actor, self.role, self.tool, self.arguments_json,
+                self.result_ref, self.content_sha256]  # fmt: skip
+
+    @property
+    def event(self) -> Event:
+        if self._event is None:
+            self._event = Event(
+                run=self.run, created_at=self.created_at, type=self.type, actor=self.actor, role=self.role,
+                tool=self.tool, arguments=json.loads(self.arguments_json), result_ref=self.result_ref,
+                content_sha256=self.content_sha256,
+            )  # fmt: skip
+        if self._ids is not None and self._event.pk is None:
+            self._event.pk, self._event.chain_id = self._ids
+            self._event._state.adding = False
+        return self._event
+
+    def appended(self, event_id: int, chain_id: int, sealed: bool) -> None:
+        """Take rsiweb_event_append()'s answer: the row's id and chain, and whether it went in sealed."""
+        self._ids, self.written = (event_id, chain_id), True
+        if sealed:
+            # Sealed under the chain's lock: an event skipped meanwhile is its own writer's to seal.
+            _seal_recheck_drop(chain_id)
+        else:
+            _seal_after_commit(self.key, chain_id)
+
+
+def event_prepare(
+    *,
+    type: str,
+    actor: str,
+    role: str,
+    run: Run | None = None,
+    tool: str = "",
+    arguments: dict[str, Any] | None = None,
+    result_ref: str = "",
+) -> PendingEvent:
+    """The event ``event_append`` would write with these values, its content hash taken, unwritten."""
+    key = chain_key(run)
+    # Escaped, never refused: whatever a caller passes (a refused request's lone surrogate, NUL or
+    # NaN), the event is written, since a crash here would lose the record. Numbers are written as
+    # the database will return them, so the hash covers what chain_verify reads back.
+    arguments_json = canonical_json(redact(storable(arguments or {})))
+    pending = PendingEvent(
+        run=run, key=key, created_at=timezone.now(), type=type, actor=actor, role=role, tool=tool,
+        arguments_json=arguments_json, result_ref=result_ref, content_sha256="",
+    )  # fmt: skip
+    content = content_json(pending, run_uuid=None if run is None else key)
+    pending.content_sha256 = hashlib.sha256(content.encode("utf-8")).hexdigest()
+    return pending
 
 
 def event_append(
@@ -136,49 +214,30 @@ def event_append(
     ``seq``/``hash`` back from the database when needed). Nobody waits for the lock inside a
     transaction, so appends of different transactions do not serialise on one fsync each.
     """
-    key = chain_key(run)
-    event = Event(
-        run=run,
-        created_at=timezone.now(),
-        type=type,
-        actor=actor,
-        role=role,
-        tool=tool,
-        # Escaped, never refused: whatever a caller passes (a refused request's lone surrogate,
-        # NUL or NaN), the event is written, since a crash here would lose the record.
-        arguments=redact(storable(arguments or {})),
-        result_ref=result_ref,
+    pending = event_prepare(
+        type=type, actor=actor, role=role, run=run, tool=tool, arguments=arguments, result_ref=result_ref
     )
-    # Round-trip the arguments through JSON now so the hash covers what the database returns.
-    arguments_json = canonical_json(event.arguments)
-    event.arguments = json.loads(arguments_json)
-    run_uuid = None if run is None else key
-    content = content_json(event, run_uuid=run_uuid, arguments_json=arguments_json)
-    event.content_sha256 = hashlib.sha256(content.encode("utf-8")).hexdigest()
+    return pending_event_write(pending)
+
+
+def pending_event_write(pending: PendingEvent) -> Event:
+    """Write a prepared event on its own (``event_append``)."""
     if connection.vendor == "postgresql":
         # One round trip (and, outside a transaction, one commit): chain look-up, a seal of what is
         # pending that does not wait when another writer is sealing this chain, and the insert.
         with connection.cursor() as cursor:
-            cursor.execute(
-                _APPEND_SQL,
-                [key, event.run_id, event.created_at, type, actor, role, tool, arguments_json, result_ref,
-                 event.content_sha256],
-            )  # fmt: skip
-            event.pk, event.chain_id, sealed = cursor.fetchone()
-        event._state.adding = False
-    else:
-        chain, _ = EventChain.objects.get_or_create(key=key)
-        event.chain = chain
-        with transaction.atomic():
-            event.save(force_insert=True)
-            # IMMEDIATE transactions serialise SQLite's writers: the seal always gets through.
-            _seal_batch(chain)
-        sealed = True
-    if sealed:
-        # Sealed under the chain's lock: an event skipped meanwhile is its own writer's to seal.
-        _seal_recheck_drop(event.chain_id)
-    else:
-        _seal_after_commit(key, event.chain_id)
+            cursor.execute(_APPEND_SQL, pending.params)
+            pending.appended(*cursor.fetchone())
+        return pending.event
+    event = pending.event
+    chain, _ = EventChain.objects.get_or_create(key=pending.key)
+    event.chain = chain
+    with transaction.atomic():
+        event.save(force_insert=True)
+        # IMMEDIATE transactions serialise SQLite's writers: the seal always gets through.
+        _seal_batch(chain)
+    _seal_recheck_drop(chain.pk)
+    pending.written = True
     return event
 
 

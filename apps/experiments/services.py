@@ -6,12 +6,11 @@ Each change of an experiment or an evaluation is announced to the run's watchers
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
+from django.db.backends.postgresql.base import ServerBindingCursor
 from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
@@ -19,7 +18,7 @@ from apps.core.handles import lock_global_handles, next_handle
 from apps.core.hashing import canonical_json, sha256_text, sha256_tree
 from apps.core.models import clean_new_row
 from apps.experiments.choices import EvaluationStatus, IntegrityStatus
-from apps.experiments.events import event_append
+from apps.experiments.events import EVENT_APPEND_CALL, PendingEvent, event_append, pending_event_write
 from apps.experiments.models import (
     Checkpoint,
     Evaluation,
@@ -325,7 +324,7 @@ def metric_points_log_owned(
     owner: ResearchNode,
     handle: str,
     points: list[tuple[str, int, float]],
-    also: Callable[[], object] | None = None,
+    event: PendingEvent | None = None,
 ) -> tuple[Experiment, int, int] | None:
     """``metric_points_log`` on the experiment ``handle`` of ``run`` if ``owner`` owns it, else None.
 
@@ -333,43 +332,56 @@ def metric_points_log_owned(
     found by run, handle and owner, and the points are inserted for it), because this is what
     agents call most. None says only "not yours or not there"; the caller tells which.
 
-    ``also`` (PostgreSQL only) runs right after the INSERT is sent and before its answer is read,
-    in pipeline mode: the statements it sends (the call's event) travel with the INSERT, and one
-    wait answers both (psycopg still waits for the BEGIN on its own, as it does outside a
-    pipeline). It runs whatever the INSERT finds, so it must only write what the caller's
-    transaction rolls back when this returns None or raises.
+    ``event`` (the call's record) is written by the same statement when the experiment is the
+    owner's, so the change and its event cost one round trip; the caller's transaction rolls
+    both back if the points are then refused. The statement is bound server-side, so each
+    connection prepares it once (psycopg prepares a statement after its fifth use).
     """
     if connection.vendor != "postgresql" or not points:
         experiment = Experiment.objects.filter(run=run, handle=handle, owner=owner).only("pk", "uuid", "handle").first()
         if experiment is None:
             return None
-        return experiment, *metric_points_log(experiment=experiment, points=points)
+        logged = metric_points_log(experiment=experiment, points=points)
+        if event is not None:
+            pending_event_write(event)
+        return experiment, *logged
     _metric_points_check(points)
     source, params = _metric_points_source(points)
     insert = _METRIC_INSERT.format(experiment="e.id", source=f"e, {source}")
-    sql = (
-        "WITH e AS (SELECT id, uuid FROM experiments_experiment WHERE run_id = %s AND handle = %s AND owner_id = %s), "
-        f"ins AS ({insert}) SELECT e.id, e.uuid, ins.key, ins.step FROM e LEFT JOIN ins ON true"
-    )
-    with _pipelined(also is not None), connection.cursor() as cursor:
-        cursor.execute(sql, [run.pk, handle, owner.pk, timezone.now(), *params])
-        if also is not None:
-            also()
+    params = [run.pk, handle, owner.pk, timezone.now(), *params]
+    if event is None:
+        sql = f"{_OWNED} ins AS ({insert}) SELECT e.id, e.uuid, ins.key, ins.step FROM e LEFT JOIN ins ON true"
+    else:
+        # A function in a CTE's select list runs once per row of ``e``: once when the experiment
+        # is the owner's, not at all when it is not.
+        sql = (
+            f"{_OWNED} ins AS ({insert}), ev AS (SELECT {EVENT_APPEND_CALL} AS r FROM e) "
+            "SELECT e.id, e.uuid, ins.key, ins.step, (ev.r).event_id, (ev.r).event_chain_id, (ev.r).event_sealed "
+            "FROM e LEFT JOIN ins ON true LEFT JOIN ev ON true"
+        )
+        params += event.params
+    with _server_bound_cursor() as cursor:
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     if not rows:
         return None
+    if event is not None:
+        event.appended(*rows[0][4:7])
     experiment = Experiment(pk=rows[0][0], uuid=rows[0][1], handle=handle, run_id=run.pk, owner_id=owner.pk)
-    inserted = {(key, step) for _, _, key, step in rows if key is not None}
+    inserted = {(row[2], row[3]) for row in rows if row[2] is not None}
     return experiment, *_metric_points_settle(experiment, points, inserted)
 
 
-def _pipelined(wanted: bool) -> AbstractContextManager[object]:
-    """psycopg's pipeline mode on Django's connection: statements are sent without waiting for answers."""
-    if not wanted:
-        return nullcontext()
+_OWNED = "WITH e AS (SELECT id, uuid FROM experiments_experiment WHERE run_id = %s AND handle = %s AND owner_id = %s),"
+
+
+def _server_bound_cursor() -> Any:
+    """A Django cursor whose parameters PostgreSQL binds, so psycopg prepares a statement it runs
+    often (Django's own cursors interpolate them client-side and never prepare)."""
     connection.ensure_connection()
-    pipeline: AbstractContextManager[object] = connection.connection.pipeline()
-    return pipeline
+    with connection.wrap_database_errors:
+        # Django wraps (and, when queries are logged, records) it as it does its own cursors.
+        return connection._prepare_cursor(ServerBindingCursor(connection.connection))
 
 
 def _metric_points_settle(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from apps.experiments.events import PendingEvent
     from apps.expos.models import AgentToken
     from apps.research.models import ResearchNode, Run
 
@@ -43,7 +44,7 @@ class ToolContext:
 
     Handlers may set ``result_ref`` ("experiment:<uuid>") for the call's event, and
     ``etag_node`` to the research node whose version the response's ETag should carry, or record
-    their successful call themselves (``record_success``).
+    their successful call themselves (``success_event``).
     """
 
     run: Run
@@ -55,12 +56,18 @@ class ToolContext:
     token: AgentToken | None = None
     result_ref: str = ""
     etag_node: ResearchNode | None = None
-    # Set by the view for a plain (not idempotent-create, not If-Match) call: a handler may append
-    # the call's ``tool.called`` event itself, inside its own write, so both reach the database in
-    # one round trip (experiment_log_metrics). ``record_success(result_ref)`` appends exactly the
-    # event the view would append after the handler, and sets ``recorded`` so the view does not.
-    record_success: Callable[[str], None] | None = None
-    recorded: bool = False
+    # Set by the view for a plain (not idempotent-create, not If-Match) call: a handler may write
+    # the call's ``tool.called`` event itself, in the statement that makes its change, so both
+    # reach the database in one round trip (experiment_log_metrics). ``success_event(result_ref)``
+    # is exactly the event the view would append after the handler, unwritten; once the handler
+    # has written it (PendingEvent.written), the view does not append another.
+    success_event: Callable[[str], PendingEvent] | None = None
+    success_pending: PendingEvent | None = None
+
+    @property
+    def recorded(self) -> bool:
+        """The handler wrote its call's success event itself."""
+        return self.success_pending is not None and self.success_pending.written
 
     @property
     def actor(self) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from apps.core.hashing import canonical_json, sha256_text
 from apps.core.jsonsafe import storable
-from apps.experiments.events import event_append
+from apps.experiments.events import PendingEvent, event_prepare, pending_event_write
 from apps.experiments.models import Event
 from apps.expos.auth import agent_token_issue, agent_token_revoke
 from apps.expos.registry import ToolContext
@@ -15,7 +15,7 @@ from apps.research.models import AgentLoop, TranscriptTurn
 from apps.research.services import guidance_refusal_announce
 from apps.research.transcripts import turn_record
 
-__all__ = ["agent_token_issue", "agent_token_revoke", "harness_turn_record", "tool_call_record"]
+__all__ = ["agent_token_issue", "agent_token_revoke", "harness_turn_record", "tool_call_event", "tool_call_record"]
 
 # Stored arguments are evidence, not a data store: a huge body is kept as a digest beyond this.
 MAX_RECORDED_ARGUMENT_CHARS = 20_000
@@ -38,6 +38,33 @@ def tool_call_record(
     Called inside the handler's transaction for a success (the record commits with the change)
     and in a fresh transaction after a refusal (so the refusal survives the rollback).
     """
+    pending = tool_call_event(
+        ctx=ctx, tool=tool, arguments=arguments, status=status, error=error, result_ref=result_ref,
+        replayed=replayed, idempotency_key=idempotency_key, error_path=error_path,
+    )  # fmt: skip
+    event = pending_event_write(pending)
+    recorded = event.arguments["args"] if status >= 400 else None
+    if ctx.run is not None and isinstance(recorded, dict) and recorded.get("decision"):
+        # A refused call made for a decision (a spawn answered 409 worker_limit): the guidance that
+        # decision applied was not carried out, and the run page must say so.
+        guidance_refusal_announce(run=ctx.run, decision=str(recorded["decision"]))
+    return event
+
+
+def tool_call_event(
+    *,
+    ctx: ToolContext,
+    tool: str,
+    arguments: dict[str, Any] | None,
+    status: int,
+    error: str = "",
+    result_ref: str = "",
+    replayed: bool = False,
+    idempotency_key: str | None = None,
+    error_path: str = "",
+) -> PendingEvent:
+    """The ``tool.called`` event of a call, unwritten: for ``tool_call_record``, or for a handler
+    that writes it in the same statement as its change (``ToolContext.success_event``)."""
     # A call that got this far with status < 400 had its arguments checked (apps.expos.views:
     # no lone surrogates, NUL characters, infinities or deep nesting); only a refusal's may need
     # making storable, and then it is escaped, never dropped: the refused call stays on record.
@@ -54,7 +81,7 @@ def tool_call_record(
         body["replayed"] = True
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
-    event = event_append(
+    return event_prepare(
         run=ctx.run,
         type="tool.called",
         actor=ctx.actor,
@@ -63,11 +90,6 @@ def tool_call_record(
         arguments=body,
         result_ref=result_ref[:200],
     )
-    if status >= 400 and ctx.run is not None and isinstance(recorded, dict) and recorded.get("decision"):
-        # A refused call made for a decision (a spawn answered 409 worker_limit): the guidance that
-        # decision applied was not carried out, and the run page must say so.
-        guidance_refusal_announce(run=ctx.run, decision=str(recorded["decision"]))
-    return event
 
 
 def harness_turn_record(*, ctx: ToolContext, tool: str, arguments: Any, status: int, answer: Any) -> None:

@@ -51,12 +51,13 @@ from apps.core.jsonsafe import (
 from apps.core.jsonsafe import loads as jsonsafe_loads
 from apps.core.people import is_human_viewer
 from apps.core.transient import TRANSIENT_ERRORS, service_unavailable_for
+from apps.experiments.events import PendingEvent
 from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, agent_token_of
 from apps.expos.models import IdempotencyRecord
 from apps.expos.payloads import etag_value
 from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
 from apps.expos.schemas import REFUSAL_KEY, Coercion, integer_coercion, integers_coerced
-from apps.expos.services import harness_turn_record, tool_call_record
+from apps.expos.services import harness_turn_record, tool_call_event, tool_call_record
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
 from apps.research.models import ResearchNode
 
@@ -449,11 +450,13 @@ class ToolCallView(APIView):
                     ctx.etag_node = locked
                 if not tool.idempotent_create and tool.etag_node is None:
 
-                    def record_success(result_ref: str) -> None:
-                        tool_call_record(ctx=ctx, tool=tool.name, arguments=args, status=code, result_ref=result_ref)
-                        ctx.result_ref, ctx.recorded = result_ref, True
+                    def success_event(result_ref: str) -> PendingEvent:
+                        pending = tool_call_event(ctx=ctx, tool=tool.name, arguments=args, status=code,
+                                                  result_ref=result_ref)  # fmt: skip
+                        ctx.result_ref, ctx.success_pending = result_ref, pending
+                        return pending
 
-                    ctx.record_success = record_success
+                    ctx.success_event = success_event
                 result = tool.handler(ctx, args)
                 problems = output_errors(tool, result)
                 if problems:

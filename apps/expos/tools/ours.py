@@ -330,17 +330,13 @@ def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     points = [(point["key"], point["step"], float(point["value"])) for point in args["points"]]
     key = (ctx.run.pk, ctx.node.pk, args["experiment"])
     known = _LOGGED_ON.get(key)
-    also = None
-    if known is not None and ctx.record_success is not None:
-        # The event names the experiment by uuid; known from an earlier call, it is sent with the
-        # INSERT (one round trip), and rolled back with it if the INSERT refuses.
-        record_success = ctx.record_success
-
-        def also() -> None:
-            record_success(f"experiment:{known}")
-
+    event = None
+    if known is not None and ctx.success_event is not None:
+        # The event names the experiment by uuid; known from an earlier call, it is written by the
+        # INSERT's statement (one round trip), and rolled back with it if the points are refused.
+        event = ctx.success_event(f"experiment:{known}")
     # Ownership is checked by the insert itself; only a refusal pays for telling 404 from 403.
-    logged = metric_points_log_owned(run=ctx.run, owner=ctx.node, handle=args["experiment"], points=points, also=also)
+    logged = metric_points_log_owned(run=ctx.run, owner=ctx.node, handle=args["experiment"], points=points, event=event)
     if logged is None:
         _LOGGED_ON.pop(key, None)
         experiment_for(ctx, args["experiment"])  # 404 unless the caller may see it

@@ -74,18 +74,16 @@ class RedisCommands:
         assert not self._thread.is_alive(), "MONITOR never saw the end marker"
 
 
-class PipelineWatch:
-    """A Django execute wrapper: for each statement, whether psycopg sent it in pipeline mode."""
+class BindingWatch:
+    """A Django execute wrapper: per statement, its first word and whether PostgreSQL binds its
+    parameters (a server-bound cursor, which psycopg prepares once used often enough)."""
 
     def __init__(self) -> None:
-        self.modes: list[tuple[str, bool]] = []
+        self.seen: list[tuple[str, bool]] = []
 
     def __call__(self, execute, sql, params, many, context):
-        pgconn = context["connection"].connection.pgconn
-        name = "rsiweb_event_append" if "rsiweb_event_append" in sql else sql.split()[0]
-        if "experiments_metricpoint" in sql:
-            name = "INSERT"
-        self.modes.append((name, pgconn.pipeline_status == psycopg.pq.PipelineStatus.ON))
+        raw = context["cursor"].cursor
+        self.seen.append((sql.split()[0], not isinstance(raw, psycopg.ClientCursor)))
         return execute(sql, params, many, context)
 
 
@@ -112,28 +110,29 @@ def _append(client: Client, plaintext: str, handle: str, step: int):
     )
 
 
-def test_a_single_append_is_one_transaction_of_four_statements_and_one_redis_call(appender):
+def test_a_single_append_is_one_transaction_of_three_statements_and_one_redis_call(appender):
     run, experiment, plaintext, _ = appender
     client = Client()
     assert _append(client, plaintext, experiment.handle, 0).status_code == 200  # resolves and caches the token
-    piped = PipelineWatch()
-    with RedisCommands() as commands, CaptureQueriesContext(connection) as queries, connection.execute_wrapper(piped):
+    binding = BindingWatch()
+    with RedisCommands() as commands, CaptureQueriesContext(connection) as queries, connection.execute_wrapper(binding):
         response = _append(client, plaintext, experiment.handle, 1)
     assert response.status_code == 200, response.content
     assert response.json() == {"experiment": experiment.handle, "logged": 1, "unchanged": 0}
     sql = [q["sql"] for q in queries]
     # Was 7 statements in 3 transactions: the token look-up, BEGIN, the ownership SELECT, the
-    # INSERT, the event append, COMMIT, and the after-commit seal re-check.
-    assert len(sql) == 4, sql
+    # INSERT, the event append, COMMIT, and the after-commit seal re-check. Now one statement
+    # finds the experiment by run, handle and owner, inserts the point and appends the call's
+    # event: BEGIN, that statement, COMMIT, as many round trips as a bare INSERT's transaction.
+    assert len(sql) == 3, sql
     assert sql[0] == "BEGIN", sql
     assert sql[-1] == "COMMIT", sql
     assert "INSERT INTO experiments_metricpoint" in sql[1], sql
     assert "owner_id" in sql[1], sql
-    assert "rsiweb_event_append" in sql[2], sql
+    assert "rsiweb_event_append" in sql[1], sql
     assert not [s for s in sql if "expos_agenttoken" in s or "rsiweb_seal_chain" in s], sql
-    # The INSERT and the event append went out in pipeline mode: sent together, one wait for both
-    # answers. Round trips: BEGIN, INSERT + event, COMMIT: as many as a bare INSERT's transaction.
-    assert piped.modes == [("INSERT", True), ("rsiweb_event_append", True)], piped.modes
+    # Its parameters are bound by PostgreSQL, so each connection prepares it once.
+    assert binding.seen == [("WITH", True)], binding.seen
     # Was GET and SET of DRF's throttle history: now one script call, which leased two permits
     # (the first call's lease of one was used up within its lifetime).
     assert len(commands.seen) == 1, commands.seen
@@ -305,14 +304,13 @@ def test_permits_a_lease_did_not_use_are_handed_back(appender, settings):
     assert [_lease_args(c) for c in commands.seen] == [(2, 3)], commands.seen
 
 
-def test_a_refused_pipelined_append_leaves_only_its_refusal(appender):
-    """The event travels with the INSERT; when the INSERT's answer refuses the call, both roll back."""
+def test_a_refused_append_leaves_only_its_refusal(appender):
+    """The event is written by the INSERT's statement; when its answer refuses the call, both roll back."""
     run, experiment, plaintext, _ = appender
     client = Client()
     assert _append(client, plaintext, experiment.handle, 0).status_code == 200  # remembers the experiment
     before = list(Event.objects.filter(run=run, type="tool.called").values_list("arguments", flat=True))
-    piped = PipelineWatch()
-    with connection.execute_wrapper(piped):
+    with CaptureQueriesContext(connection) as queries:
         conflict = client.post(
             "/api/v1/tools/experiment_log_metrics",
             {"experiment": experiment.handle, "points": [{"key": "loss", "step": 0, "value": 0.25}]},
@@ -322,7 +320,8 @@ def test_a_refused_pipelined_append_leaves_only_its_refusal(appender):
         same = _append(client, plaintext, experiment.handle, 0)  # the identical point again: a no-op
     assert conflict.status_code == 409, conflict.content
     assert conflict.json()["error"]["code"] == "metric_conflict"
-    assert ("rsiweb_event_append", True) in piped.modes  # the success event was sent, then rolled back
+    # The success event was written with the refused points, then rolled back with them.
+    assert [q for q in queries if "rsiweb_event_append" in q["sql"] and "experiments_metricpoint" in q["sql"]]
     assert same.status_code == 200
     assert same.json() == {"experiment": experiment.handle, "logged": 0, "unchanged": 1}
     calls = Event.objects.filter(run=run, type="tool.called").order_by("id")
