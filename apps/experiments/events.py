@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -156,14 +156,18 @@ class PendingEvent:
                 tool=self.tool, arguments=json.loads(self.arguments_json), result_ref=self.result_ref,
                 content_sha256=self.content_sha256,
             )  # fmt: skip
-        if self._ids is not None and self._event.pk is None:
+            self._identify()
+        return self._event
+
+    def _identify(self) -> None:
+        if self._event is not None and self._ids is not None:
             self._event.pk, self._event.chain_id = self._ids
             self._event._state.adding = False
-        return self._event
 
     def appended(self, event_id: int, chain_id: int, sealed: bool) -> None:
         """Take rsiweb_event_append()'s answer: the row's id and chain, and whether it went in sealed."""
         self._ids, self.written = (event_id, chain_id), True
+        self._identify()
         if sealed:
             # Sealed under the chain's lock: an event skipped meanwhile is its own writer's to seal.
             _seal_recheck_drop(chain_id)
@@ -171,41 +175,37 @@ class PendingEvent:
             _seal_after_commit(self.key, chain_id)
 
 
-def event_prepare(
-    *,
-    type: str,
-    actor: str,
-    role: str,
-    run: Run | None = None,
-    tool: str = "",
-    arguments: dict[str, Any] | None = None,
-    result_ref: str = "",
-) -> PendingEvent:
+class EventFields(TypedDict, total=False):
+    """What an event records, as ``event_prepare`` and ``event_append`` take it (keywords)."""
+
+    type: Required[str]
+    actor: Required[str]
+    role: Required[str]
+    run: Run | None
+    tool: str
+    arguments: dict[str, Any] | None
+    result_ref: str
+
+
+def event_prepare(**fields: Unpack[EventFields]) -> PendingEvent:
     """The event ``event_append`` would write with these values, its content hash taken, unwritten."""
+    run = fields.get("run")
     key = chain_key(run)
     # Escaped, never refused: whatever a caller passes (a refused request's lone surrogate, NUL or
     # NaN), the event is written, since a crash here would lose the record. Numbers are written as
     # the database will return them, so the hash covers what chain_verify reads back.
-    arguments_json = canonical_json(redact(storable(arguments or {})))
+    arguments_json = canonical_json(redact(storable(fields.get("arguments") or {})))
     pending = PendingEvent(
-        run=run, key=key, created_at=timezone.now(), type=type, actor=actor, role=role, tool=tool,
-        arguments_json=arguments_json, result_ref=result_ref, content_sha256="",
+        run=run, key=key, created_at=timezone.now(), type=fields["type"], actor=fields["actor"], role=fields["role"],
+        tool=fields.get("tool", ""), arguments_json=arguments_json, result_ref=fields.get("result_ref", ""),
+        content_sha256="",
     )  # fmt: skip
     content = content_json(pending, run_uuid=None if run is None else key)
     pending.content_sha256 = hashlib.sha256(content.encode("utf-8")).hexdigest()
     return pending
 
 
-def event_append(
-    *,
-    type: str,
-    actor: str,
-    role: str,
-    run: Run | None = None,
-    tool: str = "",
-    arguments: dict[str, Any] | None = None,
-    result_ref: str = "",
-) -> Event:
+def event_append(**fields: Unpack[EventFields]) -> Event:
     """Append one event to the run's chain, committed with the caller's transaction.
 
     When no other transaction is sealing the chain, the row is inserted sealed and the chain's
@@ -214,10 +214,7 @@ def event_append(
     ``seq``/``hash`` back from the database when needed). Nobody waits for the lock inside a
     transaction, so appends of different transactions do not serialise on one fsync each.
     """
-    pending = event_prepare(
-        type=type, actor=actor, role=role, run=run, tool=tool, arguments=arguments, result_ref=result_ref
-    )
-    return pending_event_write(pending)
+    return pending_event_write(event_prepare(**fields))
 
 
 def pending_event_write(pending: PendingEvent) -> Event:

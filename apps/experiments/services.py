@@ -7,7 +7,7 @@ Each change of an experiment or an evaluation is announced to the run's watchers
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connection, transaction
 from django.db.backends.postgresql.base import ServerBindingCursor
@@ -381,7 +381,7 @@ def _server_bound_cursor() -> Any:
     connection.ensure_connection()
     with connection.wrap_database_errors:
         # Django wraps (and, when queries are logged, records) it as it does its own cursors.
-        return connection._prepare_cursor(ServerBindingCursor(connection.connection))
+        return cast(Any, connection)._prepare_cursor(cast(Any, ServerBindingCursor)(connection.connection))
 
 
 def _metric_points_settle(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from apps.core.hashing import canonical_json, sha256_text
 from apps.core.jsonsafe import storable
@@ -21,29 +21,29 @@ __all__ = ["agent_token_issue", "agent_token_revoke", "harness_turn_record", "to
 MAX_RECORDED_ARGUMENT_CHARS = 20_000
 
 
-def tool_call_record(
-    *,
-    ctx: ToolContext,
-    tool: str,
-    arguments: dict[str, Any] | None,
-    status: int,
-    error: str = "",
-    result_ref: str = "",
-    replayed: bool = False,
-    idempotency_key: str | None = None,
-    error_path: str = "",
-) -> Event:
+class ToolCallFields(TypedDict, total=False):
+    """What a ``tool.called`` event records, as ``tool_call_event`` and ``tool_call_record`` take it."""
+
+    ctx: Required[ToolContext]
+    tool: Required[str]
+    arguments: Required[dict[str, Any] | None]
+    status: Required[int]
+    error: str
+    result_ref: str
+    replayed: bool
+    idempotency_key: str | None
+    error_path: str
+
+
+def tool_call_record(**fields: Unpack[ToolCallFields]) -> Event:
     """Append one ``tool.called`` event (secrets are redacted by event_append).
 
     Called inside the handler's transaction for a success (the record commits with the change)
     and in a fresh transaction after a refusal (so the refusal survives the rollback).
     """
-    pending = tool_call_event(
-        ctx=ctx, tool=tool, arguments=arguments, status=status, error=error, result_ref=result_ref,
-        replayed=replayed, idempotency_key=idempotency_key, error_path=error_path,
-    )  # fmt: skip
-    event = pending_event_write(pending)
-    recorded = event.arguments["args"] if status >= 400 else None
+    event = pending_event_write(tool_call_event(**fields))
+    ctx = fields["ctx"]
+    recorded = event.arguments["args"] if fields["status"] >= 400 else None
     if ctx.run is not None and isinstance(recorded, dict) and recorded.get("decision"):
         # A refused call made for a decision (a spawn answered 409 worker_limit): the guidance that
         # decision applied was not carried out, and the run page must say so.
@@ -51,44 +51,30 @@ def tool_call_record(
     return event
 
 
-def tool_call_event(
-    *,
-    ctx: ToolContext,
-    tool: str,
-    arguments: dict[str, Any] | None,
-    status: int,
-    error: str = "",
-    result_ref: str = "",
-    replayed: bool = False,
-    idempotency_key: str | None = None,
-    error_path: str = "",
-) -> PendingEvent:
+def tool_call_event(**fields: Unpack[ToolCallFields]) -> PendingEvent:
     """The ``tool.called`` event of a call, unwritten: for ``tool_call_record``, or for a handler
     that writes it in the same statement as its change (``ToolContext.success_event``)."""
     # A call that got this far with status < 400 had its arguments checked (apps.expos.views:
     # no lone surrogates, NUL characters, infinities or deep nesting); only a refusal's may need
     # making storable, and then it is escaped, never dropped: the refused call stays on record.
+    ctx, arguments, status = fields["ctx"], fields["arguments"], fields["status"]
     recorded: Any = {} if arguments is None else storable(arguments) if status >= 400 else arguments
     text = canonical_json(recorded)
     if len(text) > MAX_RECORDED_ARGUMENT_CHARS:
         recorded = {"truncated": True, "sha256": sha256_text(text), "chars": len(text)}
     body: dict[str, Any] = {"args": recorded, "status": status}
-    if error:
-        body["error"] = error
-    if error_path:
-        body["error_path"] = error_path  # where the refused value sat (JSONPath), for reviewers
-    if replayed:
-        body["replayed"] = True
-    if idempotency_key:
-        body["idempotency_key"] = idempotency_key
+    # Where a refused value sat (error_path, a JSONPath) is for reviewers; the rest only when set.
+    for name in ("error", "error_path", "replayed", "idempotency_key"):
+        if fields.get(name):
+            body[name] = fields[name]
     return event_prepare(
         run=ctx.run,
         type="tool.called",
         actor=ctx.actor,
         role=ctx.role,
-        tool=tool[:100],
+        tool=fields["tool"][:100],
         arguments=body,
-        result_ref=result_ref[:200],
+        result_ref=fields.get("result_ref", "")[:200],
     )
 
 
