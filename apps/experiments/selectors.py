@@ -67,7 +67,7 @@ SELECT id, MIN(depth) FROM walk GROUP BY id ORDER BY MIN(depth), id
 _PARENT_HANDLES_SQL = """
 SELECT e.child_id, p.handle FROM experiments_experimentedge e
 JOIN experiments_experiment p ON p.id = e.parent_id
-WHERE e.child_id = ANY(%s)
+WHERE e.child_id = ANY(string_to_array(%s, ',')::bigint[])
 """
 
 
@@ -93,7 +93,8 @@ def experiment_parent_handles(experiment_ids: Iterable[int]) -> dict[int, list[s
     if not parents:
         return parents
     if connection.vendor == "postgresql":
-        rows: Iterable[tuple[int, str]] = _fetch(_PARENT_HANDLES_SQL, list(parents))
+        # The ids as one text: psycopg quotes a list of a thousand ints element by element, in Python.
+        rows: Iterable[tuple[int, str]] = _fetch(_PARENT_HANDLES_SQL, ",".join(map(str, parents)))
     else:
         rows = ExperimentEdge.objects.filter(child_id__in=parents).values_list("child_id", "parent__handle")
     for child_id, handle in rows:

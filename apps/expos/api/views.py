@@ -241,7 +241,7 @@ class _ExperimentRows:
         return self.experiments.count()
 
     def __getitem__(self, page: slice) -> QuerySet[Experiment, dict[str, Any]]:
-        return self.experiments.prefetch_related(None).values(*serializers.EXPERIMENT_LIST_COLUMNS)[page]
+        return serializers.experiment_list_values(self.experiments.prefetch_related(None))[page]
 
 
 class ExperimentViewSet(ScopedReadViewSet):

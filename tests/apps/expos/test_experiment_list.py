@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
+from apps.experiments.models import Experiment
 from apps.experiments.services import experiment_create
 from apps.expos.api.serializers import ExperimentSerializer
 from apps.expos.api.views import BoundedLimitOffsetPagination, ExperimentViewSet
@@ -70,6 +73,28 @@ def test_list_rows_are_the_serializers(world, who):
     if merge is not None:
         assert merge["parents"] == ["exp_0001", "exp_0002"]
         assert merge["feedback_score"] == (0.67 if who != "viewer" else 2 / 3)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_times_are_written_as_the_serializer_writes_them(world, zone):
+    # PostgreSQL formats them in UTC (whole seconds without a fraction, a fraction with its leading
+    # zeros); in another time zone the serializer's own field does, with its offset.
+    times = [
+        datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC),
+        datetime(2026, 3, 1, 12, 0, 1, 12_345, tzinfo=UTC),
+        datetime(2026, 7, 1, 23, 59, 59, 999_999, tzinfo=UTC),
+    ]
+    for experiment, when in zip(Experiment.objects.order_by("pk"), times, strict=False):
+        Experiment.objects.filter(pk=experiment.pk).update(created_at=when)
+    client, headers = _client(world, "viewer")
+    with timezone.override(zone):
+        body = client.get("/api/v1/experiments/", {"limit": 1000}, **headers).json()
+        assert JSONRenderer().render(body["results"]) == _serialized(world, "viewer")
+    written = {r["created_at"] for r in body["results"]}
+    if zone == "UTC":
+        assert {"2026-03-01T12:00:00Z", "2026-03-01T12:00:01.012345Z", "2026-07-01T23:59:59.999999Z"} <= written
+    else:
+        assert {"2026-03-01T13:00:00+01:00", "2026-07-02T01:59:59.999999+02:00"} <= written
 
 
 def test_list_filters_and_pages_like_before(world):
