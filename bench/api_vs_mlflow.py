@@ -250,9 +250,12 @@ def ensure_mlflow_venv() -> Path:
     return mlflow
 
 
-def start_rsiweb(port: int, processes: int) -> subprocess.Popen:
-    """``manage.py serve`` (uvicorn), as compose.yaml and ``manage.py demo`` run it, plus the floor endpoint."""
-    log = Path("/tmp/bench-api-rsiweb.log")
+def start_rsiweb(port: int, processes: int, *, root: Path = ROOT, **overrides: str) -> subprocess.Popen:
+    """``manage.py serve`` (uvicorn), as compose.yaml and ``manage.py demo`` run it, plus the floor endpoint.
+
+    ``root``: the checkout whose code it serves; ``overrides``: more environment for it.
+    """
+    log = Path(f"/tmp/bench-api-rsiweb-{port}.log")
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "bench._settings_floor",
@@ -260,13 +263,14 @@ def start_rsiweb(port: int, processes: int) -> subprocess.Popen:
         "SECRET_KEY": SECRET,
         "RSI_DATA_DIR": str(DATA_DIR),
         "RSI_LOG_LEVEL": "WARNING",
-        # The throttle stays in the path (its Redis round trip is part of every call) but must not
+        # The throttle stays in the path (its leases from Redis, as in production) but must not
         # refuse a benchmark's thousands of calls a minute.
         "RSI_TOKEN_RATE": "10000000/min",
+        **overrides,
     }
     process = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port), "--processes", str(processes)],
-        cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=root, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     wait_for(f"http://127.0.0.1:{port}/healthz", process, log)
     return process
