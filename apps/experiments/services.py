@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import psycopg
 from django.db import connection, transaction
-from django.db.backends.postgresql.base import ServerBindingCursor
+from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
@@ -335,7 +337,7 @@ def metric_points_log_owned(
     ``event`` (the call's record) is written by the same statement when the experiment is the
     owner's, so the change and its event cost one round trip; the caller's transaction rolls
     both back if the points are then refused. The statement is bound server-side, so each
-    connection prepares it once (psycopg prepares a statement after its fifth use).
+    connection prepares it once.
     """
     if connection.vendor != "postgresql" or not points:
         experiment = Experiment.objects.filter(run=run, handle=handle, owner=owner).only("pk", "uuid", "handle").first()
@@ -379,9 +381,26 @@ def _server_bound_cursor() -> Any:
     """A Django cursor whose parameters PostgreSQL binds, so psycopg prepares a statement it runs
     often (Django's own cursors interpolate them client-side and never prepare)."""
     connection.ensure_connection()
-    with connection.wrap_database_errors:
-        # Django wraps (and, when queries are logged, records) it as it does its own cursors.
-        return cast(Any, connection)._prepare_cursor(cast(Any, ServerBindingCursor)(connection.connection))
+    # Prepared on first use rather than psycopg's fifth: only these statements are bound
+    # server-side (Django's cursors never prepare), and they run on every connection of the pool.
+    connection.connection.prepare_threshold = 0
+    connection.validate_thread_sharing()
+    raw = cast(Any, ServerBindingCursor)(connection.connection)
+    # Wrapped as Django wraps its own cursors (execute wrappers, error translation, the query log).
+    return _LoggedServerBound(raw, connection) if connection.queries_logged else connection.make_cursor(raw)
+
+
+class _LoggedServerBound(CursorDebugWrapper):
+    """The query log's entry of a prepared statement: Django looks for the SQL where psycopg only
+    keeps it for statements it interpolates, and would log None; this logs it with its values."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        try:
+            logged = cast(Any, connection.ops).compose_sql(sql, params)
+        except psycopg.DataError:  # a value it cannot write in: the statement as sent
+            logged = sql
+        with self.debug_sql(logged, params):
+            return CursorWrapper.execute(self, sql, params)
 
 
 def _metric_points_settle(

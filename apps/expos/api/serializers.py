@@ -7,7 +7,7 @@ rounded scores for agents, redacted reports for the Main Agent — follows the s
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection
@@ -185,8 +185,10 @@ def experiment_list_values(experiments: QuerySet[Experiment]) -> QuerySet[Experi
     """``experiments`` as the rows experiment_list_data takes."""
     if connection.vendor == "postgresql" and settings.USE_TZ and timezone.get_current_timezone_name() == "UTC":
         columns = [column for column in EXPERIMENT_LIST_COLUMNS if column not in _AS_TEXT]
-        return experiments.annotate(**EXPERIMENT_LIST_TEXT).values(*columns, *EXPERIMENT_LIST_TEXT)
-    return experiments.values(*EXPERIMENT_LIST_COLUMNS)
+        rows = experiments.annotate(**EXPERIMENT_LIST_TEXT).values(*columns, *EXPERIMENT_LIST_TEXT)
+    else:
+        rows = experiments.values(*EXPERIMENT_LIST_COLUMNS)
+    return cast("QuerySet[Experiment, dict[str, Any]]", rows)
 
 
 def experiment_list_data(rows: list[dict[str, Any]], *, caller: Any) -> list[dict[str, Any]]:

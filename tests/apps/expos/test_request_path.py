@@ -131,8 +131,11 @@ def test_a_single_append_is_one_transaction_of_three_statements_and_one_redis_ca
     assert "owner_id" in sql[1], sql
     assert "rsiweb_event_append" in sql[1], sql
     assert not [s for s in sql if "expos_agenttoken" in s or "rsiweb_seal_chain" in s], sql
-    # Its parameters are bound by PostgreSQL, so each connection prepares it once.
+    # Its parameters are bound by PostgreSQL, and the connection prepared it on first use.
     assert binding.seen == [("WITH", True)], binding.seen
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%rsiweb_event_append%"])
+        assert cursor.fetchone()[0] == 1
     # Was GET and SET of DRF's throttle history: now one script call, which leased two permits
     # (the first call's lease of one was used up within its lifetime).
     assert len(commands.seen) == 1, commands.seen
