@@ -138,9 +138,12 @@ class PendingEvent:
     arguments_json: str  # canonical JSON, as stored and hashed
     result_ref: str
     content_sha256: str
-    written: bool = False
     _ids: tuple[int, int] | None = None  # (event, chain) once written
     _event: Event | None = None
+
+    @property
+    def written(self) -> bool:
+        return self._ids is not None
 
     @property
     def params(self) -> list[Any]:
@@ -166,7 +169,7 @@ class PendingEvent:
 
     def appended(self, event_id: int, chain_id: int, sealed: bool) -> None:
         """Take rsiweb_event_append()'s answer: the row's id and chain, and whether it went in sealed."""
-        self._ids, self.written = (event_id, chain_id), True
+        self._ids = (event_id, chain_id)
         self._identify()
         if sealed:
             # Sealed under the chain's lock: an event skipped meanwhile is its own writer's to seal.
@@ -234,7 +237,7 @@ def pending_event_write(pending: PendingEvent) -> Event:
         # IMMEDIATE transactions serialise SQLite's writers: the seal always gets through.
         _seal_batch(chain)
     _seal_recheck_drop(chain.pk)
-    pending.written = True
+    pending._ids = (event.pk, chain.pk)
     return event
 
 
