@@ -30,8 +30,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import models, transaction
 from django.db.models.base import ModelState
+from django.http import HttpRequest
 from django.utils import timezone
-from rest_framework import authentication, exceptions, permissions, throttling
+from rest_framework import HTTP_HEADER_ENCODING, authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 
 from apps.core.errors import ApplicationError
@@ -244,8 +245,10 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
 
     keyword = "Bearer"
 
-    def authenticate(self, request: Request) -> tuple[AgentPrincipal, AgentToken] | None:
-        header = authentication.get_authorization_header(request).split()
+    def authenticate(self, request: Request | HttpRequest) -> tuple[AgentPrincipal, AgentToken] | None:
+        # From META, as DRF's get_authorization_header reads it, without building request.headers.
+        value = request.META.get("HTTP_AUTHORIZATION", b"")
+        header = (value.encode(HTTP_HEADER_ENCODING) if isinstance(value, str) else value).split()
         if not header or header[0].lower() != self.keyword.lower().encode():
             return None
         if len(header) != 2:
@@ -261,8 +264,11 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         return f'{self.keyword} realm="expos"'
 
 
-def agent_token_of(request: Request) -> AgentToken | None:
-    return request.auth if isinstance(request.auth, AgentToken) else None
+def agent_token_of(request: Request | HttpRequest) -> AgentToken | None:
+    """The token a request authenticated with (DRF's Request, or the Django request of an agent's
+    call, which carries ``auth`` as DRF's Request sets it: apps.expos.views.ToolCallView)."""
+    auth = getattr(request, "auth", None)
+    return auth if isinstance(auth, AgentToken) else None
 
 
 class IsAgentOrViewer(permissions.BasePermission):
@@ -399,7 +405,7 @@ class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
     def get_rate(self) -> str | None:
         return getattr(settings, "RSI_TOKEN_RATE", "600/min") or None
 
-    def allow_request(self, request: Request, view: Any) -> bool:
+    def allow_request(self, request: Request | HttpRequest, view: Any) -> bool:
         # Read the rate per request (not once at import) so a changed setting applies at once.
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
@@ -411,11 +417,12 @@ class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
             _outage_over()
         return allowed
 
-    def _allow(self, request: Request, view: Any) -> bool:
+    def _allow(self, request: Request | HttpRequest, view: Any) -> bool:
         # Django's Redis cache keeps its redis-py client behind ``_cache.get_client``.
         get_client = getattr(getattr(cache, "_cache", None), "get_client", None)
         if self.rate is None or get_client is None:
-            return super().allow_request(request, view)
+            # DRF's sliding window reads the request only through get_cache_key (ours, below).
+            return super().allow_request(cast(Request, request), view)
         self.key = self.get_cache_key(request, view)
         if self.key is None:
             return True
@@ -445,7 +452,7 @@ class AgentTokenRateThrottle(throttling.SimpleRateThrottle):
             return self._wait_ms / 1000
         return super().wait()
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
+    def get_cache_key(self, request: Request | HttpRequest, view: Any) -> str | None:
         token = agent_token_of(request)
         if token is None:
             return None

@@ -8,6 +8,7 @@ MONITOR on this test's Redis database, bracketed by two ECHO markers.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -18,14 +19,16 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.test import Client
+from django.test import Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
+from rest_framework.views import APIView
 
 from apps.experiments.events import chain_key, chain_verify
 from apps.experiments.models import Event, MetricPoint
 from apps.experiments.services import experiment_create
 from apps.expos.auth import agent_token_authenticate, agent_token_issue, agent_token_revoke
 from apps.expos.models import AgentToken
+from apps.expos.views import ToolCallView
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Run
 from apps.research.services import node_create, run_set_status
@@ -336,3 +339,63 @@ def test_a_refused_append_leaves_only_its_refusal(appender):
     assert added[1][1] == f"experiment:{experiment.uuid}"
     assert list(MetricPoint.objects.filter(experiment=experiment).values_list("step", "value")) == [(0, 0.5)]
     assert chain_verify(chain_key(run)).ok
+
+
+class _ThroughDrf(ToolCallView):
+    """The same view answering agents through DRF's own dispatch (Request, Response, handlers)."""
+
+    dispatch = APIView.dispatch  # type: ignore[assignment]
+
+
+_AGENT_VIEW = ToolCallView.as_view()
+_DRF_VIEW = _ThroughDrf.as_view()
+# Headers a response carries whichever path made it (Date and the like are the server's).
+_COMPARED = ("Content-Type", "Allow", "WWW-Authenticate", "Retry-After", "ETag", "Idempotent-Replayed", "Vary")
+
+
+def _both_ways(name: str, body: bytes, **headers: str) -> list[tuple[int, bytes, dict[str, str | None]]]:
+    answers = []
+    for view in (_AGENT_VIEW, _DRF_VIEW):
+        request = RequestFactory().post(f"/api/v1/tools/{name}", body, content_type="application/json", **headers)
+        response = view(request, name=name)
+        if hasattr(response, "render"):
+            response.render()
+        answers.append((response.status_code, response.content, {h: response.get(h) for h in _COMPARED}))
+    return answers
+
+
+def test_an_agent_s_call_answers_as_drf_s_dispatch_would(appender, settings):
+    """Agents' POSTs skip DRF's Request and Response (apps.expos.views.ToolCallView.dispatch);
+    every answer, refusals included, is the one DRF's own dispatch gives for the same request."""
+    settings.RSI_TOKEN_RATE = ""
+    run, experiment, plaintext, _ = appender
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {plaintext}"}
+    read = json.dumps({"experiment": experiment.handle, "key": "loss"}).encode()
+    cases = {
+        "a read": ("experiment_metrics_read", read, bearer),
+        "an unknown tool": ("no_such_tool", b"{}", bearer),
+        "another role's tool": ("main_guidance_read", b"{}", bearer),
+        "invalid JSON": ("experiment_metrics_read", b"{nope", bearer),
+        "invalid arguments": ("experiment_metrics_read", b'{"experiment": 5, "key": "loss"}', bearer),
+        "a non-ASCII value": ("experiment_metrics_read", '{"experiment": "é\u2028", "key": "loss"}'.encode(), bearer),
+        "an unknown token": ("experiment_metrics_read", read, {"HTTP_AUTHORIZATION": "Bearer not-a-token"}),
+        "a malformed header": ("experiment_metrics_read", read, {"HTTP_AUTHORIZATION": "Bearer a b"}),
+        "no credentials": ("experiment_metrics_read", read, {}),
+    }
+    for case, (name, body, headers) in cases.items():
+        ours, drf = _both_ways(name, body, **headers)
+        assert ours == drf, case
+    ours, _ = _both_ways(*cases["a read"][:2], **bearer)
+    assert ours[0] == 200, ours
+    assert ours[2]["Content-Type"] == "application/json", ours
+    assert ours[2]["Allow"] == "POST, OPTIONS", ours
+    # A refusal of the rate limit: the same code and message, each with its own wait.
+    settings.RSI_TOKEN_RATE = "1/min"
+    cache.clear()
+    first, refused_drf = _both_ways(*cases["a read"][:2], **bearer)
+    refused_ours, _ = _both_ways(*cases["a read"][:2], **bearer)
+    assert first[0] == 200
+    assert refused_drf[0] == refused_ours[0] == 429
+    assert json.loads(refused_drf[1])["error"]["code"] == json.loads(refused_ours[1])["error"]["code"] == "throttled"
+    assert refused_ours[2]["Retry-After"]
+    assert refused_drf[2]["Retry-After"]
