@@ -91,7 +91,10 @@ class MetricPoint(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
-    experiment = models.ForeignKey(Experiment, on_delete=models.PROTECT, related_name="metric_points")
+    # No FOREIGN KEY constraint (db_constraint=False, as Event's chain and run): see Event.
+    experiment = models.ForeignKey(
+        Experiment, on_delete=models.PROTECT, related_name="metric_points", db_constraint=False
+    )
     key = models.CharField(max_length=100)
     step = models.BigIntegerField()
     value = models.FloatField()
@@ -219,9 +222,16 @@ class Event(models.Model):
     second sealing, and every DELETE.
     """
 
-    chain = models.ForeignKey(EventChain, on_delete=models.PROTECT, related_name="events")
+    # The parents carry no FOREIGN KEY constraint: each insert's check locked its parent row (FOR
+    # KEY SHARE, written to the WAL), and every append of a run locked the same run and chain rows,
+    # a tenth of an agent's append (docs/benchmarks.md). What the constraint guarded holds without
+    # it: runs, chains and experiments are never deleted (the database refuses it), and every
+    # insert takes its parent's id from the database (rsiweb_event_append finds or makes the chain).
+    chain = models.ForeignKey(EventChain, on_delete=models.PROTECT, related_name="events", db_constraint=False)
     seq = models.PositiveBigIntegerField(null=True, blank=True)  # set when sealed
-    run = models.ForeignKey("research.Run", on_delete=models.PROTECT, null=True, blank=True, related_name="events")
+    run = models.ForeignKey(
+        "research.Run", on_delete=models.PROTECT, null=True, blank=True, related_name="events", db_constraint=False
+    )
     created_at = models.DateTimeField()
     type = models.CharField(max_length=100)  # dotted: experiment.created, tool.called, ...
     actor = models.CharField(max_length=200)  # worker_0002, user:alice, system

@@ -8,9 +8,10 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from apps.core.errors import ApplicationError
 from apps.datapool.models import DataEntry, DataReadmeEntry
 from apps.experiments import services
-from apps.experiments.models import Checkpoint, Experiment, ExperimentEdge, IntegrityStatusChange
+from apps.experiments.models import Checkpoint, EventChain, Experiment, ExperimentEdge, IntegrityStatusChange
 from apps.research import services as research_services
 from apps.research.choices import NodeKind
+from apps.research.models import Run
 
 pytestmark = pytest.mark.django_db
 
@@ -54,7 +55,9 @@ def test_reviewer_cannot_own_an_experiment(run):
         new_experiment(run, reviewer)
 
 
-@pytest.mark.parametrize("model", [Experiment, Checkpoint, DataEntry])
+# Runs, experiments and event chains are also the parents of events and metric points, which carry
+# no FOREIGN KEY constraint (experiments 0012): that no parent can go is what keeps them whole.
+@pytest.mark.parametrize("model", [Experiment, Checkpoint, DataEntry, EventChain, Run])
 def test_protected_records_cannot_be_deleted(run, worker, model):
     experiment = new_experiment(run, worker)
     DataEntry.objects.create(
