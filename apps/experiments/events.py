@@ -10,6 +10,7 @@ already sealed; one that does not inserts it unsealed and seals after its commit
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
@@ -273,8 +274,8 @@ class _BackgroundSealer:
     """The re-checks of one process, off its request threads: one thread seals the chains asked for.
 
     Under load most appends of a busy run find its chain being sealed by another transaction
-    (bench/api_vs_mlflow.py, 8 clients: four in five), and each re-check cost its call a round trip
-    spent waiting for that transaction, then a commit of its own. Here the asks for one chain
+    (bench/append_contention.py, 8 clients: three in five), and each re-check cost its call a round
+    trip spent waiting for that transaction, then a commit of its own. Here the asks for one chain
     collapse into one waiting seal, which seals every event of the chain committed by then; an ask
     that comes while that seal runs gets one more. Nothing is lost if the process dies first: the
     next append to the chain seals what is pending (rsiweb_seal_chain), and so does chain_verify.
@@ -294,6 +295,7 @@ class _BackgroundSealer:
             if self._pid != os.getpid():  # first use in this process (or in a forked child)
                 self._pid = os.getpid()
                 threading.Thread(target=self._run, name="rsiweb-event-sealer", daemon=True).start()
+                atexit.register(self.drain)  # a server stopped cleanly seals what it was asked to
             self._wake.notify()
 
     def drain(self, timeout: float = 10.0) -> bool:

@@ -420,3 +420,33 @@ def test_an_event_a_dead_background_sealer_left_unsealed_is_sealed_by_the_chain_
     assert after.hash
     assert left.seq < after.seq
     assert chain_verify(chain_key(run)).ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_that_exits_cleanly_first_seals_what_its_background_sealer_was_asked_to():
+    run = make_run()
+    event_append(run=run, type="test.first", actor="worker_0001", role="worker")
+    chain = EventChain.objects.get(key=chain_key(run))
+    # The chain is held for a second after the event commits; the process then exits normally.
+    child = run_python(
+        "import threading\n"
+        "from django.db import connection, transaction\n"
+        "from apps.experiments.events import event_append\n"
+        "from apps.research.models import Run\n"
+        "held = threading.Event()\n"
+        "def hold():\n"
+        "    with transaction.atomic(), connection.cursor() as cursor:\n"
+        f"        cursor.execute(\"SELECT pg_advisory_xact_lock(hashtext('rsiweb-chain'), {chain.pk})\")\n"
+        "        held.set()\n"
+        "        threading.Event().wait(1)\n"
+        "    connection.close()\n"
+        "threading.Thread(target=hold, daemon=True).start()\n"
+        "held.wait(30)\n"
+        "with transaction.atomic():\n"
+        f"    event = event_append(run=Run.objects.get(pk={run.pk}), type='test.last', actor='w', role='worker')\n"
+        "print(event.pk, flush=True)\n",
+        env={**child_env(), "RSI_EVENT_SEAL_BACKGROUND": "1"},
+    )
+    last = Event.objects.get(pk=int(child.stdout.split()[-1]))
+    assert last.hash
+    assert chain_verify(chain_key(run)).ok
