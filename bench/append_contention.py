@@ -3,15 +3,15 @@
     REDIS_URL=redis://127.0.0.1:6379/6 .venv/bin/python bench/append_contention.py [--clients 8]
         [--calls 300] [--env NAME=VALUE ...]
 
-Every event of a run is sealed into the run's one hash chain. An append that finds the chain
-being sealed by another transaction inserts its event unsealed, and seals it after its own
-commit, waiting for that transaction to end (apps.experiments.events). ``--clients`` Workers of
-one run each append one point at a time to their own experiment (``experiment_log_metrics``, as
-bench/api_vs_mlflow.py's "append one record, 8 clients"), against one ``manage.py serve``. It
-prints the throughput and p50, and, from PostgreSQL's function statistics over the measured calls
-only: how many events went in unsealed (and were sealed later by an UPDATE), and how many seals
-waited for the chain.
-``--env NAME=VALUE`` sets the server's environment (to compare a setting's effect).
+Every event of a run is sealed into the run's one hash chain. An append that finds the chain being
+sealed by another transaction inserts its event unsealed, and the event is sealed after that
+transaction ends (apps.experiments.events). ``--clients`` Workers of one run each append one point
+at a time to their own experiment (``experiment_log_metrics``, as bench/api_vs_mlflow.py's "append
+one record, 8 clients"), against one ``manage.py serve``. It prints the throughput and p50, and,
+from PostgreSQL's function statistics over the measured calls only: how many events went in
+unsealed (and were sealed later by an UPDATE), and how many seals waited for the chain.
+``--env RSI_EVENT_SEAL_BACKGROUND=0`` has each call seal its own event before it answers, as
+before the background sealer.
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ if not settings.configured:
     # spare. Only for this process: Celery workers are started separately and keep plain
     # connections (their forked children must not share a pool's sockets).
     os.environ.setdefault("RSI_DB_POOL", str(HTTP_THREADS + 2))
+    # Events its calls insert unsealed are sealed by a thread of this process, not by the call
+    # before it answers (apps.experiments.events._BackgroundSealer); it borrows the spare connection.
+    os.environ.setdefault("RSI_EVENT_SEAL_BACKGROUND", "1")
 
 from a2wsgi import WSGIMiddleware  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402

@@ -10,14 +10,20 @@ already sealed; one that does not inserts it unsealed and seals after its commit
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
+import logging
+import os
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -27,6 +33,8 @@ from apps.experiments.models import Event, EventChain
 
 if TYPE_CHECKING:
     from apps.research.models import Run
+
+logger = logging.getLogger(__name__)
 
 GLOBAL_CHAIN = "global"
 GENESIS_HASH = "0" * 64
@@ -242,7 +250,11 @@ def pending_event_write(pending: PendingEvent) -> Event:
 
 
 class _ChainRecheck:
-    """The after-commit re-check of one chain: ``chain_seal`` (waiting for the lock) as an on_commit callback."""
+    """The after-commit re-check of one chain: ``chain_seal`` (waiting for the lock) as an on_commit callback.
+
+    Where ``RSI_EVENT_SEAL_BACKGROUND`` is on (the web server, rsiweb/asgi.py) the re-check is
+    handed to the process's background sealer, so the call that wrote the event answers at once.
+    """
 
     def __init__(self, key: str, chain_id: int) -> None:
         self.key = key
@@ -250,8 +262,74 @@ class _ChainRecheck:
         self.needed = True
 
     def __call__(self) -> None:
-        if self.needed:
+        if not self.needed:
+            return
+        if getattr(settings, "RSI_EVENT_SEAL_BACKGROUND", False):
+            BACKGROUND_SEALER.request(self.key, self.chain_id)
+        else:
             chain_seal(self.key, chain_id=self.chain_id, wait=True)
+
+
+class _BackgroundSealer:
+    """The re-checks of one process, off its request threads: one thread seals the chains asked for.
+
+    Under load most appends of a busy run find its chain being sealed by another transaction
+    (bench/append_contention.py, 8 clients: three in five), and each re-check cost its call a round
+    trip spent waiting for that transaction, then a commit of its own. Here the asks for one chain
+    collapse into one waiting seal, which seals every event of the chain committed by then; an ask
+    that comes while that seal runs gets one more. Nothing is lost if the process dies first: the
+    next append to the chain seals what is pending (rsiweb_seal_chain), and so does chain_verify.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wanted: dict[int, str] = {}  # chain id -> key, asked for and not yet sealed
+        self._wake = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
+        self._busy = False
+        self._pid = 0
+
+    def request(self, key: str, chain_id: int) -> None:
+        with self._lock:
+            self._wanted[chain_id] = key
+            if self._pid != os.getpid():  # first use in this process (or in a forked child)
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="rsiweb-event-sealer", daemon=True).start()
+                atexit.register(self.drain)  # a server stopped cleanly seals what it was asked to
+            self._wake.notify()
+
+    def drain(self, timeout: float = 10.0) -> bool:
+        """Wait until every chain asked for so far is sealed (or ``timeout``); True when it is."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._wanted or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._pid != os.getpid():
+                    return False
+                self._idle.wait(left)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._wanted:
+                    self._busy = False
+                    self._idle.notify_all()
+                    self._wake.wait()
+                chain_id, key = self._wanted.popitem()
+                self._busy = True
+            try:
+                chain_seal(key, chain_id=chain_id, wait=True)
+            except Exception:
+                # The database away, say: the chain's next append or chain_verify seals what is pending.
+                logger.exception("event chain %s: background seal failed", key)
+            with self._lock:
+                idle = not self._wanted
+            if idle:
+                connection.close()  # hold none while idle (a pooled one goes back to the pool)
+
+
+BACKGROUND_SEALER = _BackgroundSealer()
 
 
 def _seal_after_commit(key: str, chain_id: int) -> None:

@@ -288,6 +288,10 @@ RSI_TOKEN_RATE_LEASE_SECONDS = env.number("RSI_TOKEN_RATE_LEASE_SECONDS", 1.0)
 # How long a web process reuses a resolved agent token (apps.expos.auth): the most a revocation,
 # or the end of the token's run, lags in the other processes. 0: look it up on every call.
 RSI_TOKEN_CACHE_SECONDS = env.integer("RSI_TOKEN_CACHE_SECONDS", 5)
+# An event inserted unsealed (its chain was being sealed by another transaction) is sealed after
+# its writer's commit: by a background thread of the process when on (the web server turns it on,
+# rsiweb/asgi.py), else by the writer itself before its call returns (apps.experiments.events).
+RSI_EVENT_SEAL_BACKGROUND = env.boolean("RSI_EVENT_SEAL_BACKGROUND", False)
 # Throttle counts (and any other cache use) are shared by all web processes through Redis.
 # Short socket timeouts: an unreachable Redis must fail a request's throttle check in seconds
 # (and the limiter then degrades open), not hang it.

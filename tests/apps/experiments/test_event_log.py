@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.core.hashing import canonical_json
 from apps.experiments.events import (
+    BACKGROUND_SEALER,
     GLOBAL_CHAIN,
     _ChainRecheck,
     _seal_after_commit,
@@ -265,6 +265,25 @@ def test_both_backends_install_the_same_guards(tmp_path: Path):
     assert sqlite_names == {name for name in pg_names if not name.endswith("_at_commit")}
 
 
+def _hold_chain(chain_id: int, release: threading.Event, *, seconds: float) -> threading.Thread:
+    """A thread whose transaction holds the chain's sealing lock until ``release`` or ``seconds``."""
+    held = threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext('rsiweb-chain'), %s)", [chain_id])
+                held.set()
+                release.wait(seconds)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(30)
+    return holder
+
+
 def _rechecks(chain_id: int) -> int:
     return sum(
         isinstance(f, _ChainRecheck) and f.chain_id == chain_id and f.needed for _, f, _ in connection.run_on_commit
@@ -323,21 +342,8 @@ def test_an_append_that_finds_the_chain_taken_is_sealed_after_its_commit():
     run = make_run()
     event_append(run=run, type="test.first", actor="worker_0001", role="worker")
     chain = EventChain.objects.get(key=chain_key(run))
-    held = threading.Event()
-
-    def another_sealer() -> None:
-        # Another transaction holds the chain's lock for a while, as a concurrent writer would.
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext('rsiweb-chain'), %s)", [chain.pk])
-                held.set()
-                time.sleep(1.5)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=another_sealer)
-    holder.start()
-    assert held.wait(30)
+    # Another transaction holds the chain's lock for a while, as a concurrent writer would.
+    holder = _hold_chain(chain.pk, threading.Event(), seconds=1.5)
     with transaction.atomic():
         event = event_append(run=run, type="test.blocked", actor="worker_0001", role="worker")
         assert Event.objects.get(pk=event.pk).hash == ""  # inserted unsealed: the chain was taken
@@ -345,4 +351,102 @@ def test_an_append_that_finds_the_chain_taken_is_sealed_after_its_commit():
     # The commit's re-check waited for the holder, then sealed it.
     holder.join(30)
     assert Event.objects.get(pk=event.pk).hash
+    assert chain_verify(chain_key(run)).ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_background_sealer_a_blocked_append_answers_at_once_and_is_sealed_after(settings):
+    """The web server's mode (RSI_EVENT_SEAL_BACKGROUND): the writer does not wait for the chain's
+    holder; a thread of the process seals its event once the holder is done, in chain order."""
+    settings.RSI_EVENT_SEAL_BACKGROUND = True
+    run = make_run()
+    event_append(run=run, type="test.first", actor="worker_0001", role="worker")
+    chain = EventChain.objects.get(key=chain_key(run))
+    release = threading.Event()
+    holder = _hold_chain(chain.pk, release, seconds=30)
+    try:
+        blocked = []
+        for i in range(3):  # three writers' transactions, each committed while the chain is held
+            with transaction.atomic():
+                blocked.append(event_append(run=run, type="test.blocked", actor="worker_0001", role="worker",
+                                            arguments={"i": i}))  # fmt: skip
+        # Every commit returned while the holder still held the chain: nobody waited for it.
+        assert holder.is_alive()
+        assert all(Event.objects.get(pk=event.pk).hash == "" for event in blocked)
+        assert not BACKGROUND_SEALER.drain(timeout=0.5)  # its seal is waiting for the holder
+    finally:
+        release.set()
+        holder.join(30)
+    assert BACKGROUND_SEALER.drain(timeout=30)
+    sealed = [Event.objects.get(pk=event.pk) for event in blocked]
+    assert [event.seq for event in sealed] == sorted(event.seq for event in sealed)
+    assert all(event.hash for event in sealed)
+    assert chain_verify(chain_key(run)).ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_a_dead_background_sealer_left_unsealed_is_sealed_by_the_chain_s_next_append():
+    """A process that dies before its background seal loses nothing: the chain's next append seals it."""
+    run = make_run()
+    event_append(run=run, type="test.first", actor="worker_0001", role="worker")
+    chain = EventChain.objects.get(key=chain_key(run))
+    # A web process (background sealing on): one thread holds the chain, another commits an event
+    # unsealed and asks the sealer, and the process is killed before the holder lets go.
+    child = run_python(
+        "import os, threading\n"
+        "from django.db import connection, transaction\n"
+        "from apps.experiments.events import event_append\n"
+        "from apps.research.models import Run\n"
+        "held, done = threading.Event(), threading.Event()\n"
+        "def hold():\n"
+        "    with transaction.atomic(), connection.cursor() as cursor:\n"
+        f"        cursor.execute(\"SELECT pg_advisory_xact_lock(hashtext('rsiweb-chain'), {chain.pk})\")\n"
+        "        held.set()\n"
+        "        done.wait()\n"
+        "threading.Thread(target=hold, daemon=True).start()\n"
+        "held.wait(30)\n"
+        "with transaction.atomic():\n"
+        f"    event = event_append(run=Run.objects.get(pk={run.pk}), type='test.left', actor='w', role='worker')\n"
+        "print(event.pk, flush=True)\n"
+        "os._exit(0)\n",
+        env={**child_env(), "RSI_EVENT_SEAL_BACKGROUND": "1"},
+    )
+    left = Event.objects.get(pk=int(child.stdout.split()[-1]))
+    assert left.hash == ""  # committed, and its seal died with the process
+    after = event_append(run=run, type="test.next", actor="worker_0001", role="worker")
+    left.refresh_from_db()
+    after.refresh_from_db()
+    assert left.hash
+    assert after.hash
+    assert left.seq < after.seq
+    assert chain_verify(chain_key(run)).ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_that_exits_cleanly_first_seals_what_its_background_sealer_was_asked_to():
+    run = make_run()
+    event_append(run=run, type="test.first", actor="worker_0001", role="worker")
+    chain = EventChain.objects.get(key=chain_key(run))
+    # The chain is held for a second after the event commits; the process then exits normally.
+    child = run_python(
+        "import threading\n"
+        "from django.db import connection, transaction\n"
+        "from apps.experiments.events import event_append\n"
+        "from apps.research.models import Run\n"
+        "held = threading.Event()\n"
+        "def hold():\n"
+        "    with transaction.atomic(), connection.cursor() as cursor:\n"
+        f"        cursor.execute(\"SELECT pg_advisory_xact_lock(hashtext('rsiweb-chain'), {chain.pk})\")\n"
+        "        held.set()\n"
+        "        threading.Event().wait(1)\n"
+        "    connection.close()\n"
+        "threading.Thread(target=hold, daemon=True).start()\n"
+        "held.wait(30)\n"
+        "with transaction.atomic():\n"
+        f"    event = event_append(run=Run.objects.get(pk={run.pk}), type='test.last', actor='w', role='worker')\n"
+        "print(event.pk, flush=True)\n",
+        env={**child_env(), "RSI_EVENT_SEAL_BACKGROUND": "1"},
+    )
+    last = Event.objects.get(pk=int(child.stdout.split()[-1]))
+    assert last.hash
     assert chain_verify(chain_key(run)).ok
