@@ -5,7 +5,8 @@ Each event stores ``content_sha256 = sha256(canonical_json(content))`` and, once
 change they record and sealed into the chain by one sealer at a time (:func:`chain_seal`), so
 concurrent writers — processes, not just threads — never fork the chain; the unique
 (chain, seq) constraint backs that up. A writer that gets the chain's lock inserts its event
-already sealed; one that does not inserts it unsealed and seals after its commit.
+already sealed; one that does not inserts it unsealed and seals after its commit, or, in the
+web server, hands that seal to a thread of the process (``RSI_EVENT_SEAL_BACKGROUND``).
 """
 
 from __future__ import annotations
@@ -274,7 +275,7 @@ class _BackgroundSealer:
     """The re-checks of one process, off its request threads: one thread seals the chains asked for.
 
     Under load most appends of a busy run find its chain being sealed by another transaction
-    (bench/append_contention.py, 8 clients: three in five), and each re-check cost its call a round
+    (bench/append_contention.py, 8 clients: more than half), and each re-check cost its call a round
     trip spent waiting for that transaction, then a commit of its own. Here the asks for one chain
     collapse into one waiting seal, which seals every event of the chain committed by then; an ask
     that comes while that seal runs gets one more. Nothing is lost if the process dies first: the

@@ -223,9 +223,9 @@ class Event(models.Model):
     """
 
     # The parents carry no FOREIGN KEY constraint: each insert's check locked its parent row (FOR
-    # KEY SHARE, written to the WAL), and every append of a run locked the same run and chain rows,
-    # a tenth of an agent's append (docs/benchmarks.md). What the constraint guarded holds without
-    # it: runs, chains and experiments are never deleted (the database refuses it), and every
+    # KEY SHARE, written to the WAL), and every append of a run locked the same run and chain rows:
+    # about 0.1 ms of an agent's 2.3 ms append (docs/benchmarks.md). What they guarded holds without
+    # them: runs, chains and experiments are never deleted (the database refuses it), and every
     # insert takes its parent's id from the database (rsiweb_event_append finds or makes the chain).
     chain = models.ForeignKey(EventChain, on_delete=models.PROTECT, related_name="events", db_constraint=False)
     seq = models.PositiveBigIntegerField(null=True, blank=True)  # set when sealed
