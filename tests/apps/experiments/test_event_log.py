@@ -392,26 +392,7 @@ def test_an_event_a_dead_background_sealer_left_unsealed_is_sealed_by_the_chain_
     chain = EventChain.objects.get(key=chain_key(run))
     # A web process (background sealing on): one thread holds the chain, another commits an event
     # unsealed and asks the sealer, and the process is killed before the holder lets go.
-    child = run_python(
-        "import os, threading\n"
-        "from django.db import connection, transaction\n"
-        "from apps.experiments.events import event_append\n"
-        "from apps.research.models import Run\n"
-        "held, done = threading.Event(), threading.Event()\n"
-        "def hold():\n"
-        "    with transaction.atomic(), connection.cursor() as cursor:\n"
-        f"        cursor.execute(\"SELECT pg_advisory_xact_lock(hashtext('rsiweb-chain'), {chain.pk})\")\n"
-        "        held.set()\n"
-        "        done.wait()\n"
-        "threading.Thread(target=hold, daemon=True).start()\n"
-        "held.wait(30)\n"
-        "with transaction.atomic():\n"
-        f"    event = event_append(run=Run.objects.get(pk={run.pk}), type='test.left', actor='w', role='worker')\n"
-        "print(event.pk, flush=True)\n"
-        "os._exit(0)\n",
-        env={**child_env(), "RSI_EVENT_SEAL_BACKGROUND": "1"},
-    )
-    left = Event.objects.get(pk=int(child.stdout.split()[-1]))
+    left = Event.objects.get(pk=_append_in_a_web_process(run, chain, hold_seconds=None, killed=True))
     assert left.hash == ""  # committed, and its seal died with the process
     after = event_append(run=run, type="test.next", actor="worker_0001", role="worker")
     left.refresh_from_db()
@@ -428,8 +409,17 @@ def test_a_process_that_exits_cleanly_first_seals_what_its_background_sealer_was
     event_append(run=run, type="test.first", actor="worker_0001", role="worker")
     chain = EventChain.objects.get(key=chain_key(run))
     # The chain is held for a second after the event commits; the process then exits normally.
+    last = Event.objects.get(pk=_append_in_a_web_process(run, chain, hold_seconds=1, killed=False))
+    assert last.hash
+    assert chain_verify(chain_key(run)).ok
+
+
+def _append_in_a_web_process(run, chain, *, hold_seconds: float | None, killed: bool) -> int:
+    """In a child process with background sealing on (as the web server runs): a thread holds the
+    chain (``hold_seconds``, or until the process ends), the main thread commits one event while
+    it is held, then the process is killed (``os._exit``) or exits normally. The event's id."""
     child = run_python(
-        "import threading\n"
+        "import os, threading\n"
         "from django.db import connection, transaction\n"
         "from apps.experiments.events import event_append\n"
         "from apps.research.models import Run\n"
@@ -438,15 +428,13 @@ def test_a_process_that_exits_cleanly_first_seals_what_its_background_sealer_was
         "    with transaction.atomic(), connection.cursor() as cursor:\n"
         f"        cursor.execute(\"SELECT pg_advisory_xact_lock(hashtext('rsiweb-chain'), {chain.pk})\")\n"
         "        held.set()\n"
-        "        threading.Event().wait(1)\n"
+        f"        threading.Event().wait({hold_seconds})\n"
         "    connection.close()\n"
         "threading.Thread(target=hold, daemon=True).start()\n"
         "held.wait(30)\n"
         "with transaction.atomic():\n"
-        f"    event = event_append(run=Run.objects.get(pk={run.pk}), type='test.last', actor='w', role='worker')\n"
-        "print(event.pk, flush=True)\n",
+        f"    event = event_append(run=Run.objects.get(pk={run.pk}), type='test.left', actor='w', role='worker')\n"
+        "print(event.pk, flush=True)\n" + ("os._exit(0)\n" if killed else ""),
         env={**child_env(), "RSI_EVENT_SEAL_BACKGROUND": "1"},
     )
-    last = Event.objects.get(pk=int(child.stdout.split()[-1]))
-    assert last.hash
-    assert chain_verify(chain_key(run)).ok
+    return int(child.stdout.split()[-1])
