@@ -850,8 +850,13 @@
       try {
         const guidance = await postForm(guidanceForm);
         guidanceForm.reset();
-        // The websocket brings the same record; applying it now shows it without waiting.
-        if (state) { live.applyRunEvent(state, "guidance.created", guidance); markDirty("guidance"); }
+        // The websocket brings the same record; applying it now shows it without waiting. If the
+        // websocket brought it first, the state's record is as new or newer (a fast Main Agent may
+        // have applied it already): this answer, written before that, must not set it back to pending.
+        if (state && !state.guidance.has(guidance.uuid)) {
+          live.applyRunEvent(state, "guidance.created", guidance);
+          markDirty("guidance");
+        }
       } catch (error) {
         toast(error.message, "error");
       } finally {
@@ -866,9 +871,11 @@
       event.preventDefault();
       const action = event.submitter ? event.submitter.value : "";
       if (action === "stop" && !window.confirm("Stop this run? Running jobs finish, then the final evaluation runs.")) return;
+      const statusBefore = state ? state.run.status : null;
       try {
         const run = await postForm(controlForm, { action });
-        if (state) { live.applyRunEvent(state, "run.updated", run); markDirty("header"); }
+        // As for guidance: a status the websocket brought since the click is as new as this answer or newer.
+        if (state && state.run.status === statusBefore) { live.applyRunEvent(state, "run.updated", run); markDirty("header"); }
       } catch (error) {
         toast(error.message, "error");
       }

@@ -146,6 +146,50 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
     assert page.console_errors == []
 
 
+def test_a_late_answer_to_the_guidance_form_does_not_undo_what_the_websocket_brought(transactional_db, live_url, page):
+    """The Main Agent can read guidance before the browser has the POST's answer (a real run does,
+    tests/e2e/test_live_run_browser.py): the answer, older than the websocket's events, must not
+    set the applied item back to pending."""
+    world = build_world()
+    run = world.run
+    text = "Check the tokenizer before any new SFT branch."
+    log_in(page, live_url, "operator-person", PASSWORD)
+    page.goto(f"{live_url}/runs/{run.uuid}/")
+    _wait_live(page)
+
+    held = []  # the POST went to the server; its answer waits here until the websocket has spoken
+    page.route("**/guidance/", lambda route: held.append((route, route.fetch())))
+    page.fill("#guidance-form textarea", text)
+    page.click("#guidance-form button[type=submit]")
+    for _ in range(150):
+        if held:
+            break
+        page.wait_for_timeout(100)  # the route handler runs while Playwright waits
+    assert held, "the guidance POST never left the page"
+    posted = Guidance.objects.get(text=text)
+
+    def apply_guidance():
+        guidance_mark_read(run=run)
+        return decision_record(run=run, kind="verify", trigger="guidance", rationale="as asked",
+                               guidance=[Guidance.objects.get(pk=posted.pk)])  # fmt: skip
+
+    applying = act(apply_guidance)
+    applied = page.locator("li.guidance.applied", has_text=text)
+    applied.wait_for(timeout=WAIT_MS)  # from the websocket, while the form still waits for its answer
+    assert page.input_value("#guidance-form textarea") == text
+
+    route, answer = held[0]
+    assert answer.status == 201
+    assert answer.json()["applied_at"] is None  # the older record
+    route.fulfill(response=answer)
+    page.wait_for_function("document.querySelector('#guidance-form textarea').value === ''", timeout=WAIT_MS)
+    page.wait_for_timeout(300)  # a frame or more: what the answer would have drawn is drawn
+    assert page.locator("li.guidance.pending", has_text=text).count() == 0
+    assert applied.locator("a.decisionref").get_attribute("href") == f"#decision-{applying.uuid}"
+    _state_equals_fresh_snapshot(page)
+    assert page.console_errors == []
+
+
 def test_reconnect_resynchronises_from_a_fresh_snapshot(transactional_db, live_url, page):
     world = build_world()
     log_in(page, live_url, "viewer-person", PASSWORD)

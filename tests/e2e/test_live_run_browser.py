@@ -4,10 +4,11 @@ The real stack (web server, Celery workers on the gpu, agents and default queues
 minibench: tests/e2e/conftest.py ``research_stack``) runs a small heuristic run: two Workers
 in parallel, a cross-Worker Reviewer, the Main Agent's decisions, real training and sealed
 evaluation, the final evaluation. An operator watches the run page, which never reloads: the
-research DAG grows, the guidance posted from the page's form goes pending -> applied, the
-decision and experiment counts grow, and the status reaches "finished". Every change the page
-shows comes from the services that made it (STYLE.md 31a): this test publishes nothing and
-writes no research record; it only starts the run, as ``manage.py start_run`` does.
+research DAG grows, the guidance posted from the page's form shows at once and goes forward to
+applied (pending first, unless the Main Agent is quicker than the page), the decision and
+experiment counts grow, and the status reaches "finished". Every change the page shows comes
+from the services that made it (STYLE.md 31a): this test publishes nothing and writes no
+research record; it only starts the run, as ``manage.py start_run`` does.
 """
 
 from __future__ import annotations
@@ -88,13 +89,34 @@ def test_operator_watches_a_real_run_from_start_to_finish(transactional_db, rese
     page.wait_for_function("window.rsiGraphs.dag.nodes('[kind = \"worker\"]').length >= 2", timeout=STEP_TIMEOUT_MS)
     screenshot(page, "real-run-workers")
 
-    # Guidance from the page's form: pending at once, applied by the Main Agent's next planning step.
+    # Guidance from the page's form: shown at once, applied by the Main Agent's next planning step.
+    # That step can come before the browser has drawn the pending item (the guidance wakes the Main
+    # Agent), so the test notes every state the item is drawn in and asks that they only go forward.
+    page.evaluate(
+        """(text) => {
+            const order = ["pending", "read", "applied", "failed"];
+            window.__guidanceDrawn = [];
+            const note = () => {
+                for (const li of document.querySelectorAll("#guidance-list li.guidance")) {
+                    if (!li.textContent.includes(text)) continue;
+                    const drawn = window.__guidanceDrawn, state = order.find((s) => li.classList.contains(s));
+                    if (drawn[drawn.length - 1] !== state) drawn.push(state);
+                }
+            };
+            new MutationObserver(note).observe(document.getElementById("guidance-list"),
+                {subtree: true, childList: true, attributes: true});
+        }""",
+        GUIDANCE,
+    )
     page.fill("#guidance-form textarea", GUIDANCE)
     page.click("#guidance-form button[type=submit]")
-    page.locator("li.guidance.pending", has_text=GUIDANCE).wait_for(timeout=15_000)
+    page.locator("li.guidance", has_text=GUIDANCE).wait_for(timeout=15_000)
     applied = page.locator("li.guidance.applied", has_text=GUIDANCE)
     applied.wait_for(timeout=STEP_TIMEOUT_MS)
     applied.locator("a.decisionref").wait_for(timeout=STEP_TIMEOUT_MS)  # bound to the decision that applied it
+    drawn = page.evaluate("window.__guidanceDrawn")
+    assert drawn[-1] == "applied", drawn
+    assert drawn == sorted(drawn, key=["pending", "read", "applied"].index), drawn
 
     # Experiments appear as the Workers submit them; the Reviewer joins once both branches have results.
     _wait_above(page, "#experiment-count", experiments_at_start, STEP_TIMEOUT_MS)
