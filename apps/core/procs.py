@@ -8,7 +8,9 @@ talks to a server left running by an earlier one. Linux only (``/proc``), like t
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -72,6 +74,26 @@ class Lifeline:
             os.close(self._write)
             self._write = -1
         self.watcher.wait(timeout=30)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int) -> None:
+    """A process pool's initializer (``ProcessPoolExecutor(initializer=die_with_parent,
+    initargs=(os.getpid(),))``): the child is killed when the process that started it ends.
+
+    A pool's children are not a group of their own to hand to a :class:`Lifeline`, and a busy
+    one does not notice its parent is gone: killed by SIGTERM or SIGKILL mid-task, a test session
+    left its training children running for minutes. The kernel sends SIGKILL instead
+    (PR_SET_PDEATHSIG) when the thread that started the child ends; a parent that ended before
+    the call is caught by the check after it.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class PortInUse(RuntimeError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from apps.benchmarks.minibench.build import REFERENCE_HPARAMS
+from apps.core.procs import die_with_parent
 from apps.experiments.hparams import validate_train_config
 from tests.support.minibench import SEED, ci_minibench, trained_once
 
@@ -65,7 +67,8 @@ def broken_runs(minibench: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     }
 
     def train_both(out: Path) -> None:
-        with ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:  # fmt: skip
             futures = [
                 pool.submit(_train_in_child, hparams, base, data, str(out / name))
                 for name, (hparams, data) in jobs.items()
