@@ -121,6 +121,20 @@ def on_sqlite_after_rebuild(operation: migrations.RunPython) -> migrations.RunPy
     return migrations.RunPython(forward, migrations.RunPython.noop)
 
 
+def on_postgresql(sql: str, reverse_sql: str) -> migrations.RunPython:
+    """Run ``sql`` on PostgreSQL only (a server-side function SQLite has no use for), ``reverse_sql`` going back."""
+
+    def forward(apps: Any, schema_editor: Any) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(sql)
+
+    def backward(apps: Any, schema_editor: Any) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(reverse_sql)
+
+    return migrations.RunPython(forward, backward)
+
+
 def _seal_once_sql(
     vendor: str, table: str, seal_columns: tuple[str, ...], content_columns: tuple[str, ...]
 ) -> tuple[list[str], list[str]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
@@ -268,6 +268,14 @@ def _metric_points_check(points: list[tuple[str, int, float]]) -> None:
         seen.add((key, step))
 
 
+# The points on PostgreSQL, from _metric_points_source's four parameters.
+_PG_POINTS = (
+    "SELECT (%s::text[])[u.k] AS column1, u.column2, u.column3 FROM unnest("
+    "string_to_array(%s, ',')::int[], string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::float8[]"
+    ") AS u(k, column2, column3)"
+)
+
+
 def _metric_points_source(points: list[tuple[str, int, float]]) -> tuple[str, list[Any]]:
     """The points as a row source with columns column1..3, and its parameters."""
     keys, steps, values = (list(column) for column in zip(*points, strict=True))
@@ -280,12 +288,7 @@ def _metric_points_source(points: list[tuple[str, int, float]]) -> tuple[str, li
         # infinities included).
         numbers: dict[str, int] = {}
         key_numbers = [numbers.setdefault(key, len(numbers) + 1) for key in keys]
-        source = (
-            "(SELECT (%s::text[])[u.k] AS column1, u.column2, u.column3 FROM unnest("
-            "string_to_array(%s, ',')::int[], string_to_array(%s, ',')::bigint[], string_to_array(%s, ',')::float8[]"
-            ") AS u(k, column2, column3)) AS v"
-        )
-        return source, [
+        return f"({_PG_POINTS}) AS v", [
             list(numbers),
             ",".join(map(str, key_numbers)),
             ",".join(map(str, map(int, steps))),
@@ -372,6 +375,61 @@ def metric_points_log_owned(
     experiment = Experiment(pk=rows[0][0], uuid=rows[0][1], handle=handle, run_id=run.pk, owner_id=owner.pk)
     inserted = {(row[2], row[3]) for row in rows if row[2] is not None}
     return experiment, *_metric_points_settle(experiment, points, inserted)
+
+
+# The common append as its own transaction: the points of an experiment found by run, handle, owner
+# and the uuid the caller's event names; the event; and, for the points not inserted, the check that
+# each is logged with the same value (a conflict, or a point a concurrent call inserted after this
+# statement's snapshot, refuses the statement: rsiweb_refuse_unless, migration 0013).
+_AT_ONCE = (
+    "WITH e AS (SELECT id FROM experiments_experiment WHERE run_id = %s AND handle = %s AND owner_id = %s "
+    "AND uuid = %s), "
+    f"v AS MATERIALIZED ({_PG_POINTS}), "
+    "ins AS (INSERT INTO experiments_metricpoint (experiment_id, key, step, value, created_at) "
+    "SELECT e.id, v.column1, v.column2, v.column3, %s FROM e, v "
+    "ON CONFLICT (experiment_id, key, step) DO NOTHING RETURNING key, step), "
+    f"ev AS (SELECT {EVENT_APPEND_CALL} AS r FROM e), "
+    "kept AS (SELECT count(*) AS n, coalesce(bool_and(coalesce(m.value = v.column3, false)), true) AS same "
+    "FROM e CROSS JOIN v LEFT JOIN ins ON ins.key = v.column1 AND ins.step = v.column2 "
+    "LEFT JOIN experiments_metricpoint m ON m.experiment_id = e.id AND m.key = v.column1 AND m.step = v.column2 "
+    "WHERE ins.key IS NULL) "
+    "SELECT (ev.r).event_id, (ev.r).event_chain_id, (ev.r).event_sealed, kept.n, "
+    "rsiweb_refuse_unless(kept.same, 'metric_conflict') FROM ev, kept"
+)
+REFUSED_SQLSTATE = "RS409"  # rsiweb_refuse_unless
+
+
+def metric_points_log_at_once(
+    *, run: Run, owner: ResearchNode, handle: str, uuid: str, points: list[tuple[str, int, float]], event: PendingEvent
+) -> tuple[int, int] | None:
+    """An agent's common append as one statement that is its own transaction: (logged, already_there).
+
+    PostgreSQL, outside any transaction: the points go in with ``event`` (the call's record) when
+    ``owner`` owns the experiment ``handle`` of ``run`` and its uuid is ``uuid`` (the one the event
+    names), and every point not inserted is already logged with the same value; the statement
+    commits itself, so the call costs one round trip where BEGIN, statement, COMMIT cost three.
+    None, with nothing written, in every other case (not owned, another uuid, a conflicting or
+    concurrently inserted point): the caller takes ``metric_points_log_owned`` in a transaction,
+    which tells which.
+    """
+    if connection.in_atomic_block or connection.vendor != "postgresql":
+        raise RuntimeError("metric_points_log_at_once runs on PostgreSQL outside any transaction")
+    _metric_points_check(points)
+    _, source_params = _metric_points_source(points)  # _PG_POINTS's four
+    params = [run.pk, handle, owner.pk, uuid, *source_params, timezone.now(), *event.params]
+    try:
+        with _server_bound_cursor() as cursor:
+            cursor.execute(_AT_ONCE, params)
+            row = cursor.fetchone()
+    except DatabaseError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == REFUSED_SQLSTATE:
+            return None  # rolled back with its statement
+        raise
+    if row is None:
+        return None
+    event.appended(*row[:3])  # committed: a re-check it needs runs now (on_commit outside a transaction)
+    unchanged = int(row[3])
+    return len(points) - unchanged, unchanged
 
 
 _OWNED = "WITH e AS (SELECT id, uuid FROM experiments_experiment WHERE run_id = %s AND handle = %s AND owner_id = %s),"

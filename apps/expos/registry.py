@@ -76,6 +76,9 @@ class ToolContext:
 
 
 Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
+# A tool's common call done in one statement that is its own transaction (Tool.at_once): its
+# answer, or None to leave the call to the handler in a transaction.
+AtOnceHandler = Callable[[ToolContext, dict[str, Any]], "dict[str, Any] | None"]
 # Names the research node a call mutates, so the view can hold it to the caller's If-Match.
 EtagTarget = Callable[[ToolContext, dict[str, Any]], "ResearchNode"]
 # Called with the arguments of a refused call (bad JSON values, schema errors, a handler's 400), so a
@@ -101,6 +104,12 @@ class Tool:
     # Tools whose arguments may carry an attempt the audit must count even when the call is refused
     # for something else (worker_submit: a sealed-split request wrapped in a malformed value).
     audit_refused: RefusalAudit | None = None
+    # The common call without a transaction around it (PostgreSQL): one statement makes the change
+    # and writes the call's success event (ctx.success_event), refusing itself (and so rolling both
+    # back) where the handler would refuse. None from it hands the call to ``handler`` in a
+    # transaction, as for any tool. The view offers it only plain calls (no Idempotency-Key
+    # replay, no If-Match) outside external-harness runs, whose turns are recorded with the call.
+    at_once: AtOnceHandler | None = None
 
     def definition(self) -> dict[str, Any]:
         """The OpenAI-style function definition given to an LLM agent."""
@@ -135,6 +144,7 @@ def tool(
     errors: tuple[str, ...] = (),
     etag_node: EtagTarget | None = None,
     audit_refused: RefusalAudit | None = None,
+    at_once: AtOnceHandler | None = None,
 ) -> Callable[[Handler], Handler]:
     """Declare a tool; the decorated function is its handler ``(ctx, args) -> result``."""
 
@@ -153,6 +163,7 @@ def tool(
             errors=errors,
             etag_node=etag_node,
             audit_refused=audit_refused,
+            at_once=at_once,
         )
         return handler
 

@@ -4,7 +4,10 @@ One view serves every tool. Per call, in order: authenticate (agent bearer token
 caller's role is among the tool's roles, parse and validate the JSON body against the tool's
 closed input schema, replay or refuse an Idempotency-Key, then — in one transaction — hold the
 mutated node to If-Match, run the handler (a service call), validate its output against the
-closed output schema, store the idempotent answer and record the call as an event.
+closed output schema, store the idempotent answer and record the call as an event. A tool whose
+common call is one statement that makes the change, records the call and refuses itself where the
+handler would (Tool.at_once: experiment_log_metrics) runs that statement first, as its own
+transaction; when it refuses, the call takes the transactional path above.
 
 Refusals are recorded too, but *after* the transaction has rolled back, so the record of a
 refused call (and of a denied sealed read) is never lost with the refused change.
@@ -24,7 +27,7 @@ import jsonschema
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as default_server_error
@@ -61,6 +64,7 @@ from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_rol
 from apps.expos.schemas import REFUSAL_KEY, Coercion, integer_coercion, integers_coerced
 from apps.expos.services import harness_turn_record, tool_call_event, tool_call_record
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
+from apps.research.choices import AgentMode
 from apps.research.models import ResearchNode
 
 logger = logging.getLogger(__name__)
@@ -489,6 +493,19 @@ class ToolCallView(APIView):
 
     def _execute(self, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> _Answer:
         code = status.HTTP_201_CREATED if tool.idempotent_create else status.HTTP_200_OK
+        plain = not tool.idempotent_create and tool.etag_node is None
+        if plain:
+
+            def success_event(result_ref: str) -> PendingEvent:
+                pending = tool_call_event(ctx=ctx, tool=tool.name, arguments=args, status=code, result_ref=result_ref)
+                ctx.result_ref, ctx.success_pending = result_ref, pending
+                return pending
+
+            ctx.success_event = success_event
+            if tool.at_once is not None and self._at_once_allowed(ctx):
+                result = tool.at_once(ctx, args)
+                if result is not None:
+                    return self._at_once_answer(ctx, tool, result, code)
         try:
             with transaction.atomic():
                 if tool.etag_node is not None and ctx.if_match:
@@ -504,15 +521,6 @@ class ToolCallView(APIView):
                             current_etag=etag_value(locked),
                         )
                     ctx.etag_node = locked
-                if not tool.idempotent_create and tool.etag_node is None:
-
-                    def success_event(result_ref: str) -> PendingEvent:
-                        pending = tool_call_event(ctx=ctx, tool=tool.name, arguments=args, status=code,
-                                                  result_ref=result_ref)  # fmt: skip
-                        ctx.result_ref, ctx.success_pending = result_ref, pending
-                        return pending
-
-                    ctx.success_event = success_event
                 result = tool.handler(ctx, args)
                 problems = output_errors(tool, result)
                 if problems:
@@ -561,6 +569,35 @@ class ToolCallView(APIView):
                 status.HTTP_500_INTERNAL_SERVER_ERROR,
             )
         return _Answer(result, code, {} if ctx.etag_node is None else {"ETag": etag_value(ctx.etag_node)})
+
+    @staticmethod
+    def _at_once_allowed(ctx: ToolContext) -> bool:
+        # Outside any transaction (a test's, say), on PostgreSQL, and not for a run an external
+        # harness plays: its call's turn (harness_turn_record) is written in the call's transaction.
+        return (
+            connection.vendor == "postgresql"
+            and not connection.in_atomic_block
+            and ctx.run.agent_mode != AgentMode.EXTERNAL
+        )
+
+    @staticmethod
+    def _at_once_answer(ctx: ToolContext, tool: Tool, result: dict[str, Any], code: int) -> _Answer:
+        """The answer of a call its statement committed (Tool.at_once), held to its schema."""
+        if not ctx.recorded:
+            raise RuntimeError(f"{tool.name}'s at_once answered without writing the call's event")
+        problems = output_errors(tool, result)
+        if problems:
+            # Our bug, as in _execute, but nothing to roll back: the change and its event are one committed statement.
+            logger.error("tool %s returned output violating its schema (committed): %s", tool.name, problems)
+            return _Answer(
+                error_body(
+                    "internal_error",
+                    f"{tool.name} made its change but produced an invalid answer; this is a server bug.",
+                    {"problems": problems},
+                ),
+                status.HTTP_500_INTERNAL_SERVER_ERROR,
+            )
+        return _Answer(result, code)
 
 
 class _OutputViolation(Exception):

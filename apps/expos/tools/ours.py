@@ -8,7 +8,7 @@ from typing import Any
 from apps.core.errors import ApplicationError, PermissionDenied
 from apps.experiments.comparisons import aligned_correctness, paired_bootstrap
 from apps.experiments.selectors import metric_history, metric_keys
-from apps.experiments.services import metric_points_log_owned
+from apps.experiments.services import metric_points_log_at_once, metric_points_log_owned
 from apps.expos.payloads import job_brief, job_for, node_payload, run_decision, run_workers, scope_handles
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
@@ -306,6 +306,22 @@ STEP = integer(0, 2**62)
 MAX_HISTORY = 25_000
 
 
+def _log_metrics_at_once(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any] | None:
+    """experiment_log_metrics's common call, on an experiment this process has logged on before: the
+    points and the call's event in one statement that commits itself. None when that statement
+    refuses (not the caller's experiment, a conflicting point): the handler then runs as usual."""
+    known = _LOGGED_ON.get((ctx.run.pk, ctx.node.pk, args["experiment"]))
+    if known is None or ctx.success_event is None:
+        return None
+    points = [(point["key"], point["step"], float(point["value"])) for point in args["points"]]
+    logged = metric_points_log_at_once(run=ctx.run, owner=ctx.node, handle=args["experiment"], uuid=known,
+                                       points=points, event=ctx.success_event(f"experiment:{known}"))  # fmt: skip
+    if logged is None:
+        return None
+    count, unchanged = logged
+    return {"experiment": args["experiment"], "logged": count, "unchanged": unchanged}
+
+
 @tool(
     "experiment_log_metrics",
     category=Category.OURS,
@@ -324,6 +340,7 @@ MAX_HISTORY = 25_000
     ),
     output_schema=closed({"experiment": string(32), "logged": integer(), "unchanged": integer()}),
     errors=("unknown_experiment", "not_your_experiment", "duplicate_point", "metric_conflict"),
+    at_once=_log_metrics_at_once,
 )
 def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     # Values are finite: the view refuses infinities.

@@ -8,6 +8,7 @@ MONITOR on this test's Redis database, bracketed by two ECHO markers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -28,6 +29,7 @@ from apps.experiments.models import Event, MetricPoint
 from apps.experiments.services import experiment_create
 from apps.expos.auth import agent_token_authenticate, agent_token_issue, agent_token_revoke
 from apps.expos.models import AgentToken
+from apps.expos.registry import REGISTRY, load_all
 from apps.expos.views import ToolCallView
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Run
@@ -113,7 +115,7 @@ def _append(client: Client, plaintext: str, handle: str, step: int):
     )
 
 
-def test_a_single_append_is_one_transaction_of_three_statements_and_one_redis_call(appender, settings):
+def test_a_single_append_is_one_statement_and_one_redis_call(appender, settings):
     settings.RSI_TOKEN_RATE_LEASE_SECONDS = 30  # leases outlive the gaps between calls, however loaded the machine
     run, experiment, plaintext, _ = appender
     client = Client()
@@ -125,16 +127,15 @@ def test_a_single_append_is_one_transaction_of_three_statements_and_one_redis_ca
     assert response.json() == {"experiment": experiment.handle, "logged": 1, "unchanged": 0}
     sql = [q["sql"] for q in queries]
     # Was 7 statements in 3 transactions: the token look-up, BEGIN, the ownership SELECT, the
-    # INSERT, the event append, COMMIT, and the after-commit seal re-check. Now one statement
-    # finds the experiment by run, handle and owner, inserts the point and appends the call's
-    # event: BEGIN, that statement, COMMIT, as many round trips as a bare INSERT's transaction.
-    assert len(sql) == 3, sql
-    assert sql[0] == "BEGIN", sql
-    assert sql[-1] == "COMMIT", sql
-    assert "INSERT INTO experiments_metricpoint" in sql[1], sql
-    assert "owner_id" in sql[1], sql
-    assert "rsiweb_event_append" in sql[1], sql
-    assert not [s for s in sql if "expos_agenttoken" in s or "rsiweb_seal_chain" in s], sql
+    # INSERT, the event append, COMMIT, and the after-commit seal re-check. Then BEGIN, one
+    # statement, COMMIT. Now that one statement is its own transaction: it finds the experiment by
+    # run, handle, owner and uuid, inserts the point, appends the call's event and checks that
+    # no point conflicts; one round trip, where a bare INSERT's transaction takes three.
+    assert len(sql) == 1, sql
+    assert "INSERT INTO experiments_metricpoint" in sql[0], sql
+    assert "owner_id" in sql[0], sql
+    assert "rsiweb_event_append" in sql[0], sql
+    assert "rsiweb_refuse_unless" in sql[0], sql
     # Its parameters are bound by PostgreSQL, and the connection prepared it on first use.
     assert binding.seen == [("WITH", True)], binding.seen
     with connection.cursor() as cursor:
@@ -327,8 +328,13 @@ def test_a_refused_append_leaves_only_its_refusal(appender):
         same = _append(client, plaintext, experiment.handle, 0)  # the identical point again: a no-op
     assert conflict.status_code == 409, conflict.content
     assert conflict.json()["error"]["code"] == "metric_conflict"
-    # The success event was written with the refused points, then rolled back with them.
-    assert [q for q in queries if "rsiweb_event_append" in q["sql"] and "experiments_metricpoint" in q["sql"]]
+    # The statement that is its own transaction refused itself; the transactional path then wrote
+    # the success event with the refused points and rolled both back, and said which points conflict.
+    sql = [q["sql"] for q in queries]
+    assert "rsiweb_refuse_unless" in sql[0], sql
+    assert sql[1] == "BEGIN", sql
+    assert [q for q in sql[2:] if "rsiweb_event_append" in q and "experiments_metricpoint" in q], sql
+    assert conflict.json()["error"]["detail"]["points"] == ["loss@0"]
     assert same.status_code == 200
     assert same.json() == {"experiment": experiment.handle, "logged": 0, "unchanged": 1}
     calls = Event.objects.filter(run=run, type="tool.called").order_by("id")
@@ -399,3 +405,120 @@ def test_an_agent_s_call_answers_as_drf_s_dispatch_would(appender, settings):
     assert json.loads(refused_drf[1])["error"]["code"] == json.loads(refused_ours[1])["error"]["code"] == "throttled"
     assert refused_ours[2]["Retry-After"]
     assert refused_drf[2]["Retry-After"]
+
+
+def test_one_statement_counts_new_and_identical_points(appender):
+    run, experiment, plaintext, _ = appender
+    client = Client()
+    assert _append(client, plaintext, experiment.handle, 0).status_code == 200
+    points = [{"key": "loss", "step": 0, "value": 0.5}, {"key": "loss", "step": 1, "value": 0.25},
+              {"key": "acc", "step": 0, "value": 0.75}]  # fmt: skip
+    with CaptureQueriesContext(connection) as queries:
+        response = _post_points(client, plaintext, experiment.handle, points)
+    assert response.status_code == 200, response.content
+    assert response.json() == {"experiment": experiment.handle, "logged": 2, "unchanged": 1}
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    logged = set(MetricPoint.objects.filter(experiment=experiment).values_list("key", "step", "value"))
+    assert logged == {("loss", 0, 0.5), ("loss", 1, 0.25), ("acc", 0, 0.75)}
+    assert chain_verify(chain_key(run)).ok
+
+
+@pytest.mark.parametrize("theirs", [0.5, 0.9], ids=["same-value", "other-value"])
+def test_a_point_another_call_commits_during_the_statement_is_settled_in_a_transaction(appender, theirs):
+    """A point a concurrent transaction inserts and commits after the statement began is neither
+    inserted (ON CONFLICT waits for it, then skips) nor visible to the statement's check: the
+    statement refuses itself, and the transactional path answers as if the calls had come in turn."""
+    run, experiment, plaintext, _ = appender
+    client = Client()
+    assert _append(client, plaintext, experiment.handle, 0).status_code == 200  # remembers the experiment
+    other = psycopg.connect(_dsn())
+    try:
+        other.execute(
+            "INSERT INTO experiments_metricpoint (experiment_id, key, step, value, created_at) "
+            "VALUES (%s, 'loss', 7, %s, now())",
+            [experiment.pk, theirs],
+        )  # uncommitted: the append's insert of step 7 waits for it
+        answers = []
+        points = [{"key": "loss", "step": 7, "value": 0.5}, {"key": "loss", "step": 8, "value": 0.5}]
+
+        def append() -> None:
+            try:
+                answers.append(_post_points(Client(), plaintext, experiment.handle, points))
+            finally:
+                connection.close()  # this thread's
+
+        call = threading.Thread(target=append)
+        call.start()
+        # The one statement (its text's start: pg_stat_activity keeps 1 kB) has begun and waits for step 7.
+        _wait_for_lock_wait("AND owner_id = $3 AND uuid = $4")
+        other.commit()
+        call.join(30)
+    finally:
+        other.close()
+    assert answers, "the append never answered"
+    answer = answers[0]
+    logged = dict(MetricPoint.objects.filter(experiment=experiment).values_list("step", "value"))
+    if theirs == 0.5:
+        assert answer.status_code == 200, answer.content
+        assert answer.json() == {"experiment": experiment.handle, "logged": 1, "unchanged": 1}
+        assert logged == {0: 0.5, 7: 0.5, 8: 0.5}
+    else:
+        assert answer.status_code == 409, answer.content
+        assert answer.json()["error"]["code"] == "metric_conflict"
+        assert logged == {0: 0.5, 7: 0.9}  # nothing of the refused call, step 8 included
+    statuses = [
+        a["status"] for a in Event.objects.filter(run=run, type="tool.called").values_list("arguments", flat=True)
+    ]
+    assert statuses == [200, answer.status_code], statuses  # one event per call, the refused statement's gone
+    assert chain_verify(chain_key(run)).ok
+
+
+def _post_points(client: Client, plaintext: str, handle: str, points: list[dict]):
+    return client.post(
+        "/api/v1/tools/experiment_log_metrics",
+        {"experiment": handle, "points": points},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {plaintext}",
+    )
+
+
+def _dsn() -> str:
+    db = settings.DATABASES["default"]
+    return f"host={db['HOST'] or '127.0.0.1'} port={db['PORT'] or 5432} user={db['USER']} dbname={db['NAME']}"
+
+
+def _wait_for_lock_wait(marker: str) -> None:
+    with psycopg.connect(_dsn(), autocommit=True) as watcher:
+        for _ in range(300):
+            waiting = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                [f"%{marker}%"],
+            ).fetchone()[0]
+            if waiting:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"no statement with {marker} came to wait for the other transaction's row")
+
+
+def test_an_invalid_answer_of_the_one_statement_is_a_500_over_a_committed_change(appender, monkeypatch):
+    """A server bug, as an output schema violation is on the transactional path; there it rolls
+    back, here the statement has committed: the 500 says the change was made, and the call's
+    event is there beside the points."""
+    run, experiment, plaintext, _ = appender
+    client = Client()
+    assert _append(client, plaintext, experiment.handle, 0).status_code == 200
+    tool = load_all()["experiment_log_metrics"]
+    assert tool.at_once is not None
+
+    def broken(ctx, args):  # the real statement, then an answer its schema refuses
+        answer = tool.at_once(ctx, args)
+        return None if answer is None else {**answer, "logged": "one"}
+
+    monkeypatch.setitem(REGISTRY, tool.name, dataclasses.replace(tool, at_once=broken))
+    response = _append(client, plaintext, experiment.handle, 1)
+    assert response.status_code == 500, response.content
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "made its change" in response.json()["error"]["message"]
+    assert set(MetricPoint.objects.filter(experiment=experiment).values_list("step", flat=True)) == {0, 1}
+    assert Event.objects.filter(run=run, type="tool.called", arguments__status=200).count() == 2
+    assert chain_verify(chain_key(run)).ok
