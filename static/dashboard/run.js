@@ -14,6 +14,9 @@
   const url = (template, id) => template.replace(ZERO, id).replace("__id__", encodeURIComponent(id));
 
   let state = null;
+  // Run records the page took from the server (run.* events, snapshots): a form's answer written
+  // before one of them is older than what the page shows.
+  let runRecordsSeen = 0;
   let selectedNode = null;
   let dagTouched = false; // the user zoomed or panned: later layouts keep their viewport
   let expTouched = false;
@@ -871,11 +874,12 @@
       event.preventDefault();
       const action = event.submitter ? event.submitter.value : "";
       if (action === "stop" && !window.confirm("Stop this run? Running jobs finish, then the final evaluation runs.")) return;
-      const statusBefore = state ? state.run.status : null;
+      const seenBefore = runRecordsSeen;
       try {
         const run = await postForm(controlForm, { action });
-        // As for guidance: a status the websocket brought since the click is as new as this answer or newer.
-        if (state && state.run.status === statusBefore) { live.applyRunEvent(state, "run.updated", run); markDirty("header"); }
+        // As for guidance: a run record the websocket brought since the click is as new as this
+        // answer or newer (the status may even have come back to what it was: paused, then resumed).
+        if (state && runRecordsSeen === seenBefore) { live.applyRunEvent(state, "run.updated", run); markDirty("header"); }
       } catch (error) {
         toast(error.message, "error");
       }
@@ -888,6 +892,7 @@
     const first = state === null;
     if (first) window.rsiSnapshotAt = performance.now();
     state = live.runStateFrom(snapshot);
+    runRecordsSeen += 1;
     window.rsiRunState = state;
     // Links such as the experiment page's owner point at #node-<uuid>: open that node's panel.
     const linked = window.location.hash.match(/^#node-([0-9a-f-]{36})$/);
@@ -905,6 +910,7 @@
     if (!change) return;
     switch (change.collection) {
       case "run":
+        runRecordsSeen += 1;
         markDirty("header");
         scheduleCharts();
         if (state.run.status === "finished" && !byId("run-result")) showResult();

@@ -15,8 +15,8 @@ import pytest
 
 from apps.experiments.services import experiment_create
 from apps.jobs.services import job_report
-from apps.research.models import Guidance
-from apps.research.services import decision_record, guidance_mark_read, reviewer_add, worker_add
+from apps.research.models import Guidance, Run
+from apps.research.services import decision_record, guidance_mark_read, reviewer_add, run_resume, worker_add
 from tests.apps.dashboard import live_helpers as lh
 from tests.apps.dashboard.world import PASSWORD, build_world
 from tests.e2e.conftest import act, log_in, screenshot
@@ -146,6 +146,20 @@ def test_operator_watches_the_dag_grow_and_steers(transactional_db, live_url, pa
     assert page.console_errors == []
 
 
+def _post_held_back(page, url_glob: str, button: str):  # type: ignore[no-untyped-def]
+    """Click ``button`` and hold back the answer of the POST it sends to ``url_glob``: the request
+    reaches the server and its answer waits, as on a slow network. Returns (route, answer):
+    ``route.fulfill(response=answer)`` lets the page have it."""
+    held = []
+    page.route(url_glob, lambda route: held.append((route, route.fetch())))
+    page.click(button)
+    for _ in range(150):
+        if held:
+            return held[0]
+        page.wait_for_timeout(100)  # the route handler runs while Playwright waits
+    raise AssertionError(f"the POST to {url_glob} never left the page")
+
+
 def test_a_late_answer_to_the_guidance_form_does_not_undo_what_the_websocket_brought(transactional_db, live_url, page):
     """The Main Agent can read guidance before the browser has the POST's answer (a real run does,
     tests/e2e/test_live_run_browser.py): the answer, older than the websocket's events, must not
@@ -157,15 +171,8 @@ def test_a_late_answer_to_the_guidance_form_does_not_undo_what_the_websocket_bro
     page.goto(f"{live_url}/runs/{run.uuid}/")
     _wait_live(page)
 
-    held = []  # the POST went to the server; its answer waits here until the websocket has spoken
-    page.route("**/guidance/", lambda route: held.append((route, route.fetch())))
     page.fill("#guidance-form textarea", text)
-    page.click("#guidance-form button[type=submit]")
-    for _ in range(150):
-        if held:
-            break
-        page.wait_for_timeout(100)  # the route handler runs while Playwright waits
-    assert held, "the guidance POST never left the page"
+    route, answer = _post_held_back(page, "**/guidance/", "#guidance-form button[type=submit]")
     posted = Guidance.objects.get(text=text)
 
     def apply_guidance():
@@ -178,7 +185,6 @@ def test_a_late_answer_to_the_guidance_form_does_not_undo_what_the_websocket_bro
     applied.wait_for(timeout=WAIT_MS)  # from the websocket, while the form still waits for its answer
     assert page.input_value("#guidance-form textarea") == text
 
-    route, answer = held[0]
     assert answer.status == 201
     assert answer.json()["applied_at"] is None  # the older record
     route.fulfill(response=answer)
@@ -186,6 +192,32 @@ def test_a_late_answer_to_the_guidance_form_does_not_undo_what_the_websocket_bro
     page.wait_for_timeout(300)  # a frame or more: what the answer would have drawn is drawn
     assert page.locator("li.guidance.pending", has_text=text).count() == 0
     assert applied.locator("a.decisionref").get_attribute("href") == f"#decision-{applying.uuid}"
+    _state_equals_fresh_snapshot(page)
+    assert page.console_errors == []
+
+
+def test_a_late_answer_to_the_run_control_does_not_undo_a_status_the_websocket_brought(
+    transactional_db, live_url, page
+):
+    """Pause from the page, and the run is resumed (by another operator, say) before the browser
+    has the pause's answer: the answer, older than the websocket's events, must not show it paused."""
+    world = build_world()
+    run = world.run
+    log_in(page, live_url, "operator-person", PASSWORD)
+    page.goto(f"{live_url}/runs/{run.uuid}/")
+    _wait_live(page)
+    page.wait_for_selector("#run-status.status-running", timeout=WAIT_MS)
+
+    route, answer = _post_held_back(page, "**/control/", "#run-control button[data-action=pause]")
+    page.wait_for_selector("#run-status.status-paused", timeout=WAIT_MS)  # from the websocket
+    act(run_resume, run=Run.objects.get(pk=run.pk), actor="another operator")
+    page.wait_for_selector("#run-status.status-running", timeout=WAIT_MS)
+
+    assert answer.status == 200, answer.text()
+    assert answer.json()["status"] == "paused"  # the older record
+    route.fulfill(response=answer)
+    page.wait_for_timeout(500)  # a frame or more: what the answer would have drawn is drawn
+    assert page.locator("#run-status.status-running").count() == 1
     _state_equals_fresh_snapshot(page)
     assert page.console_errors == []
 
