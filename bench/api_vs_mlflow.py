@@ -721,6 +721,15 @@ def main() -> None:
     report(results)
 
 
+def our_side_fresh() -> None:
+    """What a bench of rsiweb alone starts from: its Redis database emptied, API_DB re-created and
+    migrated, Django set up in this process (bench/append_cpu.py, append_contention.py, profile_append.py)."""
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/6")
+    flush_redis()
+    recreate_database(API_DB)
+    django_setup()
+
+
 def flush_redis() -> None:
     """Empty the benchmark's own Redis database (REDIS_URL, db 6 by default)."""
     import redis

@@ -17,7 +17,6 @@ before the background sealer.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import threading
@@ -36,7 +35,9 @@ _COUNTED = ("rsiweb_event_append", "rsiweb_seal_chain_wait", "experiments_event_
 
 
 def function_calls(database: str) -> dict[str, int]:
-    time.sleep(1.0)  # backends report their statistics shortly after their transactions end
+    # An idle backend reports its statistics at most once a second, and what it holds back then only
+    # after PostgreSQL's idle interval (10 s): wait past it, so every call made so far is counted.
+    time.sleep(11.0)
     with psycopg.connect(f"{bench.PG}/{database}", autocommit=True) as conn:
         rows = conn.execute("SELECT funcname, calls FROM pg_stat_user_functions").fetchall()
     return {name: calls for name, calls in rows if name in _COUNTED}
@@ -50,12 +51,10 @@ def main() -> None:
     args = parser.parse_args()
     overrides = dict(item.split("=", 1) for item in args.env)
 
-    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/6")
-    bench.flush_redis()
-    bench.recreate_database(bench.API_DB)
+    bench.our_side_fresh()
     with psycopg.connect(f"{bench.PG}/postgres", autocommit=True) as conn:
+        # For the sessions that start from now on: the server's, whose calls are counted.
         conn.execute(f"ALTER DATABASE {bench.API_DB} SET track_functions = 'pl'")
-    bench.django_setup()
     port = bench.free_port()
     server = bench.start_rsiweb(port, 1, **overrides)
     try:

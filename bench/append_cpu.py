@@ -19,7 +19,6 @@ change in one run. ``--env NAME=VALUE`` sets the environment of this checkout's 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -70,10 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     overrides = dict(item.split("=", 1) for item in args.env)
 
-    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/6")
-    bench.flush_redis()
-    bench.recreate_database(bench.API_DB)
-    bench.django_setup()
+    bench.our_side_fresh()
     servers: dict[str, tuple[int, Any]] = {}
     try:
         port = bench.free_port()

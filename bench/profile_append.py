@@ -48,12 +48,9 @@ def main() -> None:
                         help="gc.freeze() after set-up, as the server (rsiweb/asgi.py) does at start-up")  # fmt: skip
     args = parser.parse_args()
 
-    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/6")
     os.environ["RSI_TOKEN_RATE"] = "10000000/min"  # in the path, never refusing (as api_vs_mlflow)
     os.environ["RSI_LOG_LEVEL"] = "WARNING"
-    bench.flush_redis()
-    bench.recreate_database(bench.API_DB)
-    bench.django_setup()
+    bench.our_side_fresh()
     world = bench.build_ours("http://testserver", list_size=args.list, history=0)
 
     from django.conf import settings
