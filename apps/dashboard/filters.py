@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django_filters.widgets import BooleanWidget
 
 from apps.benchmarks.models import Benchmark
@@ -17,6 +19,20 @@ ABLATION_CHOICES = (
     ("no-reviewer", "--no-reviewer"),
     ("serial-workers", "--serial-workers"),
 )
+
+
+def has_tag(tag: str) -> Q:
+    """Runs whose ``tags`` list holds ``tag`` exactly, on PostgreSQL and on the embedded SQLite.
+
+    Django's JSON ``contains`` lookup exists only on PostgreSQL (SQLite raises NotSupportedError,
+    which the runs page answered as a bare 500); SQLite reads the array's elements with json_each.
+    """
+    if connection.vendor == "postgresql":
+        return Q(tags__contains=[tag])
+    table = Run._meta.db_table
+    # The table name is the model's own; the tag is a bound parameter.
+    sql = f"SELECT r.id FROM {table} r, json_each(r.tags) t WHERE t.value = %s"
+    return Q(pk__in=RawSQL(sql, (tag,)))  # noqa: S611 - the value is bound, the table is ours
 
 
 class RunFilter(django_filters.FilterSet):
@@ -45,13 +61,13 @@ class RunFilter(django_filters.FilterSet):
         return queryset.filter(
             Q(name__icontains=value)
             | Q(benchmark__name__icontains=value)
-            | Q(tags__contains=[value.lower()])
+            | has_tag(value.lower())
             | Q(uuid__startswith=value.lower())
         )
 
     def by_tag(self, queryset: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
         value = value.strip().lower()
-        return queryset.filter(tags__contains=[value]) if value else queryset
+        return queryset.filter(has_tag(value)) if value else queryset
 
     def by_ablation(self, queryset: QuerySet[Run], name: str, value: Any) -> QuerySet[Run]:
         # A policy written before a switch existed has no key: it ran the full system's default.
