@@ -49,6 +49,7 @@ EXPECTED_SECONDS = {
     "apps/dashboard": 110,
     "apps/dojo": 150,  # + test_trajectory_export.py (about 50 s, a gpu worker)
     "vllm": 170,  # + the Inspect adapter on vLLM (three formats)
+    "rsiweb": 120,  # 96 s and 88 s alone at load 8-9; the lean-process test ~50 s of it
 }
 # Lane 0 keeps the test settings' database and Redis database; lane n adds n to both.
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/rsiweb"
