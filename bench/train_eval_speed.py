@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from apps.benchmarks.minibench import build_minibench  # noqa: E402
+from apps.benchmarks.minibench.build import build_minibench  # noqa: E402
 from apps.experiments.hparams import validate_train_config  # noqa: E402
 from apps.ml.inference import evaluate  # noqa: E402
 from apps.ml.training import train  # noqa: E402

@@ -30,6 +30,8 @@ from apps.experiments.models import Checkpoint
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_enqueue
+from apps.ml.agent_sft_config import agent_sft_config
+from apps.ml.craft_config import craft_config
 
 SYSTEM = "system"
 BUILD_TIME_LIMIT_SECONDS = 4 * 3600
@@ -53,8 +55,6 @@ def environment_build_create(
     Bad input is a 400 before any row is written. ``enqueue=False`` records the build without a
     job, for ``dojo_build --inline`` (an operator host without workers).
     """
-    from apps.ml.craft import craft_config  # noqa: PLC0415 - torch; only when a build is requested
-
     try:
         craft = craft_config(config)
     except (TypeError, ValueError) as exc:
@@ -148,7 +148,7 @@ def environment_build_execute(
     """
     from apps.ml import craft  # noqa: PLC0415 - torch/transformers take seconds to import
 
-    config = craft.craft_config(build.config)
+    config = craft_config(build.config)
     _set_status(build, BuildStatus.RUNNING)
     done = set(TaskEnvironment.objects.filter(build=build).values_list("name", flat=True))
     runners: dict[str, Any] = {}
@@ -227,8 +227,6 @@ def agent_sft_enqueue(
     worker trains on exactly the registered bytes. The output checkpoint's parent is the base and
     its producing job names the datasets: its lineage to the trajectories is a query.
     """
-    from apps.ml.agent_sft import agent_sft_config  # noqa: PLC0415 - TRL/torch; only when a job is requested
-
     if not datasets:
         raise ApplicationError("no_trajectories", "agent_sft needs at least one trajectory dataset.")
     wrong = [f"{e.handle} ({e.format})" for e in datasets if e.format != DataFormat.CHAT]

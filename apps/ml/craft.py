@@ -18,7 +18,7 @@ import hashlib
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import torch
 
 from apps.benchmarks.evaluators import score
 from apps.ml.checkpoints import load_checkpoint
+from apps.ml.craft_config import CraftConfig
 from apps.ml.inference import generate_texts, render_prompt, uses_special_tokens
 from apps.ml.seeds import is_sampled, max_tokens_of, stop_strings_of
 
@@ -40,50 +41,6 @@ TOO_EASY = "too_easy"
 TOO_HARD = "too_hard"
 NOT_DISCRIMINATIVE = "not_discriminative"
 REJECTIONS = (TOO_SMALL, UNSTABLE, METRIC_IGNORES_OUTPUT, TOO_EASY, TOO_HARD, NOT_DISCRIMINATIVE)
-
-
-@dataclass(frozen=True)
-class CraftConfig:
-    """The filters' thresholds. Defaults are the paper's (size, discriminability) or ours (the rest)."""
-
-    min_items: int = 50
-    max_items: int = 300
-    repeats: int = 5  # K evaluations of the strong model with the task's own decoding
-    # Unstable when the K scores span more than this, or more than this share of items flips.
-    max_score_range: float = 0.02
-    max_flip_rate: float = 0.05
-    # The metric reads the output only if some mutation moves the score at least this much.
-    min_mutation_move: float = 0.05
-    min_gap: float = 0.10
-    both_above: float = 0.80
-    both_below: float = 0.20
-    seed: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def craft_config(values: dict[str, Any] | None) -> CraftConfig:
-    """A `CraftConfig` from an untrusted dict; unknown keys and out-of-range values raise ValueError."""
-    values = dict(values or {})
-    known = CraftConfig.__dataclass_fields__
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"unknown filter setting(s) {unknown}; allowed: {sorted(known)}")
-    config = CraftConfig(**values)
-    for name in ("max_score_range", "max_flip_rate", "min_mutation_move", "min_gap", "both_above", "both_below"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise ValueError(f"{name} must be a fraction in [0, 1], got {value!r}")
-    for name in ("min_items", "max_items", "repeats", "seed"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "seed" else 1):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if config.repeats < 2:
-        raise ValueError("repeats must be at least 2: one evaluation cannot show instability")
-    if config.min_items > config.max_items:
-        raise ValueError(f"min_items={config.min_items} exceeds max_items={config.max_items}")
-    return config
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from apps.jobs.services import (
     job_succeed_with_checkpoint,
     job_succeed_with_evaluation,
 )
+from apps.ml.agent_sft_config import agent_sft_config
 from workers.runtime import JobTask, RunningJob, checkpoint_verified_dir, data_verified_file, job_start
 
 logger = logging.getLogger(__name__)
@@ -310,7 +311,7 @@ def agent_sft_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
         return
 
     def run(base_dir: Path, data_files: list[Path], out_dir: Path, hooks: Any, log: Any) -> Any:
-        from apps.ml.agent_sft import agent_sft_config, agent_sft_train  # noqa: PLC0415 - TRL takes seconds
+        from apps.ml.agent_sft import agent_sft_train  # noqa: PLC0415 - TRL takes seconds
 
         config = agent_sft_config({**job.spec["hyperparameters"], "seed": job.seed})
         log(f"agent_sft: {config.epochs} epochs, lr {config.learning_rate:g} to {config.min_learning_rate:g}")

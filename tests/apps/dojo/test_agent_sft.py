@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from apps.ml.agent_sft import MaskedChatCollator, agent_sft_config, agent_sft_train, tokenize_example
+from apps.ml.agent_sft import MaskedChatCollator, agent_sft_train, tokenize_example
+from apps.ml.agent_sft_config import agent_sft_config
 from apps.ml.checkpoints import load_checkpoint
 from tests.support.tiny_chat import LEADING_END_TEMPLATE, build_tiny_chat_model
 

@@ -6,6 +6,7 @@ import pytest
 
 from apps.dojo.choices import RejectionReason
 from apps.ml import craft
+from apps.ml.craft_config import craft_config
 
 SUM = {"evaluator": "exact_match", "prompt_template": "{question} =", "decoding": {"max_new_tokens": 4}, "stop": []}
 CHOICE = {**SUM, "evaluator": "multiple_choice"}
@@ -88,7 +89,7 @@ def test_discriminability_thresholds(base, strong, reason):
 
 
 def test_thresholds_are_configurable():
-    config = craft.craft_config({"min_gap": 0.5})
+    config = craft_config({"min_gap": 0.5})
     assert craft.discriminability(_task(60), base=0.0, strong=0.45, config=config).reason == "not_discriminative"
 
 
@@ -99,4 +100,4 @@ def test_thresholds_are_configurable():
 )  # fmt: skip
 def test_bad_thresholds_are_refused_with_the_reason(values, message):
     with pytest.raises(ValueError, match=message):
-        craft.craft_config(values)
+        craft_config(values)
