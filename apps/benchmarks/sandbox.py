@@ -325,6 +325,8 @@ def judge(spec):
                 kind = getattr(builtins, raised[0], None)
                 if isinstance(kind, type) and issubclass(kind, Exception):
                     state["calls"] = call
+                    if issubclass(kind, StopIteration | StopAsyncIteration):
+                        kind = RuntimeError  # never ends an iteration in the tests (PEP 479's rule)
                     try:
                         error = kind(raised[1])
                     except Exception:
@@ -623,9 +625,10 @@ def run_tests(
     except ValueError:
         verdict = None
     if not isinstance(verdict, dict) or verdict.get("nonce") != nonce:
-        for output in (tests_output, candidate_output):
-            if output.startswith("bwrap:"):
-                raise SandboxUnavailable(f"bubblewrap could not start the sandbox: {output.strip()[:300]}")
+        # Only the tests process's output says whether bubblewrap started: the completion
+        # writes its own, and must not turn a failing sample into an evaluation that errors.
+        if tests_output.startswith("bwrap:"):
+            raise SandboxUnavailable(f"bubblewrap could not start the sandbox: {tests_output.strip()[:300]}")
         why = "timed out" if timed_out else "ended without a verdict"
         return TestsVerdict(
             False, f"the tests process {why} (exit statuses {codes}, never a verdict)", 0, timed_out,

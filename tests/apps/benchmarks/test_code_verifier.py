@@ -325,16 +325,25 @@ def test_raised_exceptions_reach_tests_that_expect_them():
     assert not evaluators.code_tests("    return abs(x) ** 0.5\n", answer)
     # A BaseException is not an answer: the candidate process ends, and the sample fails.
     assert not evaluators.code_tests("    if x < 0:\n        raise SystemExit(0)\n    return x ** 0.5\n", answer)
+    # StopIteration never ends an iteration of the tests (here: map() would stop, giving []).
+    mapping = json.dumps(
+        {**json.loads(answer), "test": "def check(candidate):\n    assert list(map(candidate, [1.0])) == []\n"}
+    )
+    assert not evaluators.code_tests("    raise StopIteration\n", mapping)
 
 
 def test_tests_that_never_call_the_candidate_or_never_return_do_not_pass():
     answer = json.dumps({**json.loads(ADD.answer), "test": "def check(candidate):\n    assert True\n"})
     assert not evaluators.code_tests("    return a + b\n", answer)
+    # A candidate that never answers times out; what it wrote first (bubblewrap's own error
+    # prefix) does not turn its failing sample into an evaluation error.
+    hang = "    import time\n    time.sleep(60)\n\nimport sys\n"
+    hang += "sys.stdout.write('bwrap: cannot start\\n')\nsys.stdout.flush()\n"
     verdict = sandbox.run_tests(
-        program=ADD.prompt + "    import time\n    time.sleep(60)\n", prompt=ADD.prompt, test=ADD.test,
-        entry_point="add", wall_seconds=3,
-    )  # fmt: skip
+        program=ADD.prompt + hang, prompt=ADD.prompt, test=ADD.test, entry_point="add", wall_seconds=3
+    )
     assert (verdict.passed, verdict.timed_out) == (False, True)
+    assert verdict.candidate_output.startswith("bwrap: cannot start")
 
 
 def test_the_verdict_names_why_and_output_is_never_read_as_one():
