@@ -89,7 +89,7 @@ class SandboxResult:
 
 
 @dataclass(frozen=True)
-class TestsVerdict:
+class CodeVerdict:
     """A code task's verdict: what the tests process reported after its tests returned."""
 
     passed: bool
@@ -562,7 +562,7 @@ def run_tests(
     cpu_seconds: int = CPU_SECONDS,
     memory_bytes: int = MEMORY_BYTES,
     wall_seconds: float = WALL_SECONDS,
-) -> TestsVerdict:
+) -> CodeVerdict:
     """Score a code task: ``program`` (prompt + completion) answers calls; ``test``'s ``check`` judges.
 
     The verdict is the tests process's report, keyed by a nonce only it was given, written after
@@ -630,12 +630,12 @@ def run_tests(
         if tests_output.startswith("bwrap:"):
             raise SandboxUnavailable(f"bubblewrap could not start the sandbox: {tests_output.strip()[:300]}")
         why = "timed out" if timed_out else "ended without a verdict"
-        return TestsVerdict(
+        return CodeVerdict(
             False, f"the tests process {why} (exit statuses {codes}, never a verdict)", 0, timed_out,
             candidate_output, tests_output,
         )  # fmt: skip
     calls = verdict.get("calls")
-    return TestsVerdict(
+    return CodeVerdict(
         verdict.get("passed") is True and isinstance(calls, int) and calls > 0,
         str(verdict.get("detail", ""))[:1000],
         calls if isinstance(calls, int) else 0,
