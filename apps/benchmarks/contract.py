@@ -10,7 +10,9 @@ A benchmark's **contract** is built at registration and stored (with its sha256)
 - ``decoding``: temperature, top_p, max_tokens, stop and the seed policy, all explicit (an
   unset temperature must never fall back to a checkpoint's generation_config.json);
 - ``samples``: the id field and the count per split (the ids themselves are on the row);
-- ``metric``: how per-sample results become the score (evaluators.CONTRACTS).
+- ``metric``: how per-sample results become the score (evaluators.CONTRACTS);
+- ``extraction``: what of the model's output the evaluator scores, and how (for ``code_tests``:
+  the fenced block Inspect's humaneval would take, and the verifier that no exit status fools).
 
 No Django imports.
 """
@@ -99,6 +101,7 @@ def build_contract(
         "samples": {"id_field": "id", "counts": dict(sorted(sample_counts.items()))},
         "metric": evaluators.CONTRACTS[evaluator].metric,
         "evaluator": evaluator,
+        "extraction": evaluators.CONTRACTS[evaluator].extraction,
     }
     if adapter == "inspect":
         contract["inspect"] = {

@@ -126,12 +126,80 @@ def _code_tests(answer: str) -> tuple[str, str, str]:
     return str(spec.get("prompt", "")), str(spec["test"]), str(spec["entry_point"])
 
 
-def code_tests(output: str, answer: str) -> bool:
-    """HumanEval-style: the prompt + the model's completion + the hidden tests pass in the sandbox.
+# A fence line: ``` at the start of a line (indent allowed), then an optional language label.
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([^\s`]*)[^\n]*$", re.MULTILINE)
+_PYTHON_LABELS = frozenset({"python", "python3", "py"})
 
-    ``answer`` is ``{"prompt", "test", "entry_point"}`` (HumanEval's own fields). The program runs
-    under apps/benchmarks/sandbox.py: no network, no sealed folder, CPU/memory/time limits; it
-    passes when ``check(entry_point)`` returns and the process exits 0.
+
+def fenced_code(output: str) -> str | None:
+    """The fenced code in a model's output, as Inspect's humaneval finds it; None without a fence.
+
+    The first block fenced as ```python (``python3``, ``py``; any case), else the first plain ```
+    block. A block ends at the next fence line; a ```python block never closed runs to the end of
+    the output. Line endings are normalised to ``\n``.
+    """
+    text = output.replace("\r\n", "\n")
+    fences = list(_FENCE.finditer(text))
+    labelled: list[str] = []
+    plain: list[str] = []
+    index = 0
+    while index < len(fences):
+        opener = fences[index]
+        label = opener.group(1).lower()
+        closer = fences[index + 1] if index + 1 < len(fences) else None
+        body = text[opener.end() + 1 : closer.start() if closer else len(text)]
+        if body.strip() and label in _PYTHON_LABELS:
+            labelled.append(body)
+        elif body.strip() and not label and closer is not None:
+            plain.append(body)
+        # A closer that carries a label opens the next block itself.
+        index += 1 if closer is not None and closer.group(1) else 2
+    blocks = labelled or plain
+    return blocks[0] if blocks else None
+
+
+def _defines(code: str, name: str) -> bool:
+    return re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", code, re.MULTILINE) is not None
+
+
+def code_program(prompt: str, output: str, entry_point: str) -> str:
+    """The program a completion stands for: the prompt, then the code extracted from the output.
+
+    Unfenced output continues the prompt as HumanEval's completions do. A fenced block that
+    defines the entry point at top level follows the prompt whole (its function replaces the
+    prompt's stub, and its imports and helpers stay); an indented block is the stub's body; any
+    other block gives the text after its first ``:\n    `` (the body of its first function), as
+    Inspect's humaneval does with every block.
+    """
+    code = fenced_code(output)
+    if code is None:
+        return f"{prompt}{output}"
+    if _defines(code, entry_point):
+        # The prompt's stub needs a body of its own only when it ends at the signature.
+        stub = prompt if _compiles(prompt) else f"{prompt}    pass\n"
+        return f"{stub}\n{code}"
+    if code[:1] in (" ", "\t"):
+        return f"{prompt}{code}"
+    body = code.find(":\n    ")
+    return f"{prompt}{code[body + 2 :] if body >= 0 else code}"
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<prompt>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def code_tests(output: str, answer: str) -> bool:
+    """HumanEval-style: the hidden tests, in their own sandbox, pass against the model's completion.
+
+    ``answer`` is ``{"prompt", "test", "entry_point"}`` (HumanEval's own fields). The completion
+    (``code_program``: fenced code as Inspect's humaneval extracts it) runs in one sandbox and
+    answers calls of ``entry_point`` with plain data; ``check(entry_point)`` runs in another and
+    compares builtin values there; the sample passes only on the verdict that process writes after
+    ``check`` returns (apps/benchmarks/sandbox.py ``run_tests``), never on an exit status.
     """
     try:
         prompt, test, entry_point = _code_tests(answer)
@@ -139,8 +207,8 @@ def code_tests(output: str, answer: str) -> bool:
         return False
     if not entry_point.isidentifier():
         return False
-    program = f"{prompt}{output}\n\n{test}\n\ncheck({entry_point})\n"
-    return _sandbox.run_python(program).passed
+    program = code_program(prompt, output, entry_point)
+    return _sandbox.run_tests(program=program, prompt=prompt, test=test, entry_point=entry_point).passed
 
 
 EVALUATORS: dict[str, Callable[[str, str], bool]] = {
@@ -160,15 +228,35 @@ class EvaluatorSpec:
     kind: str  # "format" (strict string forms) | "numeric" | "code" (executed in the sandbox)
     metric: str  # how per-sample booleans become the benchmark's score
     answer_format: str
+    extraction: str  # what of the model's output is scored, and how
 
 
 CONTRACTS: dict[str, EvaluatorSpec] = {
-    "exact_match": EvaluatorSpec("exact_match", "format", "accuracy", "the gold number or string"),
-    "multiple_choice": EvaluatorSpec("multiple_choice", "format", "accuracy", "the gold letter A-D"),
-    "json_call": EvaluatorSpec("json_call", "format", "accuracy", 'JSON {"name", "arguments"}'),
-    "gsm8k_numeric": EvaluatorSpec("gsm8k_numeric", "numeric", "accuracy", "GSM8K answer text ending '#### N'"),
-    "code_tests": EvaluatorSpec("code_tests", "code", "accuracy", 'JSON {"prompt", "test", "entry_point"}'),
-}
+    "exact_match": EvaluatorSpec(
+        "exact_match", "format", "accuracy", "the gold number or string",
+        "the whole output, whitespace and one trailing period aside",
+    ),
+    "multiple_choice": EvaluatorSpec(
+        "multiple_choice", "format", "accuracy", "the gold letter A-D",
+        "the output's first character, a letter A-D not followed by another letter",
+    ),
+    "json_call": EvaluatorSpec(
+        "json_call", "format", "accuracy", 'JSON {"name", "arguments"}',
+        "the whole output as one JSON object, compared with the gold call exactly",
+    ),
+    "gsm8k_numeric": EvaluatorSpec(
+        "gsm8k_numeric", "numeric", "accuracy", "GSM8K answer text ending '#### N'",
+        "the first number after the last '####', 'ANSWER:' or 'answer is', else the last number",
+    ),
+    "code_tests": EvaluatorSpec(
+        "code_tests", "code", "accuracy", 'JSON {"prompt", "test", "entry_point"}',
+        "the first ```python (python3, py) fenced block, else the first plain ``` block, else the whole "
+        "output as a continuation of the prompt; a fenced function named entry_point replaces the prompt's "
+        "stub, an indented block is its body. The tests run in a sandbox of their own against the "
+        "completion's return values rebuilt as exact builtin types; the verdict is the one the test "
+        "process writes after check() returns, never an exit status",
+    ),
+}  # fmt: skip
 
 
 def score(evaluator_name: str, output: str, answer: str) -> bool:

@@ -73,12 +73,12 @@ def test_the_sandbox_refuses_network_that_the_host_has():
         result = sandbox.run_python(program)
     finally:
         listener.close()
-    assert not result.passed
+    assert not result.exited_zero
     assert "connected" not in result.stdout
     assert "ConnectionRefusedError" in result.stderr or "Network is unreachable" in result.stderr
     # No interface but a loopback that is down: not even a DNS lookup leaves.
     result = sandbox.run_python("import socket\nsocket.getaddrinfo('example.org', 443)\n")
-    assert not result.passed
+    assert not result.exited_zero
     assert "gaierror" in result.stderr
 
 
@@ -99,18 +99,18 @@ def test_model_written_code_cannot_read_the_sealed_folder(tmp_path, settings):
     assert "FileNotFoundError" in result.stderr
     # Nor the project checkout or the process environment (no DATABASE_URL, no tokens).
     result = sandbox.run_python("import os, sys\nprint(sorted(os.listdir('/')))\nprint(dict(os.environ))\n")
-    assert result.passed
+    assert result.exited_zero
     assert "work" not in result.stdout
     assert "DATABASE_URL" not in result.stdout
 
 
 def test_the_sandbox_limits_memory_and_wall_time():
     result = sandbox.run_python("x = bytearray(2 * 1024 ** 3)\n")
-    assert not result.passed
+    assert not result.exited_zero
     assert "MemoryError" in result.stderr
     result = sandbox.run_python("import time\ntime.sleep(30)\n", wall_seconds=2)
     assert result.timed_out
-    assert not result.passed
+    assert not result.exited_zero
 
 
 @pytest.mark.parametrize(
