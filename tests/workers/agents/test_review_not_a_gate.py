@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from apps.experiments.models import Event
 from apps.research.choices import RunStatus
 from apps.research.models import Decision, ResearchNode, Run
 from apps.research.services import run_launch, run_stop
@@ -56,14 +57,22 @@ def test_a_heuristic_run_keeps_a_continuation_running_while_a_review_is_pending(
     run = _stop(run, stack)
     worker, reviewer = found
     assert run.search_policy == policy
-    # The review was asked for at the first result that had something to compare, not after a count:
-    # before the second of the opening Workers finished, when the first one had measured θ0.
+    # The review was asked for by the Main's first planning step that had something to compare (the
+    # first result with its θ0 baseline, else the second result), not after a count of results.
     opening = list(ResearchNode.objects.filter(run=run, kind="worker", created_by_decision__trigger="run_start")
                    .exclude(finalized_at=None).order_by("finalized_at"))  # fmt: skip
     first_review = ResearchNode.objects.filter(run=run, kind="reviewer").order_by("created_at").first()
     assert first_review is not None
-    if opening and opening[0].experiments.filter(kind="eval_only", status="succeeded").exists() and len(opening) > 1:
-        assert first_review.created_at < opening[1].finalized_at
+    with_baseline = opening and opening[0].experiments.filter(kind="eval_only", status="succeeded").exists()
+    second = opening[1].finalized_at if len(opening) > 1 else None
+    comparable_at = opening[0].finalized_at if with_baseline else second
+    # Every planning step of the Main reads guidance first: those reads mark where its steps start.
+    starts = sorted(Event.objects.filter(run=run, actor="main", type="tool.called", tool="main_guidance_read")
+                    .values_list("created_at", flat=True))  # fmt: skip
+    if comparable_at is not None:
+        reading = next(t for t in starts if t >= comparable_at)
+        after = [t for t in starts if t > reading]
+        assert not after or first_review.created_at < after[0]
     review_decision = first_review.created_by_decision
     assert review_decision is not None
     assert "as soon as there is something to compare" in review_decision.rationale

@@ -803,7 +803,13 @@ _COMMON_WORDS = {"answer", "number", "numbers", "problems", "problem", "question
 
 
 class MainHeuristic:
-    """Event-driven planning: read guidance, gather the evidence of the triggers, decide, grow the DAG."""
+    """Event-driven planning: read guidance, gather the evidence of the triggers, decide, grow the DAG.
+
+    Where to spend is the run's search policy (search.py: ``greedy`` | ``uct``, ``Run.search_policy``);
+    the operators (continue, verify, branch, revise) are written here. A review is asked for as soon
+    as there is something to compare and never gates the strongest line; when the Worker cap or the
+    budget cannot take every follow-up, the policy's value rule chooses, and the decision says so.
+    """
 
     def step(self, view: StepView) -> Outcome:
         view = _ServerFaultsRaise(view)
@@ -1183,23 +1189,21 @@ class MainHeuristic:
         ranked = self.search.rank(items, budget)
         slots = 0 if self._budget_low() else \
             max(0, self.defaults["max_workers"] - self._branches(state) - len(state["pending"]))  # fmt: skip
-        chosen = [i for i in ranked if i.mandatory or i.value > 0][: max(slots, sum(i.mandatory for i in ranked))]
+        chosen = [i for i in ranked if i.mandatory or i.value > 0][:slots]
         left_out = [i for i in ranked if i not in chosen]
         for item in chosen:
-            rule = (f"Value rule [{self.search.name}], {len(chosen)} of {len(ranked)} follow-ups taken "
-                    f"({slots} Worker slots left): {item.kind} {item.direction} — {item.explain}")  # fmt: skip
-            if item.why:
-                rule += f"; {item.why}"
+            lines = [item.spec.get("rationale", ""), item.why,
+                     f"Value rule [{self.search.name}], {len(chosen)} of {len(ranked)} follow-ups taken ({slots} "
+                     f"Worker slots left): {item.kind} {item.direction}: {item.explain}."]  # fmt: skip
             if left_out:
-                rule += "; chosen over: " + "; ".join(f"{o.kind} {o.direction} (value {o.value:.3f}"
-                                                        + (f"; {o.why}" if o.why else "") + ")"
-                                                        for o in left_out)  # fmt: skip
+                lines.append("Chosen over: " + "; ".join(f"{o.kind} {o.direction} (value {o.value:.3f}"
+                                                         + (f"; {o.why}" if o.why else "") + ")"
+                                                         for o in left_out) + ".")  # fmt: skip
             for name in item.spec.get("avoid", []):
                 if name not in state["avoid"]:
                     state["avoid"].append(name)
-            self._follow_up(view, state, item.direction, item.kind, trigger,
-                            f"{item.spec.get('rationale', '')} {rule}.", search=bool(item.spec.get("search")),
-                            subject=item.subject, force=item.mandatory)  # fmt: skip
+            self._follow_up(view, state, item.direction, item.kind, trigger, "\n".join(x for x in lines if x),
+                            search=bool(item.spec.get("search")), subject=item.subject)  # fmt: skip
 
     def _review(self, view: StepView, state: dict[str, Any], scope: list[str]) -> None:
         lines = []
@@ -1224,10 +1228,8 @@ class MainHeuristic:
             state["reviewers"][added.data["reviewer"]["handle"]] = {"scope": scope, "status": "active"}
 
     def _follow_up(self, view: StepView, state: dict[str, Any], direction: str, kind: str, trigger: str,
-                   rationale: str, *, search: bool = False, subject: str | None = None,
-                   force: bool = False) -> None:  # fmt: skip
-        full = self._branches(state) + len(state["pending"]) >= self.defaults["max_workers"]
-        if (full or self._budget_low()) and not force:
+                   rationale: str, *, search: bool = False, subject: str | None = None) -> None:  # fmt: skip
+        if self._branches(state) + len(state["pending"]) >= self.defaults["max_workers"] or self._budget_low():
             return
         if search:
             state["searched_wider"] = True

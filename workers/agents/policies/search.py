@@ -124,7 +124,7 @@ class FollowUp:
     gain: float  # expected feedback-score gain
     uncertainty: float  # how far that estimate may be off (same units)
     cost_scale: float = 1.0  # its cost relative to an average line so far
-    mandatory: bool = False  # integrity first: a protocol violation's revise always goes
+    mandatory: bool = False  # integrity first: a protocol violation's revise takes the first free slot
     why: str = ""
     spec: dict[str, Any] = field(default_factory=dict)  # what _follow_up needs (search, rationale)
     value: float = 0.0
