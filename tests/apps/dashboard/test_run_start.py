@@ -91,6 +91,8 @@ def test_the_search_policy_chosen_in_the_form_is_recorded_on_the_run(registered,
     page = client.get(reverse("dashboard:run-detail", args=[run.uuid]))
     assert 'id="search-policy"' in page.content.decode()
     assert "<strong>uct</strong>" in page.content.decode()
+    # ... and the API's run record carries it.
+    assert client.get(f"/api/v1/runs/{run.uuid}/").json()["search_policy"] == "uct"
     refused = client.post(reverse("dashboard:run-start"), _post(benchmark, search_policy="random", name="no"))
     assert "Select a valid choice" in refused.context["form"].errors["search_policy"][0]
     assert not Run.objects.filter(name="no").exists()
