@@ -44,7 +44,8 @@ from _setup import django_on_bench_db
 N_BOOT = 2000
 SLOTS = 2  # training jobs at once on the stack (the gpu worker's concurrency), shared by concurrent runs
 # The suite's agent configurations and the ablation arm each one is (apps.research.selectors.run_ablation).
-ARM_OF = {"heuristic": "full", "heuristic-serial-workers": "serial-workers", "heuristic-no-reviewer": "no-reviewer"}
+ARM_OF = {"heuristic": "full", "heuristic-serial-workers": "serial-workers", "heuristic-no-reviewer": "no-reviewer",
+          "heuristic-uct": "full · uct"}  # fmt: skip
 
 
 def _effective(run: Any) -> dict[str, Any]:
@@ -166,10 +167,11 @@ def _start_stack(base: Path, hard: Path) -> Any:
 
 def launch(args: argparse.Namespace) -> Any:
     """The ablation suite: ABLATION_AGENTS x the given seeds on the hard profile, every cell's budget equal."""
-    from apps.dojo.agents import ABLATION_AGENTS
+    from apps.dojo.agents import ABLATION_AGENTS, FULL_UNDER
     from apps.dojo.suites import suite_create, suite_launch
 
     agents = [a for a in ABLATION_AGENTS if ARM_OF[a] in args.configs]
+    agents += [FULL_UNDER[p] for p in args.search_policies if p in FULL_UNDER]
     budget = {"wall_seconds": args.wall_seconds, "accelerator_seconds": args.accelerator_seconds,
               "parallel": args.parallel, "max_workers": args.max_workers, "screen_steps": args.screen_steps,
               "train_steps": args.train_steps, "batch_size": args.batch_size}  # fmt: skip
@@ -183,7 +185,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--analyze", nargs="*", help="only analyze these finished runs (uuids)")
     parser.add_argument("--hard", type=Path, help="a built hard profile (python -m apps.benchmarks.minibench.hard)")
-    parser.add_argument("--configs", nargs="*", default=list(ARM_OF.values()), choices=list(ARM_OF.values()))
+    parser.add_argument("--configs", nargs="*", default=["full", "serial-workers", "no-reviewer"],
+                        choices=list(ARM_OF.values()))  # fmt: skip
+    parser.add_argument("--search-policies", nargs="*", default=["greedy"], choices=["greedy", "uct"],
+                        help="the full arm under each of these search policies (greedy: the arm full)")  # fmt: skip
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2, 3, 4])
     # The binding budget is the wall clock, equal for every arm: within it a serial line of work
     # tries fewer directions than parallel Workers (the profile's budget trap). The accelerator

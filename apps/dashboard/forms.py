@@ -10,7 +10,7 @@ from apps.benchmarks.models import Benchmark
 from apps.dashboard.services import GUIDANCE_MAX_CHARS, RUN_ACTIONS
 from apps.experiments.models import Checkpoint
 from apps.integrity.choices import Adjudication, Observation
-from apps.research.agent_config import DEFAULT_PROFILE, llm_profiles
+from apps.research.agent_config import DEFAULT_PROFILE, DEFAULT_SEARCH_POLICY, SEARCH_POLICIES, llm_profiles
 
 
 class GuidanceForm(forms.Form):
@@ -68,6 +68,10 @@ def policy_choices() -> list[tuple[str, str]]:
     ]
 
 
+SEARCH_POLICY_LABELS = {"greedy": "greedy: expand the best line",
+                        "uct": "uct: upper confidence bound; stagnant lines are left"}  # fmt: skip
+
+
 class RunStartForm(forms.Form):
     """An operator's new run. Limits match the model and ``run_launch``; messages say what to change."""
 
@@ -90,6 +94,13 @@ class RunStartForm(forms.Form):
     serial_workers = forms.BooleanField(required=False, label="--serial-workers (ablation: one Worker at a time)")
     gate = forms.BooleanField(required=False, label="Hold training for the Main Agent's approval")
     seed = forms.IntegerField(min_value=0, max_value=SEED_MAX, initial=0)
+    search_policy = forms.ChoiceField(
+        choices=[(name, SEARCH_POLICY_LABELS.get(name, name)) for name in SEARCH_POLICIES],
+        initial=DEFAULT_SEARCH_POLICY,
+        required=False,
+        label="Search policy",
+        help_text="how the Main Agent picks the node to expand and spends the Worker cap",
+    )  # fmt: skip
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -119,6 +130,7 @@ class RunStartForm(forms.Form):
             "serial_workers": data["serial_workers"],
             "gate": data["gate"],
             "seed": data["seed"],
+            "search_policy": data["search_policy"] or DEFAULT_SEARCH_POLICY,
         }
 
 
@@ -128,3 +140,4 @@ class AblationLaunchForm(forms.Form):
     run = forms.UUIDField()
     seeds = forms.IntegerField(min_value=1, max_value=20, initial=5, help_text="seeds 0 .. N-1, one run per arm each")
     max_concurrent = forms.IntegerField(min_value=1, max_value=8, initial=1, label="Runs at once")
+    with_uct = forms.BooleanField(required=False, label="also the full system under the uct search policy")

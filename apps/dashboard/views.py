@@ -166,12 +166,13 @@ def run_ablation_launch_view(request: HttpRequest) -> HttpResponse:
     try:
         suite = ablation_suite_create(run=run, seeds=list(range(form.cleaned_data["seeds"])),
                                       max_concurrent=form.cleaned_data["max_concurrent"], created_by=request.user,
-                                      actor=actor)  # fmt: skip
+                                      actor=actor,
+                                      search_policies=("uct",) if form.cleaned_data["with_uct"] else ())  # fmt: skip
         suite = suite_launch(suite=suite, actor=actor)
     except ApplicationError as error:
         messages.error(request, error.message)
         return redirect(back)
-    messages.success(request, f"Ablation suite {suite.name!r} started: {len(ABLATION_AGENTS)} arms x "
+    messages.success(request, f"Ablation suite {suite.name!r} started: {len(suite.agents)} arms x "
                               f"{form.cleaned_data['seeds']} seeds.")  # fmt: skip
     return redirect("dashboard:suite-detail", suite_uuid=suite.uuid)
 
@@ -511,6 +512,6 @@ def suite_detail_view(request: HttpRequest, suite_uuid: Any) -> HttpResponse:
     suite = AgentSuite.objects.filter(uuid=suite_uuid).first()
     if suite is None:
         raise Http404("No such suite.")
-    ablation = sorted(suite.agents) == sorted(ABLATION_AGENTS)
+    ablation = set(ABLATION_AGENTS) <= set(suite.agents)
     return _page(request, "dashboard/suite_detail.html", {"suite": suite, "stats": suite_stats(suite),
                                                           "ablation": ablation})  # fmt: skip

@@ -6,6 +6,8 @@
                      order, unranked, and none is set aside as off-task or malformed;
                      ``heuristic.fixed_recipe: true``: one SFT recipe for every training, no
                      learning-rate sweep, no longer continuation, no DPO)
+    heuristic-uct    the heuristic policy under the ``uct`` search policy (issue 32): the full system
+                     with another allocation over the research DAG, an arm of its own in the ablation
     heuristic-serial-workers, heuristic-no-reviewer
                      the paper's ablation arms: the heuristic policy with one Worker at a time, or
                      with no Reviewers (run switches ``serial_workers`` and ``reviewer``); a suite
@@ -44,6 +46,8 @@ class AgentConfig:
     heuristic: dict[str, Any] = field(default_factory=dict)
     # run_launch's ablation switches (reviewer, serial_workers); they win over the suite's budget.
     run: dict[str, bool] = field(default_factory=dict)
+    # The Main Agent's search policy (agent_config.SEARCH_POLICIES; issue 32).
+    search_policy: str = "greedy"
 
 
 AGENTS: dict[str, AgentConfig] = {
@@ -66,10 +70,18 @@ AGENTS: dict[str, AgentConfig] = {
         "The paper's ablation: the heuristic policy with no Reviewers (--no-reviewer).",
         run={"reviewer": False},
     ),
+    "heuristic-uct": AgentConfig(
+        "heuristic-uct",
+        AgentMode.HEURISTIC,
+        "The heuristic policy under the uct search policy (upper confidence bound, stagnant lines left).",
+        search_policy="uct",
+    ),
     "llm": AgentConfig("llm", AgentMode.LLM, "The LLM policy on an endpoint profile (an LLM host)."),
 }
 # The paper's ablation (full vs serial Workers vs no Reviewer), as a suite's agent configurations.
 ABLATION_AGENTS = ("heuristic", "heuristic-serial-workers", "heuristic-no-reviewer")
+# The full system under another search policy than greedy: an extra ablation arm (issue 32).
+FULL_UNDER = {"uct": "heuristic-uct"}
 
 
 def agent_resolve(name: str, *, llm_profile: str = DEFAULT_PROFILE) -> AgentConfig:

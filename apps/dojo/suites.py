@@ -33,7 +33,7 @@ from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import benchmark_resolve, benchmark_sealed_items
 from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.queues import Queue, TaskName
-from apps.dojo.agents import ABLATION_AGENTS, agent_resolve
+from apps.dojo.agents import ABLATION_AGENTS, FULL_UNDER, agent_resolve
 from apps.dojo.choices import CellStatus, EnvironmentStatus, SuiteStatus
 from apps.dojo.models import AgentSuite, SuiteCell, TaskEnvironment
 from apps.dojo.registry import task_sources
@@ -295,6 +295,7 @@ def suite_create(
                             max_workers=budget["max_workers"],
                             reviewer=config.run.get("reviewer", budget.get("reviewer", True)),
                             serial_workers=config.run.get("serial_workers", False),
+                            search_policy=config.search_policy,
                             gate=budget.get("gate", False),
                             seed=seed,
                             **{k: budget[k] for k in ("screen_steps", "train_steps", "learning_rate", "batch_size")
@@ -334,8 +335,10 @@ def run_budget(run: Run) -> dict[str, Any]:
 
 
 def ablation_suite_create(*, run: Run, seeds: list[int], max_concurrent: int = 1, created_by: Any = None,
-                          actor: str = SYSTEM) -> AgentSuite:  # fmt: skip
-    """The paper's ablation of ``run``: full, serial Workers and no Reviewer at its budget, per seed.
+                          actor: str = SYSTEM, search_policies: tuple[str, ...] = ()) -> AgentSuite:  # fmt: skip
+    """The paper's ablation of ``run``: full, serial Workers and no Reviewer at its budget, per seed;
+    ``search_policies`` adds the full system under each of those search policies (``uct``: the
+    ``heuristic-uct`` configuration) as arms of their own.
 
     Every arm gets the run's benchmark, θ0 and budget (parallel Workers included: the serial arm
     runs one at a time, which is its point); only the heuristic policy is ablated here.
@@ -348,7 +351,7 @@ def ablation_suite_create(*, run: Run, seeds: list[int], max_concurrent: int = 1
         )
     return suite_create(
         name=f"ablation of {run.name}"[:200],
-        agents=list(ABLATION_AGENTS),
+        agents=list(ABLATION_AGENTS) + [FULL_UNDER[p] for p in search_policies if p in FULL_UNDER],
         tasks=[str(run.benchmark.uuid)],
         base_models=[str(run.base_checkpoint.uuid)],
         budget=run_budget(run),

@@ -24,6 +24,10 @@ from pathlib import Path
 from rsiweb import env
 
 ROLES = ("main", "worker", "reviewer")
+# The Main Agent's search policies (workers/agents/policies/search.py implements them; the names live
+# here, below both layers, so a run validates the name it records): greedy is the original behaviour.
+SEARCH_POLICIES = ("greedy", "uct")
+DEFAULT_SEARCH_POLICY = "greedy"
 PROMPTS = Path(__file__).resolve().parent / "prompts"
 
 

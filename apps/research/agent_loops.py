@@ -17,6 +17,12 @@ and the supervisor tick's body run in ``workers.agents.loop``, which calls these
 - ``agent_stack_resume``: an agents worker that starts picks every active run up again;
 - ``agent_messages_republish``: the reaper re-sends supervisor ticks and steps the broker lost.
 
+The Main Agent's trigger schedule (issue 32): it is woken by every ``worker_finalize`` and every
+``review_report`` alike, whether or not a review is pending — a pending review is information still
+to come, never a gate, so a result is always a planning step that can keep the strongest line
+moving; nothing here waits for a count of results before waking it. The role prompt
+(prompts/main.md) and the trigger text (workers/agents/policies/llm.py) say the same.
+
 Messages carry ids only and are sent by task name (apps.core.queues), so apps/ never imports the
 workers that run them. Every send that follows a row change goes out on commit: a worker that
 got the message before the row is visible would find nothing to claim.

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from apps.core.models import BaseModel, UUIDModel
+from apps.research.agent_config import DEFAULT_SEARCH_POLICY, SEARCH_POLICIES
 from apps.research.choices import (
     AgentLoopStatus,
     AgentMode,
@@ -66,6 +67,10 @@ class Run(UUIDModel):
     base_checkpoint = models.ForeignKey("experiments.Checkpoint", on_delete=models.PROTECT, related_name="+")
     target_capability = models.TextField()
     agent_mode = models.CharField(max_length=16, choices=AgentMode.choices, default=AgentMode.HEURISTIC)
+    # The Main Agent's search policy over the research DAG (agent_config.SEARCH_POLICIES, issue 32).
+    search_policy = models.CharField(
+        max_length=16, choices=[(n, n) for n in SEARCH_POLICIES], default=DEFAULT_SEARCH_POLICY
+    )
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.CREATED)
     budget_wall_seconds = models.PositiveIntegerField()
     budget_accelerator_seconds = models.PositiveIntegerField()
@@ -99,6 +104,7 @@ class Run(UUIDModel):
                 name="run_reserve_within_budget",
             ),
             models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status_valid"),
+            models.CheckConstraint(condition=Q(search_policy__in=SEARCH_POLICIES), name="run_search_policy_valid"),
         ]
 
     def __str__(self) -> str:

@@ -18,7 +18,7 @@ from apps.core.records import cut, iso, text_or_none
 from apps.experiments.models import Event
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
-from apps.research.agent_config import DEFAULT_PROFILE
+from apps.research.agent_config import DEFAULT_PROFILE, DEFAULT_SEARCH_POLICY
 from apps.research.choices import AgentMode, NodeKind, NodeStatus
 from apps.research.models import Decision, Guidance, Prediction, ResearchEdge, ResearchNode, Run
 
@@ -45,7 +45,9 @@ def run_ablation(run: Run) -> str:
     """The paper's ablation arm a run belongs to, from its policy switches."""
     policy = run.policy or {}
     off = [label for key, label, default in ABLATION_SWITCHES if bool(policy.get(key, default)) != default]
-    return " + ".join(off) if off else "full"
+    arm = " + ".join(off) if off else "full"
+    # Another search policy than the default is its own arm: full under uct is "full · uct" (issue 32).
+    return arm if run.search_policy == DEFAULT_SEARCH_POLICY else f"{arm} · {run.search_policy}"
 
 
 def run_live(run: Run) -> dict[str, Any]:

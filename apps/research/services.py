@@ -35,7 +35,15 @@ from apps.jobs.models import Job
 from apps.jobs.services import engine_config, job_enqueue, job_request_cancel, jobs_reap_stale
 from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import run_group
-from apps.research.agent_config import DEFAULT_PROFILE, ROLES, LLMNotConfigured, llm_config, prompt_hashes
+from apps.research.agent_config import (
+    DEFAULT_PROFILE,
+    DEFAULT_SEARCH_POLICY,
+    ROLES,
+    SEARCH_POLICIES,
+    LLMNotConfigured,
+    llm_config,
+    prompt_hashes,
+)
 from apps.research.agent_loops import (
     agent_loop_ensure,
     agent_loop_wake,
@@ -109,6 +117,7 @@ def run_create(
     policy: dict[str, Any] | None = None,
     agent_mode: str = "heuristic",
     created_by: Any = None,
+    search_policy: str = DEFAULT_SEARCH_POLICY,
 ) -> Run:
     """Create a run and its Main Agent node. The run starts in ``created``."""
     merged_policy = {**default_policy(), **(policy or {})}
@@ -125,6 +134,7 @@ def run_create(
             reserved_final_seconds=reserved_final_seconds,
             policy=merged_policy,
             agent_mode=agent_mode,
+            search_policy=search_policy,
             created_by=created_by,
         )
         run.full_clean()
@@ -137,7 +147,12 @@ def run_create(
             type="run.created",
             actor=_actor(created_by),
             role="human" if created_by else SYSTEM,
-            arguments={"name": name, "benchmark": str(benchmark.uuid), "policy": merged_policy},
+            arguments={
+                "name": name,
+                "benchmark": str(benchmark.uuid),
+                "policy": merged_policy,
+                "search_policy": search_policy,
+            },
             result_ref=f"run:{run.uuid}",
         )
         _run_updated(run)
@@ -797,6 +812,7 @@ def run_launch(
     created_by: Any = None,
     heuristic: dict[str, Any] | None = None,
     start: bool = True,
+    search_policy: str = DEFAULT_SEARCH_POLICY,
 ) -> Run:
     """Create and start a run as a person asks for it (``manage.py start_run``, the dashboard's form).
 
@@ -812,6 +828,10 @@ def run_launch(
     """
     if policy not in (AgentMode.HEURISTIC, AgentMode.LLM):
         raise ApplicationError("invalid_policy", "policy is heuristic or llm.")
+    if search_policy not in SEARCH_POLICIES:
+        raise ApplicationError(
+            "invalid_search_policy", f"search_policy is one of {', '.join(SEARCH_POLICIES)}, not {search_policy!r}."
+        )
     if policy == AgentMode.LLM:
         try:
             for role in ROLES:
@@ -838,6 +858,7 @@ def run_launch(
         max_parallel_workers=parallel,
         reserved_final_seconds=reserve,
         agent_mode=policy,
+        search_policy=search_policy,
         created_by=created_by,
         policy={
             "training_gate": gate,

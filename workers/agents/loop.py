@@ -343,6 +343,7 @@ def _briefing(run: Run, node: ResearchNode) -> dict[str, Any]:
             "llm_tokens": run.budget_llm_tokens,
         },
         "max_parallel_workers": run.max_parallel_workers,
+        "search_policy": run.search_policy,
         "policy": {k: v for k, v in policy.items() if k not in ("allowed_teachers",)},
     }
 

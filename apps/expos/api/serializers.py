@@ -45,6 +45,7 @@ class RunSerializer(serializers.ModelSerializer):
             "base_checkpoint",
             "target_capability",
             "agent_mode",
+            "search_policy",
             "status",
             "budget_wall_seconds",
             "budget_accelerator_seconds",

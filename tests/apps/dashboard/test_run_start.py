@@ -79,3 +79,23 @@ def test_llm_profiles_are_offered_by_name_and_never_show_a_key(registered, peopl
     client.post(reverse("dashboard:run-start"), _post(benchmark, policy="llm:fast", llm_tokens=10_000))
     run = Run.objects.get()
     assert (run.agent_mode, run.policy["llm_profile"], run.budget_llm_tokens) == ("llm", "fast", 10_000)
+
+
+def test_the_search_policy_chosen_in_the_form_is_recorded_on_the_run(registered, people, as_role):
+    benchmark, _ = registered
+    client = as_role("operator")
+    client.post(reverse("dashboard:run-start"), _post(benchmark, search_policy="uct", name="uct from the form"))
+    run = Run.objects.get(name="uct from the form")
+    assert run.search_policy == "uct"
+    # The run page's decision panel says which policy chose the nodes.
+    page = client.get(reverse("dashboard:run-detail", args=[run.uuid]))
+    assert 'id="search-policy"' in page.content.decode()
+    assert "<strong>uct</strong>" in page.content.decode()
+    # ... and the API's run record carries it.
+    assert client.get(f"/api/v1/runs/{run.uuid}/").json()["search_policy"] == "uct"
+    refused = client.post(reverse("dashboard:run-start"), _post(benchmark, search_policy="random", name="no"))
+    assert "Select a valid choice" in refused.context["form"].errors["search_policy"][0]
+    assert not Run.objects.filter(name="no").exists()
+    # Left out, the form keeps the original behaviour.
+    client.post(reverse("dashboard:run-start"), _post(benchmark, name="default policy"))
+    assert Run.objects.get(name="default policy").search_policy == "greedy"

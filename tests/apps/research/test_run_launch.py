@@ -67,3 +67,20 @@ def test_only_a_base_checkpoint_starts_a_run():
     with pytest.raises(ApplicationError) as refused:
         run_launch(benchmark=BenchmarkFactory(), base_checkpoint=CheckpointFactory(is_base=False))
     assert refused.value.code == "not_a_base_checkpoint"
+
+
+def test_the_search_policy_is_chosen_per_run_and_recorded():
+    BenchmarkFactory(name="test/search")
+    CheckpointFactory(is_base=True)
+    call_command("start_run", "--benchmark", "test/search", "--search-policy", "uct", "--name", "uct run")
+    run = Run.objects.get(name="uct run")
+    assert run.search_policy == "uct"
+    assert run.events.get(type="run.created").arguments["search_policy"] == "uct"
+    with pytest.raises(CommandError, match="invalid choice"):
+        call_command("start_run", "--benchmark", "test/search", "--search-policy", "random", "--name", "bad")
+    with pytest.raises(ApplicationError) as refused:
+        run_launch(benchmark="test/search", search_policy="random", name="bad")
+    assert refused.value.code == "invalid_search_policy"
+    assert not Run.objects.filter(name="bad").exists()
+    call_command("start_run", "--benchmark", "test/search", "--name", "default run")
+    assert Run.objects.get(name="default run").search_policy == "greedy"

@@ -62,32 +62,7 @@ def script() -> Script:
         {
             "main": [
                 Reply(content="Reading guidance first.", tool_calls=[("main_guidance_read", "{oops: not json")]),
-                Reply(
-                    tool_calls=[
-                        ("main_guidance_read", {}),
-                        (
-                            "main_optimizer_update",
-                            {
-                                "decision": {
-                                    "kind": "branch",
-                                    "trigger": "run_start",
-                                    "rationale": "One branch: a short SFT on the cleanest catalog data.",
-                                }
-                            },
-                        ),
-                    ]
-                ),  # fmt: skip
-                Reply(
-                    tool_calls=[
-                        (
-                            "state_add_new_worker",
-                            {
-                                "task": "Search the catalog for arithmetic data, register arithmetic-clean, "
-                                "train a short SFT and report the feedback score."
-                            },
-                        )
-                    ]
-                ),  # fmt: skip
+                *opening_turns("One branch: a short SFT on the cleanest catalog data."),
                 Reply(content="The Worker is running; nothing more to do until it reports."),
                 Reply(tool_calls=[("main_guidance_read", {}), ("state_inspect_worker", {"worker": "worker_0001"})]),
                 Reply(
@@ -108,25 +83,44 @@ def script() -> Script:
                 Reply(tool_calls=[("stop_loop", {"reason": "a smoke run: one branch is enough"})]),
                 Reply(content="Stopped; the final evaluation follows."),
             ],
-            "worker_0001": [
-                Reply(tool_calls=[("state_get_current_worker", {}), ("hf_search_datasets", {"query": "arithmetic"})]),
-                Reply(tool_calls=[("worker_add_data", {"catalog": "arithmetic-clean"})]),
-                _submit,
-                _finalize_when_done,
-            ],
+            "worker_0001": short_sft_worker(),
         },
         wait=Reply(tool_calls=[("state_get_current_worker", {})]),
     )
+
+
+def opening_turns(rationale: str) -> list[Reply]:
+    """The Main Agent's opening: read guidance, record one branch, spawn the Worker of ``short_sft_worker``."""
+    task = ("Search the catalog for arithmetic data, register arithmetic-clean, train a short SFT and report the "
+            "feedback score.")  # fmt: skip
+    decision = {"kind": "branch", "trigger": "run_start", "rationale": rationale}
+    return [Reply(tool_calls=[("main_guidance_read", {}), ("main_optimizer_update", {"decision": decision})]),
+            Reply(tool_calls=[("state_add_new_worker", {"task": task})])]  # fmt: skip
+
+
+def short_sft_worker() -> list[Reply | Any]:
+    """An LLM Worker's turns: register the clean set, train three steps, finalize once it has ended."""
+    return [
+        Reply(tool_calls=[("state_get_current_worker", {}), ("hf_search_datasets", {"query": "arithmetic"})]),
+        Reply(tool_calls=[("worker_add_data", {"catalog": "arithmetic-clean"})]),
+        _submit,
+        _finalize_when_done,
+    ]
+
+
+def use_fake_llm(fake_llm: Any, monkeypatch: Any, responder: Script) -> None:
+    """Point this process's launcher at the fake (the stack's agents worker already is) with a new script."""
+    monkeypatch.setenv("RSI_LLM_BASE_URL", fake_llm.base_url)
+    monkeypatch.setenv("RSI_LLM_MODEL", "fake-tool-model")
+    fake_llm.responder = responder
+    fake_llm.requests.clear()
 
 
 @pytest.mark.django_db(transaction=True)
 def test_llm_agents_drive_a_short_real_run(installed, fake_llm, monkeypatch):
     stack = installed
     # The agents worker was started with this configuration; the launcher checks it too.
-    monkeypatch.setenv("RSI_LLM_BASE_URL", fake_llm.base_url)
-    monkeypatch.setenv("RSI_LLM_MODEL", "fake-tool-model")
-    fake_llm.responder = script()
-    fake_llm.requests.clear()
+    use_fake_llm(fake_llm, monkeypatch, script())
     fake_llm.fail_next(429, retry_after=0)  # the very first request is rate-limited
     run = run_launch(benchmark="minibench/arithmetic", policy="llm", name="agents: llm smoke run",
                      wall_seconds=1800, accelerator_seconds=1200, llm_tokens=500_000, parallel=1,

@@ -30,6 +30,7 @@ from typing import Any
 
 from workers.agents.client import ServerFault, ToolResult
 from workers.agents.policies.base import Outcome, StepView
+from workers.agents.policies.search import Budget, FollowUp, diagnosis_weight, lines_of, loss_drop, search_policy
 
 EXP_RE = re.compile(r"\bexp_\d{4,}\b")
 WORKER_RE = re.compile(r"\bworker_\d{4,}\b")
@@ -802,7 +803,13 @@ _COMMON_WORDS = {"answer", "number", "numbers", "problems", "problem", "question
 
 
 class MainHeuristic:
-    """Event-driven planning: read guidance, gather the evidence of the triggers, decide, grow the DAG."""
+    """Event-driven planning: read guidance, gather the evidence of the triggers, decide, grow the DAG.
+
+    Where to spend is the run's search policy (search.py: ``greedy`` | ``uct``, ``Run.search_policy``);
+    the operators (continue, verify, branch, revise) are written here. A review is asked for as soon
+    as there is something to compare and never gates the strongest line; when the Worker cap or the
+    budget cannot take every follow-up, the policy's value rule chooses, and the decision says so.
+    """
 
     def step(self, view: StepView) -> Outcome:
         view = _ServerFaultsRaise(view)
@@ -821,6 +828,8 @@ class MainHeuristic:
         ):
             state.setdefault(key, default)
         self.defaults = _policy_defaults(view)
+        self.search = search_policy(view.briefing.get("search_policy")
+                                    or (view.briefing.get("policy") or {}).get("search_policy"))  # fmt: skip
         self.decisions: list[str] = []
         triggers = [item.get("trigger") for item in view.inbox]
         # 1. Pending human guidance first; reading it marks it applied.
@@ -860,6 +869,8 @@ class MainHeuristic:
         worker = inspected.data["worker"]
         record = state["workers"].setdefault(handle, {"direction": "?", "reviewed": False})
         record.update(status=worker["status"], best=parse_best_line(worker.get("summary", "")))
+        if worker["status"] != "active" and "spawned_at" in record and "wall" not in record:
+            record["wall"] = round(max(0.0, self._elapsed() - float(record["spawned_at"])), 1)
         for brief in inspected.data.get("experiments", []):
             state["experiments"][brief["handle"]] = {"owner": handle, "score": brief["feedback_score"],
                                                      "status": brief["status"], "kind": brief["kind"]}  # fmt: skip
@@ -1026,36 +1037,173 @@ class MainHeuristic:
         return [h for h, _ in sorted(scored, key=lambda x: (-x[1], x[0]))]
 
     def _advance(self, view: StepView, state: dict[str, Any], triggers: list[str | None]) -> None:
+        """One planning round (issue 32): a review is asked for as soon as there is something to compare,
+        and a pending review is information still to come, never a gate — the strongest line keeps
+        moving meanwhile; when the report arrives its follow-ups compete with that line by value."""
+        candidates: list[FollowUp] = []
+        if "review_report" in triggers:
+            candidates += self._review_follow_ups(view, state)
+        if "worker_finalize" in triggers or "review_report" in triggers:
+            candidates += self._keep_moving(view, state)
+        if candidates:
+            self._allocate(view, state, candidates, "review_report" if "review_report" in triggers
+                           else "worker_finalize")  # fmt: skip
+            self._spawn_pending(view, state)  # started before the review is asked for: it never waits on it
+        if self.defaults["reviewers"] and not self._reviewing(state):
+            scope = self._comparable(state)
+            if scope:
+                self._review(view, state, scope)
+
+    def _reviewing(self, state: dict[str, Any]) -> list[str]:
+        return [r for r, rec in state["reviewers"].items() if rec.get("status") != "reported"]
+
+    def _comparable(self, state: dict[str, Any]) -> list[str]:
+        """The Workers a review should compare now: a new result and a baseline, or two results —
+        whichever comes first (or the last result, when nothing else runs). Empty: nothing yet."""
         finalized = [h for h, w in state["workers"].items() if w.get("status") != "active"]
         reviewed = {h for r in state["reviewers"].values() for h in r.get("scope", [])}
         unreviewed = sorted(h for h in finalized if h not in reviewed and not state["workers"][h].get("stopped")
                             and state["workers"][h].get("best"))  # fmt: skip
-        active = self._active_workers(state)
-        best = self._best_workers(state)
-        reviewing = [r for r, rec in state["reviewers"].items() if rec.get("status") != "reported"]
-        # Cross-Worker review once two branches have results (or the last one has, and nothing else runs).
-        last_one = bool(unreviewed) and not active and not state["pending"]
-        if self.defaults["reviewers"] and not reviewing and (len(unreviewed) >= 2 or last_one):
-            scope = unreviewed
-            if len(scope) == 1:
-                # The last result alone: review it against every other Worker with results (stopped
-                # or already reviewed ones too), so the closing evidence is compared across Workers.
-                scope = sorted(h for h in finalized if state["workers"][h].get("best"))
-            self._review(view, state, scope)
-            return
-        if "review_report" in triggers:
-            self._after_review(view, state)
-            return
-        if not self.defaults["reviewers"] and "worker_finalize" in triggers and best and not active:
-            # No reviewer (ablation): continue straight from the best result.
-            self._follow_up(
-                view,
-                state,
+        if not unreviewed:
+            return []
+        baselines = sorted({x["owner"] for x in state["experiments"].values() if x.get("kind") == "eval_only"
+                            and x.get("status") == "succeeded" and x["owner"] in finalized})  # fmt: skip
+        last_one = not self._active_workers(state) and not state["pending"]
+        if len(unreviewed) >= 2:
+            return unreviewed
+        if baselines or last_one:
+            # One result: compare it with the baseline's Worker and every other Worker with results.
+            others = [h for h in finalized if state["workers"][h].get("best") and h not in unreviewed]
+            return sorted(set(unreviewed) | set(baselines) | set(others))
+        return []
+
+    def _curve_drop(self, view: StepView, state: dict[str, Any], handle: str) -> float | None:
+        """The measured loss drop over the last half of a line's best training (cached per experiment)."""
+        best = state["workers"].get(handle, {}).get("best") or {}
+        experiment = best.get("experiment")
+        if not experiment:
+            return None
+        curves = state.setdefault("curves", {})
+        if experiment not in curves:
+            read = view.call("training_curve_read", {"experiment": experiment})
+            curves[experiment] = loss_drop(read.data.get("points", [])) if read.ok else None
+        drop = curves[experiment]
+        return None if drop is None else float(drop)
+
+    def _line_busy(self, state: dict[str, Any], handle: str) -> bool:
+        """A follow-up of this line is running or waiting for a slot."""
+        return any(w.get("parent") == handle and w.get("status") == "active" for w in state["workers"].values()) \
+            or any(handle in spec.get("predecessors", []) for spec in state["pending"])  # fmt: skip
+
+    def _keep_moving(self, view: StepView, state: dict[str, Any]) -> list[FollowUp]:
+        """The strongest line's next step, chosen by the run's search policy, whether or not a review is
+        pending. A line with a follow-up already running is left to it."""
+        line, why = self.search.choose_line(lines_of(state["workers"]))
+        if line is None:
+            if "every line is stagnant" in why:
+                headroom = 1.0 - max((x.score for x in lines_of(state["workers"])), default=0.0)
+                return [FollowUp("branch", "recipe-sweep", None, round(0.2 * headroom, 4), round(0.5 * headroom, 4),
+                                 why=why, spec={"rationale": "Every line has stopped improving; branch: a new "
+                                                "recipe sweep."})]  # fmt: skip
+            return []
+        if self._line_busy(state, line.handle):
+            return []
+        drop = self._curve_drop(view, state, line.handle)
+        headroom = 1.0 - line.score
+        steep = 0.25 if drop is None else min(0.6, 0.1 + 2 * drop)
+        pending = " A review is pending: its report is information still to come, not a gate." \
+            if self._reviewing(state) else ""  # fmt: skip
+        curve = "no loss curve" if drop is None else f"its loss fell {drop:.0%} over the last half of its training"
+        rationale = (f"Keep the strongest line moving: continue from {line.handle}'s best result with longer "
+                     f"training ({curve}).{pending}")  # fmt: skip
+        return [
+            FollowUp(
                 "continue",
                 "continue",
-                "worker_finalize",
-                f"{best[0]} leads; continue from its best experiment (no reviewer in this run).",
+                line.handle,
+                round(headroom * steep, 4),
+                round(0.3 * headroom, 4),
+                cost_scale=0.5,
+                why=why,
+                spec={"rationale": rationale},
             )
+        ]
+
+    def _review_follow_ups(self, view: StepView, state: dict[str, Any]) -> list[FollowUp]:
+        """What the latest report calls for, each weighed by the evidence it cites (search.diagnosis_weight)."""
+        latest = [r for r in state["reviewers"].values() if r.get("status") == "reported"]
+        report = latest[-1].get("report", {}) if latest else {}
+        recommendations = report.get("recommendations", [])
+        best = self._best_workers(state)
+        top = best[0] if best else None
+        headroom = 1.0 - (state["workers"][top]["best"]["score"] if top else 0.0)
+        drop = self._curve_drop(view, state, top) if top else None
+        items: list[FollowUp] = []
+        if report.get("protocol_violations"):
+            items.append(FollowUp("revise", "data-screen", None, headroom, 0.0, mandatory=True,
+                                  why="integrity first: a protocol violation is always revised",
+                                  spec={"rationale": "The review found protocol violations; revise: re-screen the "
+                                        "data without the offending sets."}))  # fmt: skip
+        stops = [r for r in recommendations if "do not stop" in r]
+        content = [r for r in recommendations if "search for other training data" in r]
+        if stops:
+            weighed = diagnosis_weight(report, "run_on", drop)
+            avoid = [d for r in stops for name in re.findall(r"drop (.+?) \(its completions", r)
+                     for d in split_list(name)]  # fmt: skip
+            items.append(FollowUp("revise", "data-screen", None, round(0.5 * headroom * weighed.weight, 4),
+                                  round(0.3 * headroom, 4), why=f"diagnosis 'outputs run on' {weighed.note}",
+                                  spec={"avoid": avoid, "search": True, "rationale": "The review found outputs that "
+                                        "do not stop after the answer; revise: drop the data that teaches it and "
+                                        "re-screen with a wider search."}))  # fmt: skip
+        if content and not state.get("searched_wider"):
+            weighed = diagnosis_weight(report, "content", drop)
+            items.append(FollowUp("branch", "data-screen", None, round(0.4 * headroom * weighed.weight, 4),
+                                  round(0.3 * headroom, 4), why=f"diagnosis 'content errors' {weighed.note}",
+                                  spec={"search": True, "rationale": "The review reads the errors as content, not "
+                                        "format (too little training or wrong labels); branch: screen data found "
+                                        "with a wider search."}))  # fmt: skip
+        if top and any("verify" in r for r in recommendations):
+            items.append(FollowUp("verify", "verify", top, round(0.05 * headroom, 4), round(0.2 * headroom, 4),
+                                  cost_scale=0.5, why="the review could not separate the best results",
+                                  spec={"rationale": f"The review could not separate the best results; verify "
+                                        f"{top}'s best with another seed."}))  # fmt: skip
+        if not top and not items:
+            items.append(
+                FollowUp(
+                    "revise",
+                    "recipe-sweep",
+                    None,
+                    0.2,
+                    0.2,
+                    why="no branch has a usable result",
+                    spec={"rationale": "No branch produced a usable result; revise the recipe."},
+                )
+            )
+        return items
+
+    def _allocate(self, view: StepView, state: dict[str, Any], items: list[FollowUp], trigger: str) -> None:
+        """Spend the Worker cap and the budget by value (search policy's rule), never by the order written;
+        every chosen follow-up's decision records its value and what it was chosen over."""
+        walls = [w["wall"] for w in state["workers"].values() if "wall" in w]
+        budget = Budget.from_quota(self.quota, lines_spawned=max(1, int(state["spawned"])), line_walls=walls)
+        ranked = self.search.rank(items, budget)
+        slots = 0 if self._budget_low() else \
+            max(0, self.defaults["max_workers"] - self._branches(state) - len(state["pending"]))  # fmt: skip
+        chosen = [i for i in ranked if i.mandatory or i.value > 0][:slots]
+        left_out = [i for i in ranked if i not in chosen]
+        for item in chosen:
+            lines = [item.spec.get("rationale", ""), item.why,
+                     f"Value rule [{self.search.name}], {len(chosen)} of {len(ranked)} follow-ups taken ({slots} "
+                     f"Worker slots left): {item.kind} {item.direction}: {item.explain}."]  # fmt: skip
+            if left_out:
+                lines.append("Chosen over: " + "; ".join(f"{o.kind} {o.direction} (value {o.value:.3f}"
+                                                         + (f"; {o.why}" if o.why else "") + ")"
+                                                         for o in left_out) + ".")  # fmt: skip
+            for name in item.spec.get("avoid", []):
+                if name not in state["avoid"]:
+                    state["avoid"].append(name)
+            self._follow_up(view, state, item.direction, item.kind, trigger, "\n".join(x for x in lines if x),
+                            search=bool(item.spec.get("search")), subject=item.subject)  # fmt: skip
 
     def _review(self, view: StepView, state: dict[str, Any], scope: list[str]) -> None:
         lines = []
@@ -1066,9 +1214,12 @@ class MainHeuristic:
         question = (f"{kind}: which of these results hold up, and are they comparable? Check data "
                     "provenance and overlap with sealed items, compare the best results with confidence intervals, "
                     "and recommend whether to continue, verify or revise.\n" + "\n".join(lines))  # fmt: skip
+        moving = [h for h, w in state["workers"].items() if w.get("status") == "active" and w.get("parent")]
         decision = self._decide(view, state, "verify", "worker_finalize",
-                                f"Ask for a {kind.lower()} of {', '.join(scope)} before building on the "
-                                "results.")  # fmt: skip
+                                f"Ask for a {kind.lower()} of {', '.join(scope)} as soon as there is something to "
+                                "compare (a result and a baseline, or two results); the report is information still "
+                                "to come, not a gate" + (f": {', '.join(moving)} keeps the strongest line moving "
+                                "meanwhile." if moving else "."))  # fmt: skip
         body: dict[str, Any] = {"question": question, "scope": scope}
         if decision:
             body["decision"] = decision
@@ -1076,67 +1227,20 @@ class MainHeuristic:
         if added.ok:
             state["reviewers"][added.data["reviewer"]["handle"]] = {"scope": scope, "status": "active"}
 
-    def _after_review(self, view: StepView, state: dict[str, Any]) -> None:
-        latest = [r for r in state["reviewers"].values() if r.get("status") == "reported"]
-        report = latest[-1].get("report", {}) if latest else {}
-        recommendations = " ".join(report.get("recommendations", []))
-        best = self._best_workers(state)
-        stops = [r for r in report.get("recommendations", []) if "do not stop" in r]
-        content = [r for r in report.get("recommendations", []) if "search for other training data" in r]
-        if report.get("protocol_violations"):
-            self._follow_up(view, state, "data-screen", "revise", "review_report",
-                            "The review found protocol violations; revise: re-screen the data without the "
-                            "offending sets.")  # fmt: skip
-        elif stops:
-            # The outputs run on past the answer: that data teaches it; drop it and look further.
-            for recommendation in stops:
-                for name in re.findall(r"drop (.+?) \(its completions", recommendation):
-                    for dataset in split_list(name):
-                        if dataset not in state["avoid"]:
-                            state["avoid"].append(dataset)
-            self._follow_up(view, state, "data-screen", "revise", "review_report",
-                            "The review found outputs that do not stop after the answer; revise: drop "
-                            f"{', '.join(state['avoid'])} and re-screen the data with a wider search.",
-                            search=True)  # fmt: skip
-            if best:
-                self._follow_up(view, state, "continue", "continue", "review_report",
-                                f"Meanwhile continue from {best[0]}'s best result.")  # fmt: skip
-        elif content and not state.get("searched_wider"):
-            # Well-formed but wrong answers: look for other data once, and keep building on the best.
-            self._follow_up(view, state, "data-screen", "branch", "review_report",
-                            "The review reads the errors as content, not format (too little training or wrong "
-                            "labels); branch: screen data found with a wider search, beside a continuation.",
-                            search=True)  # fmt: skip
-            if best:
-                self._follow_up(view, state, "continue", "continue", "review_report",
-                                f"The review supports building on {best[0]}'s best result; continue from it with "
-                                "longer training.")  # fmt: skip
-        elif best:
-            # Build on the best result first; a replicate comes next when the budget allows another branch.
-            self._follow_up(view, state, "continue", "continue", "review_report",
-                            f"The review supports building on {best[0]}'s best result; continue from it with "
-                            "longer training.")  # fmt: skip
-            if "verify" in recommendations:
-                self._follow_up(view, state, "verify", "verify", "review_report",
-                                f"The review could not separate the best results; verify {best[0]}'s best with "
-                                "another seed.")  # fmt: skip
-        else:
-            self._follow_up(view, state, "recipe-sweep", "revise", "review_report",
-                            "No branch produced a usable result; revise the recipe.")  # fmt: skip
-
     def _follow_up(self, view: StepView, state: dict[str, Any], direction: str, kind: str, trigger: str,
-                   rationale: str, *, search: bool = False) -> None:  # fmt: skip
+                   rationale: str, *, search: bool = False, subject: str | None = None) -> None:  # fmt: skip
         if self._branches(state) + len(state["pending"]) >= self.defaults["max_workers"] or self._budget_low():
             return
         if search:
             state["searched_wider"] = True
         best = self._best_workers(state)
+        line_of = subject or (best[0] if best else None)
         source = data = None
         predecessors: list[str] = []
-        if best and direction in ("continue", "verify", "dpo"):
-            line = state["workers"][best[0]]["best"]
+        if line_of and direction in ("continue", "verify", "dpo"):
+            line = state["workers"][line_of]["best"]
             source, data = line["experiment"], line.get("data")
-            predecessors = [best[0]]
+            predecessors = [line_of]
             if direction == "verify" and line.get("recipe"):
                 recipe = {"recipe": line.get("recipe"), "learning_rate": float(line.get("lr", 0.001)),
                           "max_steps": int(line.get("steps", 200)), "seed": int(line.get("seed", 0))}  # fmt: skip
@@ -1157,6 +1261,9 @@ class MainHeuristic:
 
     def _branches(self, state: dict[str, Any]) -> int:
         return int(state["spawned"]) - int(state["replaced"])
+
+    def _elapsed(self) -> float:
+        return float((self.quota.get("wall_clock_seconds") or {}).get("elapsed", 0.0))
 
     def _budget_low(self) -> bool:
         """Under 15 % left of the accelerator budget or of the wall clock, whichever binds first."""
@@ -1194,7 +1301,10 @@ class MainHeuristic:
                 state["spawned"] += 1
                 # A replacement continues a stopped branch: it does not count as a new one.
                 state["replaced"] += 1 if spec.get("replaces") else 0
-                state["workers"][handle] = {"direction": direction, "status": "active", "reviewed": False}
+                state["workers"][handle] = {"direction": direction, "status": "active", "reviewed": False,
+                                            "spawned_at": self._elapsed()}  # fmt: skip
+                if direction in ("continue", "verify") and spec.get("predecessors"):
+                    state["workers"][handle]["parent"] = spec["predecessors"][0]
                 self._predict(view, state, handle, direction)
             elif added.error_code == "worker_limit":
                 remaining.append(spec)  # a finishing Worker frees a slot and wakes us again

@@ -24,6 +24,13 @@ WAITING_TOOLS = frozenset({"job_status", "state_sync_results", "public_check_quo
                            "state_get_current_worker", "job_logs", "training_curve_read"})  # fmt: skip
 FINAL_TOOLS = {"worker": "worker_finalize", "reviewer": "reviewer_finalize"}
 MAX_NUDGES = 3
+# What each search policy (search.py) asks of the LLM Main Agent, in its prompt.
+SEARCH_POLICY_TEXT = {
+    "greedy": "Expand the line with the best feedback score.",
+    "uct": "Expand the line with the highest upper confidence bound: its score plus an exploration bonus "
+    "that shrinks with the follow-ups it already had; a line whose last follow-up did not improve it is "
+    "stagnant — leave it and branch instead.",
+}
 
 
 def render_prompt(template: str, briefing: dict[str, Any], tools: list[dict[str, Any]]) -> str:
@@ -39,6 +46,8 @@ def render_prompt(template: str, briefing: dict[str, Any], tools: list[dict[str,
         "{{budgets}}": ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in budgets.items()),
         "{{max_parallel_workers}}": str(briefing.get("max_parallel_workers", "")),
         "{{policy}}": json.dumps(briefing.get("policy", {}), sort_keys=True),
+        "{{search_policy}}": str(briefing.get("search_policy") or "greedy"),
+        "{{search_policy_text}}": SEARCH_POLICY_TEXT.get(str(briefing.get("search_policy") or "greedy"), ""),
         "{{tools}}": tool_lines,
     }
     text = template
@@ -130,4 +139,10 @@ class LLMPolicy:
         text = f"Trigger: {item.get('trigger')}"
         if detail:
             text += " " + json.dumps(detail, sort_keys=True)
-        return text + ". Read pending guidance first (main_guidance_read), then decide."
+        text += ". Read pending guidance first (main_guidance_read), then decide."
+        if self.role == "main" and item.get("trigger") == "worker_finalize":
+            # The trigger schedule says what the prompt says: a result is a reason to compare and to move on.
+            text += (" If there is something to compare (this result and a baseline, or two results) and no "
+                     "review is pending, request one now; whether or not a review is pending, keep the strongest "
+                     "line moving (continue or verify it) if it has no follow-up running.")  # fmt: skip
+        return text

@@ -24,7 +24,7 @@ from apps.benchmarks.services import benchmark_resolve
 from apps.core.errors import ApplicationError
 from apps.experiments.models import Checkpoint
 from apps.expos.harness import claude_code_config, codex_config, harness_run_start
-from apps.research.agent_config import DEFAULT_PROFILE
+from apps.research.agent_config import DEFAULT_PROFILE, DEFAULT_SEARCH_POLICY, SEARCH_POLICIES
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
 from apps.research.services import FINAL_EVAL_SECONDS, base_checkpoint_default, run_final_result, run_launch
@@ -67,6 +67,13 @@ class Command(BaseCommand):
         parser.add_argument("--max-workers", type=int, default=4, help="most Workers over the run (heuristic)")
         parser.add_argument("--screen-steps", type=int, default=60, help="heuristic: steps of a screening run")
         parser.add_argument("--train-steps", type=int, default=200, help="heuristic: steps of a full run")
+        parser.add_argument(
+            "--search-policy",
+            choices=SEARCH_POLICIES,
+            default=DEFAULT_SEARCH_POLICY,
+            help="the Main Agent's search policy over the research DAG (greedy: expand the best line; uct: "
+            "upper confidence bound with stagnation detection)",
+        )
         parser.add_argument("--gate", action="store_true", help="hold training for the Main Agent's approval")
         parser.add_argument("--no-reviewer", action="store_true", help="ablation: no Reviewers")
         parser.add_argument("--serial-workers", action="store_true", help="ablation: one Worker at a time")
@@ -89,10 +96,12 @@ class Command(BaseCommand):
                 reviewer=not options["no_reviewer"], serial_workers=options["serial_workers"],
                 max_workers=options["max_workers"], screen_steps=options["screen_steps"],
                 train_steps=options["train_steps"], actor="cli", base_checkpoint=self._base(options),
+                search_policy=options["search_policy"],
             )  # fmt: skip
         except ApplicationError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
-        self.stdout.write(f"run {run.uuid} started ({run.agent_mode}, {run.max_parallel_workers} parallel)")
+        self.stdout.write(f"run {run.uuid} started ({run.agent_mode}, {run.max_parallel_workers} parallel, "
+                          f"search policy {run.search_policy})")  # fmt: skip
         if options["wait"]:
             run = wait_for_result(run, write=self.stdout.write)
             self.stdout.write(json.dumps(run_final_result(run=run), indent=2, default=str))
