@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Required, TypedDict, Unpack
 
 from apps.core.hashing import canonical_json, sha256_text
-from apps.core.jsonsafe import storable
+from apps.core.jsonsafe import escape_text, storable
 from apps.experiments.events import PendingEvent, event_prepare, pending_event_write
 from apps.experiments.models import Event
 from apps.expos.auth import agent_token_issue, agent_token_revoke
@@ -19,6 +19,7 @@ __all__ = ["agent_token_issue", "agent_token_revoke", "harness_turn_record", "to
 
 # Stored arguments are evidence, not a data store: a huge body is kept as a digest beyond this.
 MAX_RECORDED_ARGUMENT_CHARS = 20_000
+MAX_RECORDED_KEY_CHARS = 1_000
 
 
 class ToolCallFields(TypedDict, total=False):
@@ -64,9 +65,13 @@ def tool_call_event(**fields: Unpack[ToolCallFields]) -> PendingEvent:
         recorded = {"truncated": True, "sha256": sha256_text(text), "chars": len(text)}
     body: dict[str, Any] = {"args": recorded, "status": status}
     # Where a refused value sat (error_path, a JSONPath) is for reviewers; the rest only when set.
-    for name in ("error", "error_path", "replayed", "idempotency_key"):
+    for name in ("error", "error_path", "replayed"):
         if fields.get(name):
             body[name] = fields[name]
+    key = fields.get("idempotency_key")
+    if key:
+        # A refused key is what was sent, escaped and cut to a bound (a valid one is at most 200 characters).
+        body["idempotency_key"] = escape_text(key)[:MAX_RECORDED_KEY_CHARS]
     return event_prepare(
         run=ctx.run,
         type="tool.called",

@@ -15,6 +15,7 @@ refused call (and of a denied sealed read) is never lost with the refused change
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -47,6 +48,7 @@ from apps.core.hashing import canonical_json, sha256_text
 from apps.core.jsonsafe import MAX_DEPTH as JSON_MAX_DEPTH
 from apps.core.jsonsafe import (
     Constant,
+    escape_text,
     first_bad_value,
     json_path,
     json_pointer,
@@ -58,6 +60,7 @@ from apps.core.people import is_human_viewer
 from apps.core.transient import TRANSIENT_ERRORS, service_unavailable_for
 from apps.experiments.events import PendingEvent
 from apps.expos.auth import AgentTokenAuthentication, AgentTokenRateThrottle, agent_token_of
+from apps.expos.jsontext import cap_depth
 from apps.expos.models import AgentToken, IdempotencyRecord
 from apps.expos.payloads import etag_value
 from apps.expos.registry import Role, Tool, ToolContext, load_all, tools_for_role
@@ -292,7 +295,13 @@ def parse_body(request: HttpRequest) -> tuple[dict[str, Any], bool]:
         # NaN/Infinity are kept as markers so validate_input can name their path. Invalid UTF-8
         # inside a string decodes to lone surrogates (surrogateescape), refused there with a path too.
         text = raw.decode("utf-8", errors="surrogateescape")
-        args = jsonsafe_loads(text)
+        try:
+            args = jsonsafe_loads(text)
+        except RecursionError:
+            # Too deep for Python's parser: read it with nesting beyond MAX_DEPTH cut, so the
+            # refusal below (too_deep) names the path of the first too-deep value, as for any depth.
+            text = cap_depth(raw, MAX_DEPTH).decode("utf-8", errors="surrogateescape")
+            args = jsonsafe_loads(text)
     except (ValueError, RecursionError) as exc:
         raise ApplicationError("invalid_json", f"The body is not valid UTF-8 JSON: {exc}".strip()) from None
     if not isinstance(args, dict):
@@ -300,8 +309,16 @@ def parse_body(request: HttpRequest) -> tuple[dict[str, Any], bool]:
     return args, not text_may_hold_bad_chars(text)
 
 
-def _record_refusal(ctx: ToolContext, tool: Tool, args: Any, exc: ApplicationError) -> None:
-    """Record a refused call, in its own transaction (the handler's has rolled back)."""
+def _record_refusal(
+    ctx: ToolContext, tool: Tool | str, args: Any, exc: ApplicationError, request: HttpRequest | None = None
+) -> None:
+    """Record a refused call, in its own transaction (the handler's has rolled back).
+
+    ``tool`` is the tool's name alone when no tool has it (unknown_tool). A call refused before
+    its arguments were read (an unknown tool, the wrong role, a bad If-Match, a body too large or
+    no JSON) is recorded with what ``request`` sent, in a form any record can hold (_sent_form).
+    """
+    name = tool.name if isinstance(tool, Tool) else escape_text(tool)[:100]
     try:
         if isinstance(exc, SealedAccessDenied):
             sealed_denial_record(exc)
@@ -309,22 +326,47 @@ def _record_refusal(ctx: ToolContext, tool: Tool, args: Any, exc: ApplicationErr
         record_after_rollback = getattr(exc, "record_after_rollback", None)
         if callable(record_after_rollback):
             record_after_rollback()
-        elif tool.audit_refused is not None and isinstance(args, dict):
+        elif isinstance(tool, Tool) and tool.audit_refused is not None and isinstance(args, dict):
             # Refused before (or apart from) the review: what the request also asked for still counts.
             tool.audit_refused(ctx, args)
+        recorded = args if isinstance(args, dict) else _sent_form(request) if request is not None else None
         tool_call_record(
             ctx=ctx,
-            tool=tool.name,
-            arguments=args if isinstance(args, dict) else None,
+            tool=name,
+            arguments=recorded,
             status=exc.status_code,
             error=exc.code,
             idempotency_key=ctx.idempotency_key,
             error_path=str(exc.detail.get("json_path", "")),
         )
-        harness_turn_record(ctx=ctx, tool=tool.name, arguments=args, status=exc.status_code,
+        harness_turn_record(ctx=ctx, tool=name, arguments=recorded, status=exc.status_code,
                             answer=error_body(exc.code, exc.message, exc.detail or None))  # fmt: skip
     except Exception:  # the refusal itself must still reach the agent
-        logger.exception("could not record the refused call of %s", tool)
+        logger.exception("could not record the refused call of %s", name)
+
+
+SENT_HEAD_CHARS = 200
+
+
+def _sent_form(request: HttpRequest) -> dict[str, Any]:
+    """What a call refused before its arguments were read sent: the arguments where the body is a
+    JSON object (escaped on recording, apps.expos.services), else the body's size, digest and an
+    escaped head. A body over the size limit is not read: its declared size stands for it."""
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        return {"body_bytes": int(request.META.get("CONTENT_LENGTH") or 0), "body_read": False}
+    if not raw:
+        return {}
+    if len(raw) <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        try:
+            args = jsonsafe_loads(raw.decode("utf-8", errors="surrogateescape"))
+        except (ValueError, RecursionError):
+            args = None
+        if isinstance(args, dict):
+            return args
+    head = raw[:SENT_HEAD_CHARS].decode("utf-8", errors="backslashreplace")
+    return {"body_bytes": len(raw), "body_sha256": hashlib.sha256(raw).hexdigest(), "body_head": escape_text(head)}
 
 
 @dataclass
@@ -401,9 +443,9 @@ class ToolCallView(APIView):
 
     def _answer(self, request: HttpRequest, token: AgentToken | None, name: str) -> _Answer:
         tool = load_all().get(name)
-        if tool is None:
-            raise NotFound("unknown_tool", f"There is no tool {name!r}; GET /api/v1/tools lists them.")
         if token is None:
+            if tool is None:
+                raise _unknown_tool(name)
             raise ApplicationError(
                 "forbidden_role",
                 "Tools are called with an agent token (Authorization: Bearer); people use the read endpoints.",
@@ -417,6 +459,11 @@ class ToolCallView(APIView):
             idempotency_key=request.META.get("HTTP_IDEMPOTENCY_KEY"),
             if_match=request.META.get("HTTP_IF_MATCH"),
         )
+        if tool is None:
+            # An agent's call of no tool is still a call: on record, with what it sent.
+            unknown = _unknown_tool(name)
+            _record_refusal(ctx, name, None, unknown, request)
+            raise unknown
         args: Any = None
         try:
             if ctx.role not in tool.roles:
@@ -442,7 +489,7 @@ class ToolCallView(APIView):
                     return replay
             return self._execute(ctx, tool, args)
         except ApplicationError as exc:
-            _record_refusal(ctx, tool, args, exc)
+            _record_refusal(ctx, tool, args, exc, request)
             raise
         except TRANSIENT_ERRORS as exc:
             # The database or Redis away for a moment: 503 with Retry-After, and the agent calls
@@ -598,6 +645,10 @@ class ToolCallView(APIView):
                 status.HTTP_500_INTERNAL_SERVER_ERROR,
             )
         return _Answer(result, code)
+
+
+def _unknown_tool(name: str) -> NotFound:
+    return NotFound("unknown_tool", f"There is no tool {escape_text(name)[:200]!r}; GET /api/v1/tools lists them.")
 
 
 class _OutputViolation(Exception):

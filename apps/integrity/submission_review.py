@@ -715,15 +715,18 @@ def _contamination_refusals(
     for entry, overlap in own:
         if not overlap["sample_ids"]:
             continue
+        # The Worker is told that sealed items matched and which rows, never how many sealed items
+        # matched: counts per dataset would let it probe the sealed set's membership one row at a
+        # time. The counts stay in the evidence, which only reviewers and operators read.
         refusals.append(
             Refusal(
                 "data_contaminated",
                 Subcategory.DATA_PROVENANCE,
-                f"{entry.handle} overlaps the benchmark's sealed evaluation items: {overlap['rows_matched']} "
-                f"of {entry.rows} rows match {overlap['items_matched']} sealed items; with the submission's "
-                f"other datasets{' and its input checkpoint’s lineage' if lineage_ids else ''} that is "
-                f"{len(total)} distinct sealed items (tolerance {tolerance}). Training on it would "
-                "contaminate the evaluation.",
+                f"{entry.handle} overlaps the benchmark's sealed evaluation items: rows "
+                f"{_row_list(overlap)} match sealed items"
+                f"{', beyond the tolerance with the submission’s other datasets' if len(own) > 1 else ''}"
+                f"{' and its input checkpoint’s lineage' if lineage_ids else ''}. Remove those rows: "
+                "training on them would contaminate the evaluation.",
                 overridable=True,
                 evidence={
                     "dataset": entry.handle,
@@ -741,6 +744,17 @@ def _contamination_refusals(
             )
         )
     return refusals
+
+
+MAX_ROWS_NAMED = 50
+
+
+def _row_list(overlap: dict[str, Any]) -> str:
+    """The matching rows' indices (0-based) as a Worker reads them, the first MAX_ROWS_NAMED of them."""
+    rows = sorted({match["row"] for match in overlap["matches"]})
+    shown = ", ".join(str(row) for row in rows[:MAX_ROWS_NAMED])
+    more = len(rows) > MAX_ROWS_NAMED or overlap.get("truncated")
+    return shown + (" and more" if more else "")
 
 
 def _ids_by_dataset(overlaps: list[tuple[DataEntry, dict[str, Any]]]) -> dict[str, set[str]]:

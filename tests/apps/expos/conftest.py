@@ -13,11 +13,15 @@ own has exp_0001 (train+eval, succeeded: 11/30 on feedback, a final-split evalua
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import requests
+import uvicorn
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
@@ -31,6 +35,8 @@ from apps.research.models import Candidate, Guidance, Prediction, ResearchNode, 
 from apps.research.services import node_create, run_set_status
 from apps.reviews.models import ReviewReport
 from tests.factories import BenchmarkFactory, CheckpointFactory, make_run
+from tests.support.mcp_client import TRANSPORTS
+from tests.workers.agents.stack import free_port
 
 FEEDBACK_IDS = [f"s{i:04d}" for i in range(1, 31)]
 FINAL_IDS = [f"x{i:04d}" for i in range(1, 11)]
@@ -225,3 +231,30 @@ def api(live_server, world) -> Api:
 
 def blocked_attempts(world: World) -> int:
     return BlockedAttempt.objects.filter(run=world.run).count()
+
+
+@pytest.fixture
+def asgi_url(world) -> Iterator[str]:
+    """rsiweb.asgi.application (the MCP mount and Django) under uvicorn, in a thread of this process."""
+    from rsiweb.asgi import application  # noqa: PLC0415 - builds the web app: only for the tests that serve it
+
+    port = free_port()
+    config = uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(params=TRANSPORTS)
+def served(request, api) -> tuple[str, str]:
+    """(transport, base URL): stdio against the live server, HTTP against the ASGI app."""
+    if request.param == "stdio":
+        return "stdio", api.base
+    return "http", request.getfixturevalue("asgi_url")

@@ -13,14 +13,9 @@ import io
 import json
 import os
 import subprocess
-import threading
-import time
 import tomllib
-from collections.abc import Iterator
 
 import httpx
-import pytest
-import uvicorn
 from django.core.management import call_command
 from mcp import ClientSession, types
 from mcp.shared.exceptions import McpError
@@ -31,37 +26,7 @@ from apps.expos.registry import tools_for_role
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
 from apps.research.models import Candidate, ResearchNode, Run
-from tests.support.mcp_client import EXPOS_MCP, ROOT, as_agent, command_sections
-from tests.workers.agents.stack import free_port
-
-TRANSPORTS = ("stdio", "http")
-
-
-@pytest.fixture
-def asgi_url(world) -> Iterator[str]:
-    """rsiweb.asgi.application (the MCP mount and Django) under uvicorn, in a thread of this process."""
-    from rsiweb.asgi import application  # noqa: PLC0415 - builds the web app: only for the tests that serve it
-
-    port = free_port()
-    config = uvicorn.Config(application, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-
-
-@pytest.fixture(params=TRANSPORTS)
-def served(request, api) -> tuple[str, str]:
-    """(transport, base URL): stdio against the live server, HTTP against the ASGI app."""
-    if request.param == "stdio":
-        return "stdio", api.base
-    return "http", request.getfixturevalue("asgi_url")
+from tests.support.mcp_client import EXPOS_MCP, ROOT, TRANSPORTS, as_agent, command_sections
 
 
 def _error_code(result: types.CallToolResult) -> str:
@@ -136,8 +101,8 @@ def test_a_final_split_request_is_blocked_and_counted(served, world):
     assert refused.arguments["idempotency_key"] == "peek-1"
 
 
-def test_a_bad_token_is_refused_by_both_transports(served, world):
-    transport, base = served
+def test_a_bad_token_is_refused_over_stdio(api):
+    """Over HTTP the mount refuses it before the SDK (test_mcp_screening.py)."""
 
     async def script(session: ClientSession) -> McpError | None:
         try:
@@ -146,7 +111,7 @@ def test_a_bad_token_is_refused_by_both_transports(served, world):
             return exc
         return None
 
-    refused = as_agent(transport, base, "not-a-token", script)
+    refused = as_agent("stdio", api.base, "not-a-token", script)
     assert refused is not None
     assert refused.error.message == "authentication_failed: Unknown agent token."
 

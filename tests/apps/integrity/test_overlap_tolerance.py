@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 
 import pytest
@@ -81,8 +82,14 @@ def test_sealed_items_split_across_the_datasets_of_one_submission_are_refused(
     assert sorted(r.evidence["dataset"] for r in refusals) == sorted(handles)
     assert all(r.evidence["sealed_ids_total"] == per_dataset * datasets for r in refusals)
     assert all(r.overridable for r in refusals)
-    # The Worker's message carries counts, never sealed text.
+    # The Worker's message never carries sealed text, nor how many sealed items a dataset holds (a
+    # membership oracle): it names the rows that matched; the counts stay in the evidence.
     assert all(items[0]["prompt"] not in r.message for r in refusals)
+    for refusal in refusals:
+        rows = sorted({match["row"] for match in refusal.evidence["matches"]})
+        assert f"rows {', '.join(map(str, rows))} match sealed items" in refusal.message
+        assert not re.search(r"\d+ (distinct )?sealed items", refusal.message), refusal.message
+        assert refusal.evidence["items_matched"] == per_dataset
 
 
 def test_a_submission_within_the_tolerance_passes(mb_world):
