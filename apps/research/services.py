@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
+from apps.core.clock import db_now
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
 from apps.core.queues import Queue
@@ -984,7 +985,7 @@ class BudgetState:
 def run_budget_state(*, run: Run) -> BudgetState:
     """Budgets now. Accelerator time counts finished jobs and the elapsed time of running ones."""
     run = Run.objects.get(pk=run.pk)
-    now = timezone.now()
+    now = db_now()
     running = Job.objects.filter(run=run, status=JobStatus.RUNNING, queue=Queue.GPU, started_at__isnull=False).exclude(
         kind=JobKind.FINAL_EVAL
     )
@@ -1057,7 +1058,7 @@ def run_advance(
     evaluation jobs.
     """
     run = Run.objects.get(pk=run.pk)
-    now = timezone.now()
+    now = db_now()
     loops = AgentLoop.objects.filter(run=run)
     main_loop = loops.filter(node__kind=NodeKind.MAIN).first()
     active_experiments = Experiment.objects.filter(run=run, status__in=(ExperimentStatus.QUEUED,
