@@ -8,10 +8,11 @@ value is needed in Python (an event's time, which its hash covers; a lease's exp
 before the write), ``db_now()``.
 
 ``db_now()`` is the database's clock read through this process's: the offset between them is
-measured with one ``SELECT clock_timestamp()`` (taken at the midpoint of the round trip) and
-measured again every ``RESYNC_SECONDS``, so it costs no round trip per call and follows a skew
-that drifts. On SQLite (the embedded single-machine mode) every process shares one clock, the
-local one.
+measured with one ``SELECT clock_timestamp()`` (taken at the midpoint of the round trip) when
+Django opens a connection and the last measurement is older than ``RESYNC_SECONDS``, so it costs
+no round trip per call, follows a skew that drifts, and never adds a statement to a request
+that already holds its connection (the query-count tests measure those). On SQLite (the
+embedded single-machine mode) every process shares one clock, the local one.
 """
 
 from __future__ import annotations
@@ -19,20 +20,23 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import connection
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
 from django.utils import timezone
 
 RESYNC_SECONDS = 60.0
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered: a measurement may open the connection (and so _resync)
 _offset: timedelta | None = None  # database clock minus local clock
 _measured_at = 0.0  # time.monotonic() of the last measurement
 
 
-def _measure() -> timedelta:
+def _measure(conn: Any) -> timedelta:
     before = time.time()
-    with connection.cursor() as cursor:
+    with conn.cursor() as cursor:
         cursor.execute("SELECT clock_timestamp()")
         (server,) = cursor.fetchone()
     after = time.time()
@@ -42,15 +46,29 @@ def _measure() -> timedelta:
 
 
 def db_offset() -> timedelta:
-    """The database's clock minus this process's (zero on SQLite); measured at most every minute."""
-    global _offset, _measured_at  # noqa: PLW0603 - one measurement shared by the process's threads
+    """The database's clock minus this process's (zero on SQLite)."""
     if connection.vendor != "postgresql":
         return timedelta(0)
     with _lock:
-        if _offset is None or time.monotonic() - _measured_at > RESYNC_SECONDS:
-            _offset = _measure()
-            _measured_at = time.monotonic()
+        if _offset is None:
+            _remember(_measure(connection))
+        assert _offset is not None
         return _offset
+
+
+def _remember(offset: timedelta) -> None:
+    global _offset, _measured_at  # noqa: PLW0603 - one measurement shared by the process's threads
+    _offset, _measured_at = offset, time.monotonic()
+
+
+@receiver(connection_created)
+def _resync(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Measure again on a new connection, at most every ``RESYNC_SECONDS``."""
+    if connection.vendor != "postgresql":
+        return
+    with _lock:
+        if _offset is None or time.monotonic() - _measured_at > RESYNC_SECONDS:
+            _remember(_measure(connection))
 
 
 def db_now() -> datetime:
