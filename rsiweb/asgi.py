@@ -41,6 +41,11 @@ from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 django_http_app = WSGIMiddleware(get_wsgi_application(), workers=HTTP_THREADS)
 
+from apps.core.dbpool import pool_check_install  # noqa: E402
+
+# A dead pooled connection found on checkout clears out the other dead ones (apps.core.dbpool).
+pool_check_install()
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

@@ -26,6 +26,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from apps.benchmarks.services import checkpoint_local_dir
 from apps.core.errors import Conflict
 from apps.core.hashing import sha256_file, sha256_tree
+from apps.core.queues import Queue
 from apps.core.transient import DB_TRANSIENT_ERRORS
 from apps.datapool.storage import artifact_store
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobStatus
@@ -43,9 +44,11 @@ from apps.jobs.services import (
     job_yields_turn,
     jobs_reap_stale,
     jobs_republish_unclaimed,
+    jobs_resend_missing,
     scratch_root,
 )
 from apps.research.agent_loops import agent_messages_republish
+from rsiweb.celery import broker_server_id, broker_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -374,9 +377,62 @@ def scratch_sweep() -> int:
 _reaper_stop = threading.Event()
 
 
+class BrokerWatch:
+    """Notices the broker coming back from a restart, and re-sends what the restart lost.
+
+    Each sweep reads the broker's identity (Redis's run id, one round trip); when it differs from
+    the last one this process saw, every queued job whose message the broker does not hold is
+    sent again at once (``jobs_resend_missing``), instead of after ``RSI_JOB_REQUEUE_SECONDS``:
+    a Redis restarted without persistence comes back empty, and the accelerators would idle for
+    minutes (issue 35). A broker that kept its messages (AOF) holds them all, and nothing is sent
+    twice. The comparison is repeated on the next ``RECHECKS`` sweeps: a job queued a moment
+    before the restart is spared by the first (its message may still be on the way) but not by
+    the later ones.
+    """
+
+    RECHECKS = 3
+
+    def __init__(self) -> None:
+        self.server: str | None = None
+        self.rechecks = 0
+
+    def sweep(self) -> list[Job]:
+        try:
+            server = broker_server_id()
+            if server is None:
+                return []
+            if self.server is None:
+                # The first broker this process sees: what it lost before is the business of the
+                # processes that were up then, and of the re-send of unclaimed jobs.
+                self.server = server
+                logger.info("broker watch: broker %s", server)
+                return []
+            if server != self.server:
+                logger.warning("broker watch: the broker restarted (%s, was %s)", server, self.server)
+                self.server, self.rechecks = server, self.RECHECKS + 1
+            if self.rechecks <= 0:
+                return []
+            snapshot = broker_snapshot(JOB_QUEUES)
+        except Exception as exc:  # noqa: BLE001 - the broker is away: nothing to compare until it is back
+            logger.info("broker watch: broker unreachable (%s)", exc)
+            return []
+        if snapshot is None or snapshot.server != self.server:
+            return []  # restarted again meanwhile: the next sweep starts over
+        resent = jobs_resend_missing(on_broker=set(snapshot.task_ids), queues=JOB_QUEUES)
+        # Counted once the comparison went through: a sweep that failed half-way tries again.
+        self.rechecks -= 1
+        return resent
+
+
+JOB_QUEUES = tuple(queue.value for queue in Queue)
+
+
 def _reaper_loop(interval: float, stale_after: float, requeue_after: float) -> None:
+    broker = BrokerWatch()
     while not _reaper_stop.wait(interval):
         try:
+            for job in broker.sweep():
+                logger.warning("reaper: job %s was not on the restarted broker; message sent again", job.uuid)
             for job in jobs_reap_stale(stale_after_seconds=stale_after):
                 logger.warning("reaper: job %s attempt %s -> %s", job.uuid, job.attempt, job.status)
             if requeue_after > 0:

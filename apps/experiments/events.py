@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.utils import timezone
 
+from apps.core.clock import db_now
 from apps.core.hashing import canonical_json
 from apps.core.jsonsafe import storable
 from apps.experiments.models import Event, EventChain
@@ -208,7 +208,7 @@ def event_prepare(**fields: Unpack[EventFields]) -> PendingEvent:
     # the database will return them, so the hash covers what chain_verify reads back.
     arguments_json = canonical_json(redact(storable(fields.get("arguments") or {})))
     pending = PendingEvent(
-        run=run, key=key, created_at=timezone.now(), type=fields["type"], actor=fields["actor"], role=fields["role"],
+        run=run, key=key, created_at=db_now(), type=fields["type"], actor=fields["actor"], role=fields["role"],
         tool=fields.get("tool", ""), arguments_json=arguments_json, result_ref=fields.get("result_ref", ""),
         content_sha256="",
     )  # fmt: skip

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -26,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, F, Max
-from django.db.models.functions import Coalesce
-from django.utils import timezone
+from django.db.models.functions import Coalesce, Now
 from kombu.exceptions import OperationalError
 
+from apps.core.clock import db_now
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.hashing import sha256_tree
 from apps.core.models import clean_new_row
@@ -225,7 +226,7 @@ def _create(
         celery_id=str(uuid.uuid4()),
         attempt=1 if previous_attempt is None else previous_attempt.attempt + 1,
         previous_attempt=previous_attempt,
-        published_at=timezone.now(),
+        published_at=db_now(),
         publishes=1,
     )
     # Its run, experiment and previous attempt are rows the caller read (mostly locked) just now.
@@ -275,7 +276,7 @@ def job_claim(*, job_id: int, worker: str) -> Job | None:
     The conditional UPDATE is the claim: the database lets exactly one of two racing workers
     change ``status=queued`` to running, so a redelivered or duplicated message is harmless.
     """
-    now = timezone.now()
+    now = Now()  # the database's clock, in the statement: heartbeats and reapers compare with it
     with transaction.atomic():
         claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
             status=JobStatus.RUNNING, worker=worker[:200], started_at=now, heartbeat_at=now, updated_at=now
@@ -306,7 +307,7 @@ def job_heartbeat(*, job: Job, progress: float | None = None) -> Beat:
     Conditional on the job still running under this worker: a job the reaper has already
     declared lost stays lost, and its zombie worker learns it should stop.
     """
-    fields: dict[str, Any] = {"heartbeat_at": timezone.now()}
+    fields: dict[str, Any] = {"heartbeat_at": Now()}  # the database's clock (apps.core.clock)
     if progress is not None:
         fields["progress"] = min(1.0, max(0.0, float(progress)))
     alive = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING, worker=job.worker).update(**fields) == 1
@@ -345,7 +346,7 @@ def job_report(
     with transaction.atomic():
         running = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING)
         if fields:
-            fields["updated_at"] = timezone.now()
+            fields["updated_at"] = db_now()
             if not running.update(**fields):
                 return
         elif not running.exists():
@@ -390,7 +391,7 @@ def _finish(
             # The run's row now, in the lock order (job, experiment, run, chain): the run-level
             # health check below reads the run's recent jobs under it.
             Run.objects.select_for_update().filter(pk=locked.run_id).values_list("pk", flat=True).first()
-        now = timezone.now()
+        now = db_now()
         # A lost job stopped at its last heartbeat, not now; its tail is not charged.
         end = locked.heartbeat_at if to_status == JobStatus.LOST and locked.heartbeat_at else now
         seconds = max(0.0, (end - locked.started_at).total_seconds()) if locked.started_at else 0.0
@@ -497,8 +498,10 @@ def jobs_reap_stale(*, stale_after_seconds: float, max_attempts: int | None = No
     retries of one attempt; row locks with SKIP LOCKED let them share the work instead.
     """
     max_attempts = max_attempts or engine_config().max_attempts
-    now = timezone.now()
-    cutoff = now - timedelta(seconds=stale_after_seconds)
+    # Stale on the database's clock, which wrote every heartbeat (``Now()`` in the statement):
+    # a reaper whose host clock is off by minutes still sees a healthy job as healthy.
+    cutoff = Now() - timedelta(seconds=stale_after_seconds)
+    now = db_now()
     candidates = list(
         Job.objects.filter(status=JobStatus.RUNNING, heartbeat_at__lt=cutoff).values_list("pk", flat=True)[:100]
     )
@@ -607,7 +610,7 @@ def job_pass_turn(*, job: Job, passes: int) -> None:
     The message carries ``passes`` (how often it passed its turn). Its send time is renewed, so
     the reaper does not take it for a lost message.
     """
-    Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(published_at=timezone.now())
+    Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(published_at=db_now())
     _resend(job, passes=passes)
 
 
@@ -630,13 +633,14 @@ def jobs_republish_unclaimed(*, queued_after_seconds: float) -> list[Job]:
 
     The broker can lose a message a queued row still waits for: a worker that prefetched it and
     died before its claim (acks late: Redis gives it back only after its visibility timeout,
-    hours away), a purged or flushed queue, a broker restarted without persistence. The message
-    sent again is the same (job id, task id); the first copy a worker takes claims the job with
-    the conditional UPDATE, and every other copy finds it no longer queued, so the job runs once.
-    A job is re-sent when ``queued_after_seconds`` × 2**(re-sends so far) passed since its last
-    send; each re-send is recorded as a ``job.republished`` event and a line in the job's log.
+    hours away), a purged or flushed queue, a broker restarted without persistence (that one is
+    noticed at once: ``jobs_resend_missing``). The message sent again is the same (job id, task
+    id); the first copy a worker takes claims the job with the conditional UPDATE, and every
+    other copy finds it no longer queued, so the job runs once. A job is re-sent when
+    ``queued_after_seconds`` × 2**(re-sends so far) passed since its last send; each re-send is
+    recorded as a ``job.republished`` event and a line in the job's log.
     """
-    now = timezone.now()
+    now = db_now()
     cutoff = now - timedelta(seconds=queued_after_seconds)
     candidates = list(
         Job.objects.filter(status=JobStatus.QUEUED)
@@ -645,46 +649,88 @@ def jobs_republish_unclaimed(*, queued_after_seconds: float) -> list[Job]:
         .order_by("sent_at")  # longest unanswered first, so jobs backing off cannot crowd them out
         .values_list("pk", flat=True)[:100]
     )
-    republished: list[Job] = []
-    for pk in candidates:
-        with transaction.atomic():
-            # The claim's UPDATE and this lock serialise: a job claimed meanwhile is skipped here.
-            job = (
-                Job.objects.select_for_update(skip_locked=True, of=("self",))
-                .select_related("run")
-                .filter(pk=pk, status=JobStatus.QUEUED)
-                .first()
-            )
-            if job is None:
-                continue
-            sent_at = job.published_at or job.created_at
-            waited = (now - sent_at).total_seconds()
-            resends = max(job.publishes - 1, 0)
-            if waited < queued_after_seconds * 2 ** min(resends, MAX_REQUEUE_DOUBLINGS):
-                continue  # backing off
-            job.published_at = now
-            job.publishes = max(job.publishes, 1) + 1
-            job.save(update_fields=["published_at", "publishes", "updated_at"])
-            reason = f"not claimed {waited:.0f}s after its message was sent; sent again to queue {job.queue}"
-            event_append(
-                run=job.run,
-                type="job.republished",
-                actor="reaper",
-                role=SYSTEM,
-                arguments={
-                    "job": str(job.uuid),
-                    "kind": job.kind,
-                    "attempt": job.attempt,
-                    "publishes": job.publishes,
-                    "reason": reason,
-                },
-                result_ref=f"job:{job.uuid}",
-            )
-            seq = (JobLogLine.objects.filter(job=job).aggregate(m=Max("seq"))["m"] or 0) + 1
-            JobLogLine.objects.create(job=job, seq=seq, text=f"reaper: {reason}")
-            transaction.on_commit(lambda job=job: _resend(job))
-        republished.append(job)
-    return republished
+
+    def due(job: Job) -> str | None:
+        waited = (now - (job.published_at or job.created_at)).total_seconds()
+        resends = max(job.publishes - 1, 0)
+        if waited < queued_after_seconds * 2 ** min(resends, MAX_REQUEUE_DOUBLINGS):
+            return None  # backing off
+        return f"not claimed {waited:.0f}s after its message was sent; sent again to queue {job.queue}"
+
+    return [job for pk in candidates if (job := _republish(pk, why=due)) is not None]
+
+
+# A job created (or re-sent) this recently may have its message still on the way to the broker
+# (it is sent after the commit): not taken for lost when the broker does not hold it yet.
+RESEND_GRACE_SECONDS = 2.0
+
+
+def jobs_resend_missing(*, on_broker: set[str], queues: tuple[str, ...]) -> list[Job]:
+    """Re-send now the message of every queued job of ``queues`` that the broker does not hold.
+
+    ``on_broker``: the task ids of the messages the broker holds (waiting in a queue or taken by
+    a worker and not yet acknowledged), read just before. Called when the broker came back from a
+    restart (workers.runtime): one restarted without persistence lost every queued message, and
+    the database's record of what is queued is what is sent again, at once, instead of after
+    ``RSI_JOB_REQUEUE_SECONDS``. A copy next to a message that survived runs once (the claim).
+    The grace is measured on the database's clock, as every send time is.
+    """
+    candidates = list(
+        Job.objects.filter(status=JobStatus.QUEUED, queue__in=queues)
+        .annotate(sent_at=Coalesce("published_at", "created_at"))
+        .filter(sent_at__lt=Now() - timedelta(seconds=RESEND_GRACE_SECONDS))
+        .exclude(celery_id__in=on_broker)
+        .order_by("sent_at")
+        .values_list("pk", flat=True)
+    )
+
+    def lost(job: Job) -> str:
+        return f"its message was not on the broker after the broker restarted; sent again to queue {job.queue}"
+
+    return [job for pk in candidates if (job := _republish(pk, why=lost)) is not None]
+
+
+def _republish(pk: int, *, why: Callable[[Job], str | None]) -> Job | None:
+    """Send queued job ``pk``'s message again when ``why(job)`` gives a reason (None: not now).
+
+    Recorded as a ``job.republished`` event and a line in the job's log, and counted in
+    ``publishes``; the send itself follows the commit. None when the job is no longer queued,
+    another sweep holds it, or ``why`` declined.
+    """
+    with transaction.atomic():
+        # The claim's UPDATE and this lock serialise: a job claimed meanwhile is skipped here.
+        job = (
+            Job.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("run")
+            .filter(pk=pk, status=JobStatus.QUEUED)
+            .first()
+        )
+        if job is None:
+            return None
+        reason = why(job)
+        if reason is None:
+            return None
+        Job.objects.filter(pk=job.pk).update(published_at=Now(), publishes=max(job.publishes, 1) + 1,
+                                             updated_at=Now())  # fmt: skip
+        job.refresh_from_db(fields=["published_at", "publishes", "updated_at"])
+        event_append(
+            run=job.run,
+            type="job.republished",
+            actor="reaper",
+            role=SYSTEM,
+            arguments={
+                "job": str(job.uuid),
+                "kind": job.kind,
+                "attempt": job.attempt,
+                "publishes": job.publishes,
+                "reason": reason,
+            },
+            result_ref=f"job:{job.uuid}",
+        )
+        seq = (JobLogLine.objects.filter(job=job).aggregate(m=Max("seq"))["m"] or 0) + 1
+        JobLogLine.objects.create(job=job, seq=seq, text=f"reaper: {reason}")
+        transaction.on_commit(lambda: _resend(job))
+    return job
 
 
 # --- job outputs: recorded together with the success, under the job's lock ----------------------

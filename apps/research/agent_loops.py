@@ -37,8 +37,8 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
+from apps.core.clock import db_now
 from apps.core.queues import Queue, TaskName
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES
 from apps.experiments.events import event_append
@@ -113,7 +113,7 @@ def agent_loop_ensure(*, node: ResearchNode, policy: str) -> AgentLoop:
             node=node,
             policy=policy,
             status=status,
-            scheduled_at=timezone.now() if status == AgentLoopStatus.SCHEDULED else None,
+            scheduled_at=db_now() if status == AgentLoopStatus.SCHEDULED else None,
         )
         loop.full_clean()
         loop.save()
@@ -128,12 +128,12 @@ def agent_loop_wake(*, node: ResearchNode, trigger: str, detail: dict[str, Any] 
         loop = AgentLoop.objects.select_for_update().filter(node=node).first()
         if loop is None or loop.status not in AGENT_LOOP_ACTIVE_STATES:
             return loop
-        item = {"id": uuid.uuid4().hex, "trigger": trigger, "at": timezone.now().isoformat(), **(detail or {})}
+        item = {"id": uuid.uuid4().hex, "trigger": trigger, "at": db_now().isoformat(), **(detail or {})}
         loop.inbox = [*loop.inbox, item]
         fields = ["inbox", "updated_at"]
         if loop.status == AgentLoopStatus.WAITING:
             loop.status = AgentLoopStatus.SCHEDULED
-            loop.scheduled_at = timezone.now()
+            loop.scheduled_at = db_now()
             fields += ["status", "scheduled_at"]
             _send_step_on_commit(loop.pk, loop.step)
         # A running step keeps going; its commit sees the new inbox item and schedules another step.
@@ -156,7 +156,7 @@ def agent_loops_resend(*, run: Run) -> int:
 
     Duplicates are harmless: a step is claimed once, by the loop's cursor.
     """
-    now = timezone.now()
+    now = db_now()
     count = 0
     for loop in AgentLoop.objects.filter(run=run, status=AgentLoopStatus.SCHEDULED):
         wait = (loop.scheduled_at - now).total_seconds() if loop.scheduled_at else 0.0
@@ -172,7 +172,7 @@ def agent_loops_wake_on_results(*, run: Run) -> int:
     supervisor brings it forward when the records change, so results are read within a tick
     without the Worker polling the API every few seconds.
     """
-    now = timezone.now()
+    now = db_now()
     count = 0
     waiting = AgentLoop.objects.filter(run=run, status=AgentLoopStatus.SCHEDULED, scheduled_at__gt=now,
                                        node__kind=NodeKind.WORKER)  # fmt: skip
@@ -212,7 +212,7 @@ def agent_loops_recover(*, run: Run, config: LoopConfig | None = None, dead_clai
     own host's previous processes are gone, and need not wait at all.
     """
     config = config or loop_config()
-    now = timezone.now()
+    now = db_now()
     count = 0
     for loop in AgentLoop.objects.filter(run=run, status=AgentLoopStatus.RUNNING).select_related("node"):
         why = _interrupted(loop, now=now, config=config, dead_claims=dead_claims or set())
@@ -256,7 +256,7 @@ def _resend_unclaimed_steps(*, run: Run, now: datetime, config: LoopConfig) -> i
 
 def agent_loops_close(*, run: Run, reason: str) -> int:
     """End every loop of a run that has ended (their tokens stopped working with it)."""
-    now = timezone.now()
+    now = db_now()
     return AgentLoop.objects.filter(run=run, status__in=AGENT_LOOP_ACTIVE_STATES).update(
         status=AgentLoopStatus.DONE, claimed_by="", last_error=reason, finished_at=now, scheduled_at=None,
         updated_at=now,
@@ -268,7 +268,7 @@ def agent_loops_close(*, run: Run, reason: str) -> int:
 
 def agent_loop_claim(*, loop_id: int, step: int | None, claim: str) -> bool:
     """Move a scheduled loop to running for ``claim``; False when another message got there first."""
-    now = timezone.now()
+    now = db_now()
     filters: dict[str, Any] = {"pk": loop_id, "status": AgentLoopStatus.SCHEDULED}
     if step is not None:
         filters["step"] = step
@@ -283,7 +283,7 @@ def agent_loop_heartbeat(*, loop_id: int, claim: str) -> bool:
     # Conditional on the claim: a step taken over after a stale beat must not look alive again.
     # Not updated_at: other services read it as the loop's last change.
     beat = AgentLoop.objects.filter(pk=loop_id, status=AgentLoopStatus.RUNNING, claimed_by=claim).update(
-        heartbeat_at=timezone.now()
+        heartbeat_at=db_now()
     )
     return beat == 1
 
@@ -295,7 +295,7 @@ def agent_loop_journal_save(*, loop_id: int, claim: str, journal: list[dict[str,
     """
     # Conditional on the claim: a step whose lease was taken over must not write anything more.
     saved = AgentLoop.objects.filter(pk=loop_id, status=AgentLoopStatus.RUNNING, claimed_by=claim).update(
-        journal=journal, updated_at=timezone.now()
+        journal=journal, updated_at=db_now()
     )
     if saved != 1:
         raise LostClaim(f"loop {loop_id} is no longer claimed by {claim}")
@@ -318,7 +318,7 @@ def agent_loop_step_commit(
     the inbox items the step handled. False when the claim was lost before the commit (the
     result is dropped: the process that took the step over runs it again).
     """
-    now = timezone.now()
+    now = db_now()
     with transaction.atomic():
         locked = AgentLoop.objects.select_for_update().get(pk=loop_id)
         if locked.status != AgentLoopStatus.RUNNING or locked.claimed_by != claim:
@@ -356,7 +356,7 @@ def agent_loop_step_commit(
 
 def agent_loop_step_release(*, loop_id: int, claim: str, error: str, config: LoopConfig, transient: bool) -> None:
     """A step failed: keep its journal, and retry it with backoff, or fail the loop after too many."""
-    now = timezone.now()
+    now = db_now()
     with transaction.atomic():
         locked = AgentLoop.objects.select_for_update().get(pk=loop_id)
         if locked.status != AgentLoopStatus.RUNNING or locked.claimed_by != claim:
@@ -379,7 +379,7 @@ def agent_loop_step_release(*, loop_id: int, claim: str, error: str, config: Loo
 
 def agent_loop_close(*, loop_id: int, status: str, reason: str, claim: str | None = None) -> None:
     """End one loop (``done`` or ``failed``); with ``claim``, only if that process still holds its step."""
-    now = timezone.now()
+    now = db_now()
     qs = AgentLoop.objects.filter(pk=loop_id, status__in=AGENT_LOOP_ACTIVE_STATES)
     if claim is not None:
         qs = qs.filter(claimed_by=claim)
@@ -408,7 +408,7 @@ def run_supervise_check(*, run: Run, config: LoopConfig | None = None) -> None:
     loop = _main_loop(run).only("supervisor_tick", "supervised_at").first()
     if loop is None or loop.supervised_at is None:
         return
-    if (timezone.now() - loop.supervised_at).total_seconds() > max(30.0, 6 * config.supervise_seconds):
+    if (db_now() - loop.supervised_at).total_seconds() > max(30.0, 6 * config.supervise_seconds):
         _send_tick(run.pk, loop.supervisor_tick)
 
 
@@ -418,7 +418,7 @@ def run_supervise_tick_claim(*, run_id: int, tick: int) -> bool:
     taken = (
         _main_loop(run_id)
         .filter(supervisor_tick=tick)
-        .update(supervisor_tick=F("supervisor_tick") + 1, supervised_at=timezone.now())
+        .update(supervisor_tick=F("supervisor_tick") + 1, supervised_at=db_now())
     )
     return taken == 1
 
@@ -459,7 +459,7 @@ def agent_messages_republish(*, config: LoopConfig | None = None) -> int:
     number of messages sent.
     """
     config = config or loop_config()
-    now = timezone.now()
+    now = db_now()
     tick_lost_before = now - timedelta(seconds=max(config.lost_after_seconds, 6 * config.supervise_seconds))
     count = 0
     for run in Run.objects.filter(status__in=RUN_ACTIVE_STATES):

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
+from apps.core.clock import db_now
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.handles import next_handle
 from apps.core.queues import Queue
@@ -377,19 +378,33 @@ def run_health_on_job_ended(*, job: Job) -> None:
     When this job's failure makes ``job_failure_threshold`` of the last ``job_failure_window`` jobs
     failures (3 of 4 by default: a full disk, an OOM, a broken dataset), the run records a
     ``run.jobs_failing`` event with the failure summary and wakes the Main Agent with it
-    (trigger ``jobs_failing``); the success that brings it back under records ``run.jobs_recovered``.
-    Only the crossing is recorded, not every failure after it. Called inside the job's transition
-    (apps.jobs.services); the run row is locked (after the job and its experiment, the documented
-    order), so two jobs ending together are counted one after the other, never both or neither.
+    (trigger ``jobs_failing``). ``run.jobs_recovered`` follows only when the condition that failed
+    them is shown gone: the run is back under the threshold *and* this job, which succeeded, is of
+    a kind that was failing. A full artifact disk fails the trainings that store checkpoints while
+    evaluations (which store nothing) still succeed; their successes dilute the window but say
+    nothing of the disk, so they do not end the episode (issue 35: recovered while still full).
+    Only the crossings are recorded, not every failure after one. Called inside the job's
+    transition (apps.jobs.services); the run row is locked (after the job and its experiment, the
+    documented order), so two jobs ending together are counted one after the other.
     """
     if job.run_id is None:
         return
     run = Run.objects.select_for_update().get(pk=job.run_id)
-    health = run_job_health(run=run)
-    before = run_job_health(run=run, without_job_id=job.pk)
-    if health.failing == before.failing or run.status in RUN_TERMINAL_STATES:
+    if run.status in RUN_TERMINAL_STATES:
         return
-    kind = "run.jobs_failing" if health.failing else "run.jobs_recovered"
+    health = run_job_health(run=run)
+    episode = Event.objects.filter(run=run, type__in=("run.jobs_failing", "run.jobs_recovered")).order_by("-pk").first()
+    failing_now = episode is not None and episode.type == "run.jobs_failing"
+    if health.failing and not failing_now:
+        kind = "run.jobs_failing"
+    elif failing_now and not health.failing and job.status == JobStatus.SUCCEEDED:
+        assert episode is not None
+        failed_kinds = {failure["kind"] for failure in episode.arguments.get("failures", [])}
+        if failed_kinds and job.kind not in failed_kinds:
+            return  # a success of another kind: the failing kind has not been seen to work again
+        kind = "run.jobs_recovered"
+    else:
+        return
     event_append(run=run, type=kind, actor=SYSTEM, role=SYSTEM, arguments={"job": str(job.uuid), **health.as_json()},
                  result_ref=f"run:{run.uuid}")  # fmt: skip
     if health.failing:
@@ -991,7 +1006,7 @@ class BudgetState:
 def run_budget_state(*, run: Run) -> BudgetState:
     """Budgets now. Accelerator time counts finished jobs and the elapsed time of running ones."""
     run = Run.objects.get(pk=run.pk)
-    now = timezone.now()
+    now = db_now()
     running = Job.objects.filter(run=run, status=JobStatus.RUNNING, queue=Queue.GPU, started_at__isnull=False).exclude(
         kind=JobKind.FINAL_EVAL
     )
@@ -1064,7 +1079,7 @@ def run_advance(
     evaluation jobs.
     """
     run = Run.objects.get(pk=run.pk)
-    now = timezone.now()
+    now = db_now()
     loops = AgentLoop.objects.filter(run=run)
     main_loop = loops.filter(node__kind=NodeKind.MAIN).first()
     active_experiments = Experiment.objects.filter(run=run, status__in=(ExperimentStatus.QUEUED,

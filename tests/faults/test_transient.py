@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import psycopg
 import pytest
 from django.db import connections
 
@@ -19,6 +21,7 @@ from apps.expos.auth import agent_token_issue
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode
 from tests.factories import make_run
+from tests.faults.conftest import DATABASE
 from workers.agents.client import ExposClient
 
 pytestmark = pytest.mark.slow
@@ -111,3 +114,27 @@ def test_the_rate_limiter_degrades_open_for_a_bounded_time_with_events_while_red
     assert event_types(run) == ["rate_limit.degraded", "rate_limit.restored"]
     degraded = Event.objects.get(run=run, type="rate_limit.degraded")
     assert degraded.arguments["fail_open_seconds"] == 3
+
+
+def test_after_every_pooled_connection_is_terminated_the_next_call_answers_at_once(project, pg_cluster, agent):
+    """pg_terminate_backend of every connection the web holds, PostgreSQL itself up: the first call
+    after it finds the pool's connections dead and must be answered from a fresh one, well inside
+    the pool timeout (it waded through them one back-off at a time: 503 after 5 s, issue 35)."""
+    run, token = agent
+    web = project("web")
+    # Several calls at once, so the pool holds several connections (each one of them dies below).
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert {r.status_code for r in pool.map(lambda _: call(web, token), range(12))} == {200}
+    connections.close_all()
+    with psycopg.connect(pg_cluster.url_for(DATABASE), autocommit=True) as admin:
+        held = admin.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                             (DATABASE,)).fetchall()  # fmt: skip
+        assert len(held) >= 2, held  # the web's pooled connections (and Channels' spare)
+        for (pid,) in held:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    for attempt in range(3):
+        started = time.monotonic()
+        answer = call(web, token)
+        took = time.monotonic() - started
+        assert answer.status_code == 200, (attempt, answer.text, web.log("web")[-3000:])
+        assert took < 2.5, f"call {attempt} after the terminations took {took:.1f}s"

@@ -39,6 +39,7 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from apps.core.clock import db_now
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES
 from apps.experiments.models import Experiment
 from apps.expos.auth import agent_token_issue
@@ -506,7 +507,7 @@ def _integrity_reconcile(run: Run, *, settle_seconds: float = 30.0) -> None:
     that has no findings a while after it ended, and once per finalized Worker. The checks are
     idempotent, so a duplicate request only repeats work.
     """
-    settled = timezone.now() - timedelta(seconds=settle_seconds)
+    settled = db_now() - timedelta(seconds=settle_seconds)
     asked = run_supervisor_state_get(run=run, key="integrity_checked")
     # "Unchecked": no finding of the first (non-reporting) check, whatever the reporting checks left.
     checked = IntegrityFinding.objects.filter(experiment=OuterRef("pk"), subcategory=Subcategory.WEIGHT_PROVENANCE)

@@ -227,6 +227,31 @@ def test_reaper_sends_an_unclaimed_queued_jobs_message_again_with_back_off(
 
 
 @pytest.mark.django_db
+def test_after_a_broker_restart_the_queued_jobs_it_does_not_hold_are_sent_again_at_once(
+    run, monkeypatch, django_capture_on_commit_callbacks
+):
+    sent: list[int] = []
+    monkeypatch.setattr(services, "_send_message", lambda job, **_: sent.append(job.pk))
+    lost, kept, other_queue, young = enqueue(run), enqueue(run), enqueue(run, queue="default"), enqueue(run)
+    claimed = services.job_claim(job_id=enqueue(run).pk, worker="host-a:1")
+    # Sent seconds ago (a just-sent message may still be on its way), well inside the re-send timer.
+    for job in (lost, kept, other_queue, claimed):
+        Job.objects.filter(pk=job.pk).update(published_at=timezone.now() - timedelta(seconds=10))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        resent = services.jobs_resend_missing(on_broker={kept.celery_id}, queues=("gpu",))
+
+    # Only the queued gpu job whose message the broker lacks; the same row and task id, at once.
+    assert [job.pk for job in resent] == sent == [lost.pk]
+    again = Job.objects.get(pk=lost.pk)
+    assert (again.status, again.publishes, again.celery_id) == (JobStatus.QUEUED, 2, lost.celery_id)
+    event = Event.objects.get(type="job.republished")
+    assert "not on the broker" in event.arguments["reason"]
+    assert all(Job.objects.get(pk=j.pk).publishes == 1 for j in (kept, other_queue, young, claimed))
+    assert chain_verify(str(run.uuid)).ok
+
+
+@pytest.mark.django_db
 def test_report_streams_metrics_points_and_log_lines_until_the_job_ends(run):
     job = services.job_claim(job_id=enqueue(run).pk, worker="w:1")
 

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.django_db
 ENOSPC = "Traceback (most recent call last):\n  ...\nOSError: [Errno 28] No space left on device"
 
 
-def end_job(run, outcome: str) -> None:
-    job = jobs.job_enqueue(kind=JobKind.TRAIN, spec={"x": 1}, run=run)
+def end_job(run, outcome: str, kind: str = JobKind.TRAIN) -> None:
+    job = jobs.job_enqueue(kind=kind, spec={"x": 1}, run=run)
     job = jobs.job_claim(job_id=job.pk, worker="host:1")
     if outcome == "fail":
         jobs.job_fail(job=job, error=ENOSPC)
@@ -92,3 +92,23 @@ def test_the_run_page_shows_that_most_jobs_are_failing_with_their_errors():
     assert 'id="run-health"' in page
     assert "3 of the last 3 jobs failed" in page
     assert "No space left on device" in page
+
+
+def test_successes_of_another_kind_do_not_declare_the_run_recovered_while_the_failing_kind_still_fails():
+    """Trainings fail on a full disk; evaluations, which store nothing, still succeed. Their successes
+    bring the window under the threshold, but only a training that succeeds shows the disk is back."""
+    run = research.run_start(run=make_run())
+    for _ in range(3):
+        end_job(run, "fail")
+    assert [e.type for e in health_events(run)] == ["run.jobs_failing"]
+
+    end_job(run, "succeed", kind=JobKind.EVALUATE)
+    end_job(run, "succeed", kind=JobKind.EVALUATE)  # 1 of the last 4 failed: under the threshold
+    assert [e.type for e in health_events(run)] == ["run.jobs_failing"]
+    end_job(run, "fail")  # still failing trainings: no second jobs_failing within the episode
+    assert [e.type for e in health_events(run)] == ["run.jobs_failing"]
+
+    end_job(run, "succeed")
+    assert [e.type for e in health_events(run)] == ["run.jobs_failing", "run.jobs_recovered"]
+    recovered = health_events(run)[1]
+    assert recovered.arguments["failed"] < recovered.arguments["threshold"]
