@@ -38,6 +38,7 @@ from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.events import event_append
 from apps.experiments.models import Experiment
 from apps.experiments.services import checkpoint_register, evaluation_record, manifest_digest
+from apps.jobs import hooks
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine, JobTransition
 from apps.jobs.selectors import job_payload
@@ -146,13 +147,10 @@ def _record_transition(job: Job, *, from_status: str, reason: str, actor: str) -
 
 
 def _after_transition(job: Job) -> None:
-    # Chaining (train -> evaluate) and experiment status live in the pipeline, called inside the
-    # same transaction as the job's transition, so a retry never sees one without the other.
-    if job.experiment_id is not None:
-        # The pipeline enqueues jobs through this module: a top-level import would be a cycle.
-        from apps.experiments.pipeline import experiment_on_job_transition  # noqa: PLC0415 - import cycle (above)
-
-        experiment_on_job_transition(job=job)
+    # Chaining (train -> evaluate) and experiment status live in the pipeline (apps.flows), which
+    # registered itself in apps.jobs.hooks; called inside the same transaction as the job's
+    # transition, so a retry never sees one without the other.
+    hooks.transitioned(job)
 
 
 def json_safe(value: Any) -> Any:
@@ -420,11 +418,9 @@ def _finish(
         if chain:
             _after_transition(locked)
         if to_status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
-            # Run-level health (most recent jobs failing?) is the research app's; it imports this
-            # module, so the import is here.
-            from apps.research.services import run_health_on_job_ended  # noqa: PLC0415 - import cycle (above)
-
-            run_health_on_job_ended(job=locked)
+            # Run-level health (most recent jobs failing?) is the run lifecycle's (apps.flows),
+            # registered in apps.jobs.hooks.
+            hooks.ended(locked)
     return locked
 
 

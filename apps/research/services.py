@@ -27,7 +27,7 @@ from apps.core.queues import Queue
 from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES, ExperimentStatus, IntegrityStatus
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Event, Experiment
-from apps.experiments.pipeline import evaluation_spec, experiment_on_job_transition
+from apps.flows.pipeline import evaluation_spec, experiment_on_job_transition
 from apps.integrity.selectors import best_accepted_experiment, selectable_experiments
 from apps.integrity.services import integrity_on_report
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind, JobStatus

@@ -1,6 +1,6 @@
 """Execution tools: submissions, the training gate, and review overrides (DESIGN.md "ExpOS tools").
 
-- ``worker_submit``: one submission = one experiment (``apps.experiments.submissions``). The
+- ``worker_submit``: one submission = one experiment (``apps.flows.submissions``). The
   handles a submission names are resolved here, through the Worker's visibility rules, and the
   objects go to the submission review (``apps.integrity.submission_review``) and the service.
 - ``main_training_read`` / ``main_training_decide``: the Main Agent's view of the gate, and its
@@ -18,7 +18,10 @@ from apps.datapool.models import DataEntry
 from apps.experiments.choices import ExperimentKind, ExperimentStatus
 from apps.experiments.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.submissions import (
+from apps.expos.registry import Category, Role, ToolContext, obj, tool
+from apps.expos.schemas import alternatives
+from apps.expos.visibility import visible_checkpoints, visible_datapool, visible_experiments
+from apps.flows.submissions import (
     OVERRIDE_TTL_DEFAULT,
     OVERRIDE_TTL_MAX,
     Submission,
@@ -26,9 +29,6 @@ from apps.experiments.submissions import (
     submission_create,
     training_decide,
 )
-from apps.expos.registry import Category, Role, ToolContext, obj, tool
-from apps.expos.schemas import alternatives
-from apps.expos.visibility import visible_checkpoints, visible_datapool, visible_experiments
 from apps.integrity.submission_review import (
     AGENT_HYPERPARAMETERS,
     FEEDBACK_SPLIT,

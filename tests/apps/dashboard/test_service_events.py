@@ -23,10 +23,10 @@ from django.conf import settings
 from apps.core.hashing import sha256_text
 from apps.dashboard.selectors import run_snapshot
 from apps.dashboard.services import finding_adjudicate_for_person
-from apps.experiments import pipeline
 from apps.experiments.models import Evaluation, Experiment
 from apps.experiments.selectors import evaluation_live, experiment_live
 from apps.experiments.services import experiment_create, experiment_set_integrity
+from apps.flows import pipeline
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_payload
 from apps.jobs.services import job_claim, job_enqueue, job_report, job_succeed_with_evaluation

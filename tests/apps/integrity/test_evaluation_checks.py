@@ -9,9 +9,9 @@ import pytest
 from apps.benchmarks.services import benchmark_load_sealed
 from apps.datapool.models import DataEntry
 from apps.experiments.choices import IntegrityStatus
-from apps.experiments.submissions import submission_create
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
+from apps.flows.submissions import submission_create
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import BlockedAttempt
 from apps.integrity.services import integrity_run_checks

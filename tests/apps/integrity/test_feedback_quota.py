@@ -15,8 +15,8 @@ import pytest
 from django.db import connection, transaction
 
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.submissions import submission_create
 from apps.expos.registry import Role, ToolContext, load_all
+from apps.flows.submissions import submission_create
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
 from apps.integrity.submission_review import SubmissionRefused, SubmissionSubjects, submission_parse

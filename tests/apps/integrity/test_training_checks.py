@@ -21,8 +21,8 @@ from apps.datapool.services import data_register_from_catalog, data_transform
 from apps.datapool.storage import artifact_store
 from apps.experiments.choices import ExperimentKind, IntegrityStatus
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import experiment_create
+from apps.flows.pipeline import experiment_start
 from apps.integrity import semantic, teacher
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.services import integrity_run_checks

@@ -24,8 +24,8 @@ from apps.core.hashing import sha256_tree
 from apps.datapool.models import DataUsage
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Event, Experiment
-from apps.experiments.pipeline import evaluation_spec, experiment_start
 from apps.experiments.services import experiment_create
+from apps.flows.pipeline import evaluation_spec, experiment_start
 from apps.jobs import services
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine

@@ -26,8 +26,8 @@ from apps.core.errors import ApplicationError, Conflict, NotFound, PermissionDen
 from apps.experiments.choices import ExperimentKind, ExperimentStatus
 from apps.experiments.events import event_append
 from apps.experiments.models import Experiment
-from apps.experiments.pipeline import experiment_set_status, experiment_start
 from apps.experiments.services import experiment_create
+from apps.flows.pipeline import experiment_set_status, experiment_start
 from apps.integrity.models import ReviewOverride
 from apps.integrity.submission_review import (
     ReviewResult,
