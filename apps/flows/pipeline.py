@@ -24,13 +24,13 @@ from apps.datapool.selectors import data_entry_get
 from apps.datapool.services import data_usage_record
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, ExperimentKind, ExperimentStatus
 from apps.experiments.events import event_append
-from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.services import experiment_publish
 from apps.integrity.services import integrity_on_experiment_finished
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_enqueue
+from apps.ml.hparams import validate_train_config
 
 FEEDBACK_SPLIT = "feedback"
 # Evaluation batch size for the CPU backend: batching is 10-50x faster than one by one here.

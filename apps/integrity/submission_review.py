@@ -43,7 +43,6 @@ from apps.datapool.models import DataEntry
 from apps.datapool.selectors import data_stored_sha256
 from apps.experiments.choices import ExperimentKind
 from apps.experiments.events import event_append
-from apps.experiments.hparams import TrainConfig, validate_train_config
 from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.selectors import (
     checkpoint_lineage,
@@ -59,6 +58,7 @@ from apps.integrity.overlap import (
     sealed_ids_over_tolerance,
     union_sample_ids,
 )
+from apps.ml.hparams import TrainConfig, validate_train_config
 from apps.research.models import ResearchNode, Run, default_policy
 
 TOOL = "worker_submit"

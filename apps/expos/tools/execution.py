@@ -16,7 +16,6 @@ from typing import Any
 from apps.core.errors import NotFound
 from apps.datapool.models import DataEntry
 from apps.experiments.choices import ExperimentKind, ExperimentStatus
-from apps.experiments.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
 from apps.experiments.models import Checkpoint, Experiment
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
 from apps.expos.schemas import alternatives
@@ -40,6 +39,7 @@ from apps.integrity.submission_review import (
     sealed_split_attempt_record,
     submission_parse,
 )
+from apps.ml.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
 
 # --- schemas -------------------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from apps.benchmarks.evaluators import exact_match
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import minibench_install
 from apps.datapool.models import DataEntry
@@ -29,6 +28,7 @@ from apps.integrity.services import integrity_run_checks
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_fail
+from apps.ml.evaluators import exact_match
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode, Run
 from apps.research.services import node_create

@@ -17,7 +17,6 @@ import pytest
 import torch
 import transformers
 
-from apps.benchmarks import evaluators
 from apps.benchmarks.services import benchmark_register, checkpoint_local_dir
 from apps.core.errors import ApplicationError, NotFound
 from apps.core.hashing import sha256_tree
@@ -29,6 +28,7 @@ from apps.flows.pipeline import evaluation_spec, experiment_start
 from apps.jobs import services
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine
+from apps.ml import evaluators
 from apps.research.choices import NodeKind
 from apps.research.models import Run
 from apps.research.services import node_create
