@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from apps.benchmarks.models import Benchmark
@@ -31,7 +32,7 @@ from apps.flows.pipeline import evaluation_spec, experiment_on_job_transition
 from apps.integrity.selectors import best_accepted_experiment, selectable_experiments
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind, JobStatus
 from apps.jobs.models import Job
-from apps.jobs.services import engine_config, job_enqueue, job_request_cancel, jobs_reap_stale
+from apps.jobs.services import ACCELERATOR_QUEUE, engine_config, job_enqueue, job_request_cancel, jobs_reap_stale
 from apps.research.agent_config import DEFAULT_PROFILE, ROLES, LLMNotConfigured, llm_config, prompt_hashes
 from apps.research.agent_loops import agent_loop_ensure, agent_loops_close, agent_loops_resend, run_supervise_start
 from apps.research.choices import (
@@ -46,6 +47,22 @@ from apps.research.choices import (
 from apps.research.models import AgentLoop, ResearchNode, Run
 from apps.research.selectors import run_held_nodes_last_seen, run_job_health
 from apps.research.services import SYSTEM, main_trigger, run_create, run_set_status, run_updated
+
+
+def run_charge_job(*, job: Job) -> None:
+    """Charge a finished job's accelerator time to its run's budget (apps.jobs.hooks ``on_finished``).
+
+    Only jobs of the accelerator queue count. Called inside the job's transition, after the job
+    row and its run's row are locked (the documented order); the run page's budget bar moves.
+    """
+    if job.run_id is None or job.queue != ACCELERATOR_QUEUE or job.resource_seconds <= 0:
+        return
+    # F(): several jobs of one run finish concurrently; each adds, none overwrites.
+    Run.objects.filter(pk=job.run_id).update(
+        used_accelerator_seconds=F("used_accelerator_seconds") + job.resource_seconds
+    )
+    # Read back: other jobs add too.
+    run_updated(Run.objects.get(pk=job.run_id))
 
 
 def run_health_on_job_ended(*, job: Job) -> None:

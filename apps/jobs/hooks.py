@@ -7,6 +7,9 @@ records the job's transition (so a retry never sees the transition without its c
 
 - ``on_transition``: after every recorded transition of a job (claimed, succeeded, failed,
   cancelled, lost once its retry is decided). The pipeline advances the job's experiment here.
+- ``on_finished``: when a job reaches any terminal status, once its ``resource_seconds`` are
+  set and before its transition is recorded. The run lifecycle charges the run's accelerator
+  budget here.
 - ``on_ended``: after a job succeeded or failed (not cancelled or lost). The run's health check
   counts its recent failures here.
 
@@ -30,6 +33,7 @@ class JobHook(Protocol):
 
 
 _ON_TRANSITION: list[JobHook] = []
+_ON_FINISHED: list[JobHook] = []
 _ON_ENDED: list[JobHook] = []
 
 
@@ -44,6 +48,11 @@ def on_transition(hook: JobHook) -> JobHook:
     return _register(_ON_TRANSITION, hook)
 
 
+def on_finished(hook: JobHook) -> JobHook:
+    """Call ``hook(job=job)`` when a job reaches a terminal status (its time counted), inside its transaction."""
+    return _register(_ON_FINISHED, hook)
+
+
 def on_ended(hook: JobHook) -> JobHook:
     """Call ``hook(job=job)`` after a job succeeded or failed, inside its transaction."""
     return _register(_ON_ENDED, hook)
@@ -53,12 +62,21 @@ def registered() -> dict[str, list[str]]:
     """The handlers registered now, by moment, as dotted names (for tests and diagnostics)."""
     return {
         moment: [f"{hook.__module__}.{hook.__qualname__}" for hook in hooks]
-        for moment, hooks in (("on_transition", _ON_TRANSITION), ("on_ended", _ON_ENDED))
+        for moment, hooks in (
+            ("on_transition", _ON_TRANSITION),
+            ("on_finished", _ON_FINISHED),
+            ("on_ended", _ON_ENDED),
+        )
     }
 
 
 def transitioned(job: Job) -> None:
     for hook in list(_ON_TRANSITION):
+        hook(job=job)
+
+
+def finished(job: Job) -> None:
+    for hook in list(_ON_FINISHED):
         hook(job=job)
 
 

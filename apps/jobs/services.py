@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Max
+from django.db.models import Count, Max
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -46,7 +46,6 @@ from apps.jobs.versions import versions_capture
 from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import job_group, run_group
 from apps.research.models import Run
-from apps.research.selectors import run_live_get
 from rsiweb import env
 from rsiweb.celery import app as celery_app
 
@@ -111,7 +110,7 @@ DEFAULT_QUEUES = {
     JobKind.AGENT_SFT: Queue.GPU,
 }
 # Jobs on this queue spend the run's accelerator budget.
-ACCELERATOR_QUEUE = Queue.GPU
+ACCELERATOR_QUEUE = Queue.GPU  # (charged by apps.flows.runs.run_charge_job)
 
 
 def _publish(job: Job, event_type: LiveEvent, payload: dict[str, Any] | None = None) -> None:
@@ -406,14 +405,9 @@ def _finish(
             locked.progress = 1.0
             fields.append("progress")
         locked.save(update_fields=fields)
-        if locked.run_id is not None and locked.queue == ACCELERATOR_QUEUE and seconds > 0:
-            # F(): several jobs of one run finish concurrently; each adds, none overwrites.
-            Run.objects.filter(pk=locked.run_id).update(
-                used_accelerator_seconds=F("used_accelerator_seconds") + seconds
-            )
-            # The run page's accelerator bar moves with it (read back: other jobs add too).
-            run = Run.objects.get(pk=locked.run_id)
-            publish_on_commit(run_group(run.uuid), LiveEvent.RUN_UPDATED, run_live_get(run))
+        # The run's budget is charged the job's accelerator time by the run lifecycle (apps.flows),
+        # registered in apps.jobs.hooks: the engine counts seconds, the run decides what they cost.
+        hooks.finished(locked)
         _record_transition(locked, from_status=from_status, reason=reason, actor=actor)
         if chain:
             _after_transition(locked)

@@ -5,8 +5,9 @@ from apps.jobs import hooks
 
 def test_app_start_registers_the_flows_that_follow_a_job_outcome() -> None:
     registered = hooks.registered()
-    # The pipeline advances the job's experiment after every transition; the run's health
-    # check counts the ended ones. Registered once each, however often ready() ran.
+    # The pipeline advances the job's experiment after every transition; the run lifecycle
+    # charges the run's budget and counts the ended ones. Registered once each, however often
+    # ready() ran.
     assert registered["on_transition"].count("apps.flows.pipeline.experiment_on_job_transition") == 1
-    assert any(name.endswith(".run_health_on_job_ended") for name in registered["on_ended"])
-    assert len(registered["on_ended"]) == len(set(registered["on_ended"]))
+    assert registered["on_finished"] == ["apps.flows.runs.run_charge_job"]
+    assert registered["on_ended"] == ["apps.flows.runs.run_health_on_job_ended"]
