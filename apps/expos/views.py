@@ -321,6 +321,8 @@ def _record_refusal(ctx: ToolContext, tool: Tool, args: Any, exc: ApplicationErr
             idempotency_key=ctx.idempotency_key,
             error_path=str(exc.detail.get("json_path", "")),
         )
+        if tool.after_refusal is not None and isinstance(args, dict):
+            tool.after_refusal(ctx, args)
         harness_turn_record(ctx=ctx, tool=tool.name, arguments=args, status=exc.status_code,
                             answer=error_body(exc.code, exc.message, exc.detail or None))  # fmt: skip
     except Exception:  # the refusal itself must still reach the agent

@@ -10,7 +10,7 @@ from typing import Any
 from apps.core.errors import NotFound
 from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES
 from apps.experiments.models import Event
-from apps.expos.payloads import node_payload, run_decision, run_node, run_workers
+from apps.expos.payloads import decision_refused, node_payload, run_decision, run_node, run_workers
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
     EXPERIMENT,
@@ -75,6 +75,7 @@ def _worker_arg(ctx: ToolContext, args: dict[str, Any]) -> ResearchNode:
     output_schema=NODE,
     idempotent_create=True,
     errors=("worker_limit", "run_not_active", "unknown_worker", "unknown_decision"),
+    after_refusal=decision_refused,
 )
 def state_add_new_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     node = research.worker_add(
