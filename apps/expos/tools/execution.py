@@ -28,14 +28,16 @@ from apps.flows.submissions import (
     submission_create,
     training_decide,
 )
-from apps.integrity.submission_review import (
+from apps.integrity.submission_parts import (
     AGENT_HYPERPARAMETERS,
     FEEDBACK_SPLIT,
-    MAX_CLAIM_CHARS,
     MAX_DATASETS,
     MAX_PARENTS,
-    SubmissionRequest,
     SubmissionSubjects,
+)
+from apps.integrity.submission_review import (
+    MAX_CLAIM_CHARS,
+    SubmissionRequest,
     sealed_split_attempt_record,
     submission_parse,
 )
