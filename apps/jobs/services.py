@@ -16,7 +16,6 @@ services lock experiment -> chain or run -> chain, so no two can wait on each ot
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,6 +31,7 @@ from kombu.exceptions import OperationalError
 
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.hashing import sha256_tree
+from apps.core.jsonsafe import json_safe
 from apps.core.models import clean_new_row
 from apps.core.queues import Queue, TaskName
 from apps.datapool.storage import artifact_store, checkpoint_key
@@ -150,18 +150,6 @@ def _after_transition(job: Job) -> None:
     # registered itself in apps.jobs.hooks; called inside the same transaction as the job's
     # transition, so a retry never sees one without the other.
     hooks.transitioned(job)
-
-
-def json_safe(value: Any) -> Any:
-    """NaN and infinities as None: a diverged loss is data to record, and JSON (PostgreSQL's
-    included) has no spelling for them, so storing one would fail the whole report."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    return value
 
 
 def _lock(job_pk: int) -> Job:
