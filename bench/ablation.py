@@ -11,10 +11,10 @@ the real stack (daphne + Celery gpu / agents / default workers, a dedicated Post
 the Redis db of REDIS_URL, which is flushed), every configuration at the same budget (the wall
 clock binds; the accelerator budget is set above what the training slots can spend), at most
 ``--concurrent`` at once (the suite's clock). From the records it reports, per arm (the arms and
-the paired comparison over seeds are the ablation page's, ``apps.research.compare.ablation_groups``):
+the paired comparison over seeds are the ablation page's, ``apps.flows.compare.ablation_groups``):
 
 - **final-split score** of the returned checkpoint with its per-sample bootstrap CI
-  (``apps.research.compare.run_final_score``), the arm's mean over seeds with a bootstrap CI over
+  (``apps.flows.compare.run_final_score``), the arm's mean over seeds with a bootstrap CI over
   seeds (``apps.experiments.comparisons.bootstrap_interval``);
 - a **paired comparison** of full against each ablation: per seed, the paired per-sample bootstrap
   on the final split (``runs_paired``), and over seeds, the paired bootstrap of the per-seed
@@ -78,7 +78,7 @@ def _reviews_changed(run: Any) -> dict[str, Any]:
 
 
 def analyze(run: Any) -> dict[str, Any]:
-    from apps.research.compare import best_so_far, run_final_score
+    from apps.flows.compare import best_so_far, run_final_score
     from apps.research.selectors import run_ablation
 
     final = run_final_score(run)
@@ -102,7 +102,7 @@ def analyze(run: Any) -> dict[str, Any]:
 
 def summarize(runs: list[Any]) -> dict[str, Any]:
     """Arms, their seed-level CIs and the paired comparisons of full against each ablation."""
-    from apps.research.compare import ablation_groups, runs_paired
+    from apps.flows.compare import ablation_groups, runs_paired
     from apps.research.selectors import run_ablation
 
     rows = [analyze(run) for run in runs]
@@ -148,7 +148,7 @@ def _start_stack(base: Path, hard: Path) -> Any:
 
     from django.conf import settings
 
-    from apps.core.management.commands.demo import Stack
+    from apps.flows.management.commands.demo import Stack
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -78,7 +78,7 @@ import json, sys, time
 from pathlib import Path
 import torch
 from apps.benchmarks.minibench.build import REFERENCE_HPARAMS
-from apps.experiments.hparams import validate_train_config
+from apps.ml.hparams import validate_train_config
 from apps.ml.inference import evaluate
 from apps.ml.training import train
 

@@ -36,7 +36,7 @@ def _start_stack(base: Path) -> Any:
 
     from django.conf import settings
 
-    from apps.core.management.commands.demo import Stack
+    from apps.flows.management.commands.demo import Stack
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -127,8 +127,8 @@ def main() -> None:
 
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
     from apps.benchmarks.services import minibench_install
-    from apps.research.management.commands.start_run import wait_for_result
-    from apps.research.services import run_launch
+    from apps.flows.management.commands.start_run import wait_for_result
+    from apps.flows.runs import run_launch
 
     minibench_install(root=Path(cache))
     stack = _start_stack(base)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from apps.benchmarks.minibench.build import build_minibench  # noqa: E402
-from apps.experiments.hparams import validate_train_config  # noqa: E402
+from apps.ml.hparams import validate_train_config  # noqa: E402
 from apps.ml.inference import evaluate  # noqa: E402
 from apps.ml.training import train  # noqa: E402
 
@@ -109,8 +109,8 @@ def quality(root: Path) -> None:
 
 def _sampled_accuracy(checkpoint: Path, items: list[dict[str, Any]], contract: dict[str, Any], seed: int) -> float:
     """One sampled evaluation with the contract's decoding (evaluate() decodes greedily only)."""
-    from apps.benchmarks.evaluators import score  # noqa: PLC0415
     from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415
+    from apps.ml.evaluators import score  # noqa: PLC0415
     from apps.ml.inference import render_prompt, truncate_at_stop  # noqa: PLC0415
 
     model, tokenizer = load_checkpoint(checkpoint)

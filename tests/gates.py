@@ -81,6 +81,25 @@ def gate_imports() -> str:
     )
 
 
+def gate_cycles() -> str:
+    """No module of apps/ imports itself back through others (bench/structure.py, on grimp's graph).
+
+    import-linter's contracts order packages; a cycle between modules of one app (or of two apps
+    an ignored edge links) slips through them, so the module graph is checked here as well.
+    In-function imports count: hiding an import in a function does not break a cycle.
+    """
+    done = _run([sys.executable, str(ROOT / "bench" / "structure.py"), "--json"])
+    if done.returncode != 0:
+        raise GateFailed(f"bench/structure.py did not finish:\n{done.stdout}{done.stderr}")
+    cycles = json.loads(done.stdout)["cycles"]
+    if cycles:
+        lines = [f"{len(cycles)} module cycle(s) in apps/ (each a group of modules importing each other):"]
+        lines += [f"  {' <-> '.join(group)}" for group in cycles]
+        lines.append("Move the shared code down (or the caller up, e.g. into apps.flows); never hide it in a function.")
+        raise GateFailed("\n".join(lines))
+    return "0 module cycles"
+
+
 def gate_migrations() -> str:
     # The embedded default (SQLite in a throw-away folder): models against migrations needs no
     # running PostgreSQL, so `./dev check` works on a laptop with no services.
@@ -145,6 +164,7 @@ GATES: dict[str, tuple[str, Callable[[], str]]] = {
     "ruff": ("ruff check", gate_ruff),
     "format": ("ruff format --check", gate_format),
     "imports": ("import-linter contracts", gate_imports),
+    "cycles": ("module cycles (grimp)", gate_cycles),
     "migrations": ("makemigrations --check", gate_migrations),
     "mypy": ("mypy (strict, baseline)", gate_mypy),
 }

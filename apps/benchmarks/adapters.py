@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from apps.benchmarks import evaluators
 from apps.benchmarks.endpoint import Generate, serve
 from apps.core.errors import ApplicationError
+from apps.ml import evaluators
 from apps.ml.engines import envs_root
 
 HARNESS = Path(__file__).resolve().parent / "harness"

@@ -26,11 +26,11 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.benchmarks import evaluators
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import INSPECT_TASK_FILE, SPLIT_FILES, TASK_FILE, benchmark_register
 from apps.core.errors import ApplicationError
 from apps.experiments.models import Checkpoint
+from apps.ml import evaluators
 
 
 def min_split_samples() -> int:

@@ -20,11 +20,11 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from apps.benchmarks import evaluators
 from apps.benchmarks import models as m
 from apps.benchmarks.adding import benchmark_add, min_split_samples
 from apps.core.admin import ReadOnlyAdmin
 from apps.core.errors import ApplicationError
+from apps.ml import evaluators
 
 DECODING_EXAMPLE = '{"temperature": 0, "top_p": 1, "max_tokens": 512, "stop": [], "seed_policy": "greedy-single-seed"}'
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apps.benchmarks import evaluators
+from apps.ml import evaluators
 
 SEED_POLICIES = ("greedy-single-seed", "per-sample-seeds")
 DECODING_KEYS = ("temperature", "top_p", "max_tokens", "stop", "seed_policy")

@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from apps.benchmarks import evaluators, sandbox
+from apps.benchmarks import sandbox
 from apps.benchmarks.contract import ContractError, build_contract
 from apps.benchmarks.models import Benchmark, Split
 from apps.core.errors import ApplicationError, Conflict, NotFound
@@ -35,6 +35,7 @@ from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint
 from apps.experiments.services import checkpoint_register, manifest_digest
 from apps.integrity.contamination import ContaminationScanner
+from apps.ml import evaluators
 
 TASK_FILE = "task.json"
 EVALUATOR_FILE = "evaluator.py"
@@ -402,7 +403,7 @@ def benchmark_scorer(*, benchmark: Benchmark) -> Callable[[str, str], bool]:
     """The benchmark's evaluator, executed from the verified sealed copy of its source.
 
     The bytes that are hashed are the bytes that are compiled, so the code that scores is the
-    code that was registered, even if ``apps/benchmarks/evaluators.py`` has changed since.
+    code that was registered, even if ``apps/ml/evaluators.py`` has changed since.
     """
     source = _verify_common(benchmark)
     code = _verify_contract(benchmark)

@@ -12,6 +12,11 @@ Two uses, one walk:
   its path, so tool arguments and data rows are refused before anything runs or is stored;
 - :func:`storable` makes any value recordable (escapes instead of refusing), so the record of a
   refused request can always be written.
+
+A third, with a different rule on purpose: :func:`json_safe` is for values the system measured
+itself (a job's metrics and result). A diverged loss is data, so a non-finite number becomes
+``None`` (JSON null: a chart skips it, a number stays a number or nothing) where ``storable``
+writes it as a string (evidence of what a refused request sent); measured values need no escaping.
 """
 
 from __future__ import annotations
@@ -192,6 +197,19 @@ def _plain_items(items: Any, level: int, strings: bool, max_int: int, max_depth:
         elif item is not None and kind is not bool:
             return False  # anything else (a NaN token's Constant): the full walk
     return True
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities as None, through dicts, lists and tuples (the module docstring says why
+    not :func:`storable`): JSON, PostgreSQL's included, has no spelling for them, so storing one
+    would fail the whole report."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
 
 
 def storable(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:

@@ -1,4 +1,4 @@
-"""What the comparison and ablation pages show, from apps.research.compare's reads.
+"""What the comparison and ablation pages show, from apps.flows.compare's reads.
 
 The curves are plotly figures as JSON-ready dicts, drawn by ``static/dashboard/compare.js``
 with the vendored plotly.js (no CDN).
@@ -13,7 +13,7 @@ from uuid import UUID
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from apps.research.compare import ablation_groups, best_so_far, config_diff, run_final_score, runs_paired
+from apps.flows.compare import ablation_groups, best_so_far, config_diff, run_final_score, runs_paired
 from apps.research.models import Run
 
 COMPARE_MAX_RUNS = 8

@@ -41,6 +41,7 @@ from apps.experiments.selectors import (
     experiment_descendants,
     experiment_row,
 )
+from apps.flows.scores import run_leaderboard, run_scores
 from apps.integrity.choices import (
     ADJUDICATION_MEANING,
     CATEGORIES,
@@ -56,7 +57,6 @@ from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run, TranscriptTurn
-from apps.research.scores import run_leaderboard, run_scores
 from apps.research.selectors import (
     DECISION_VALUES,
     EDGE_VALUES,
@@ -277,7 +277,7 @@ def run_reference_scores(run: Run) -> dict[str, float | None]:
 
 
 def run_result(run: Run) -> dict[str, Any]:
-    """The result block of a run that returned a checkpoint (or finished): apps.research.scores.
+    """The result block of a run that returned a checkpoint (or finished): apps.flows.scores.
 
     Empty for a run still going: its page leads with the live numbers instead.
     """

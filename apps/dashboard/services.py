@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.core.errors import ApplicationError
+from apps.flows import runs
 from apps.integrity.models import IntegrityFinding
 from apps.integrity.services import finding_adjudicate
 from apps.research import services as research_services
@@ -46,11 +47,11 @@ def run_control(*, run: Run, action: str, user: Any, reason: str = "") -> Run:
     actor = _actor(user)
     reason = reason.strip() or f"{action} from the dashboard"
     if action == "pause":
-        research_services.run_pause(run=run, actor=actor, reason=reason)
+        runs.run_pause(run=run, actor=actor, reason=reason)
     elif action == "resume":
-        research_services.run_resume(run=run, actor=actor)
+        runs.run_resume(run=run, actor=actor)
     elif action == "stop":
-        research_services.run_stop(run=run, actor=actor, reason=reason)
+        runs.run_stop(run=run, actor=actor, reason=reason)
     else:
         raise ApplicationError("invalid_action", f"A run can be paused, resumed or stopped, not {action!r}.")
     # Re-read with what the page's answer shows (run_live): the services return the locked row.
@@ -60,10 +61,10 @@ def run_control(*, run: Run, action: str, user: Any, reason: str = "") -> Run:
 def run_start_for_person(*, user: Any, **arguments: Any) -> Run:
     """An operator's new run from the form: the service ``manage.py start_run`` calls.
 
-    apps.research.services.run_launch owns the rules (the LLM profile's configuration is
+    apps.flows.runs.run_launch owns the rules (the LLM profile's configuration is
     checked, the final evaluation reserved, the run started); this names the person.
     """
-    return research_services.run_launch(actor=_actor(user), created_by=user, **arguments)
+    return runs.run_launch(actor=_actor(user), created_by=user, **arguments)
 
 
 def run_label_for_person(*, run: Run, user: Any, **labels: Any) -> Run:

@@ -52,8 +52,8 @@ from apps.dojo.agents import ABLATION_AGENTS
 from apps.dojo.models import AgentSuite
 from apps.dojo.suite_stats import suite_stats
 from apps.dojo.suites import ablation_suite_create, suite_launch
+from apps.flows.bundle import bundle_archive, export_run_bundle
 from apps.jobs.selectors import job_attempts
-from apps.research.bundle import bundle_archive, export_run_bundle
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
 from apps.research.selectors import run_ablation, run_job_health
@@ -266,7 +266,7 @@ def _run_urls(run: Run) -> dict[str, str]:
 @require_GET
 @role_required(OPERATOR)
 def run_export_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
-    """The run bundle as a download (operators and admins): apps.research.bundle, as ``export_run`` writes it."""
+    """The run bundle as a download (operators and admins): apps.flows.bundle, as ``export_run`` writes it."""
     run = _run_or_404(request, run_uuid)
     try:
         archive = bundle_archive(export_run_bundle(run))

@@ -22,13 +22,13 @@ from typing import Any
 from apps.benchmarks.models import Split
 from apps.experiments.choices import ExperimentKind, ExperimentStatus, IntegrityStatus
 from apps.experiments.comparisons import aligned_correctness, paired_bootstrap
-from apps.experiments.hparams import TrainConfig
 from apps.experiments.models import Checkpoint, Event, Experiment
+from apps.flows.scores import checkpoint_evaluation
 from apps.integrity.choices import CLEARING_ADJUDICATIONS, Observation
 from apps.integrity.models import IntegrityFinding
+from apps.ml.hparams import TrainConfig
 from apps.research.choices import RunStatus
 from apps.research.models import Run
-from apps.research.scores import checkpoint_evaluation
 
 BEHAVIOUR = "behaviour"
 OUTCOME = "outcome"

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apps.benchmarks.evaluators import EVALUATORS
 from apps.benchmarks.minibench.task_specs import TASKS
 from apps.benchmarks.minibench.variants import build_task_variants
 from apps.core.errors import ApplicationError
+from apps.ml.evaluators import EVALUATORS
 
 _CONTRACT_KEYS = ("evaluator", "prompt_template", "decoding")
 

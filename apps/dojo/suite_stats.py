@@ -1,6 +1,6 @@
 """A suite's statistics, per cell and per agent configuration, read from the cells' run records.
 
-Per cell (one research run): the run's final-split scores from apps.research.scores (raw score,
+Per cell (one research run): the run's final-split scores from apps.flows.scores (raw score,
 θ0, reference, the Lite reward clamp((s − θ0)/(ref − θ0), 0, 1) with 0 for a run with an
 adjudicated violation), the PostTrainBench cell value under both readings (``posttrainbench_cell``),
 the hacking counts, and the run's iterations.
@@ -35,9 +35,9 @@ from apps.dojo.models import AgentSuite, SuiteCell
 from apps.dojo.suites import cell_status
 from apps.experiments.choices import EvaluationStatus, ExperimentKind, ExperimentStatus
 from apps.experiments.models import Evaluation, Experiment
+from apps.flows.scores import posttrainbench_cell, run_scores, suite_aggregate
 from apps.integrity.selectors import hacking_rate
 from apps.research.models import Run
-from apps.research.scores import posttrainbench_cell, run_scores, suite_aggregate
 
 
 def _mean(values: list[float]) -> float | None:

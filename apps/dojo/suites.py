@@ -39,11 +39,11 @@ from apps.dojo.models import AgentSuite, SuiteCell, TaskEnvironment
 from apps.dojo.registry import task_sources
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint
+from apps.flows.runs import base_checkpoint_default, run_launch, run_start
 from apps.integrity.canonical import canonical_text
 from apps.research.agent_config import DEFAULT_PROFILE
 from apps.research.choices import RUN_TERMINAL_STATES, AgentMode, RunStatus
 from apps.research.models import Run
-from apps.research.services import base_checkpoint_default, run_launch, run_start
 from rsiweb import env
 from rsiweb.celery import app
 

@@ -1,7 +1,7 @@
 """Paired comparisons of evaluations on shared sample ids, and bootstrap intervals of a score.
 
 The ExpOS ``compare_experiments`` tool (feedback split, scoped per caller) and the dashboard's
-run comparison (final split, apps.research.compare) both resample here, so an agent and a
+run comparison (final split, apps.flows.compare) both resample here, so an agent and a
 person comparing the same two evaluations get the same numbers for the same seed.
 """
 

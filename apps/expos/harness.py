@@ -18,9 +18,10 @@ from django.utils import timezone
 
 from apps.expos.auth import agent_token_issue
 from apps.expos.mcp_server import MCP_PATH
+from apps.flows.runs import run_start
 from apps.research.choices import AgentMode, NodeKind
 from apps.research.models import ResearchNode, Run
-from apps.research.services import run_create, run_start, worker_add
+from apps.research.services import run_create, worker_add
 
 SERVER_NAME = "rsiweb"
 TOKEN_DAYS = 7

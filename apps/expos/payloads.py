@@ -12,6 +12,7 @@ from apps.expos.visibility import Caller, visible_jobs, visible_nodes
 from apps.jobs.models import Job
 from apps.research.choices import EdgeKind, NodeKind
 from apps.research.models import Decision, ResearchEdge, ResearchNode
+from apps.research.services import guidance_refusal_announce
 
 
 def iso(value: datetime | None) -> str | None:
@@ -54,6 +55,16 @@ def run_workers(ctx: ToolContext, handles: list[str]) -> list[ResearchNode]:
     if missing:
         raise NotFound("unknown_worker", f"No Worker {', '.join(missing)} in this run.", workers=missing)
     return [found[h] for h in handles]
+
+
+def decision_refused(ctx: ToolContext, args: dict[str, Any]) -> None:
+    """``after_refusal`` of the tools that act for a decision (spawning a Worker or a Reviewer).
+
+    A refused call made for a decision (a spawn answered 409 worker_limit): the guidance that
+    decision applied was not carried out, and the run page must say so.
+    """
+    if ctx.run is not None and args.get("decision"):
+        guidance_refusal_announce(run=ctx.run, decision=str(args["decision"]))
 
 
 def run_decision(ctx: ToolContext, value: str | None) -> Decision | None:

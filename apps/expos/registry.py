@@ -104,6 +104,10 @@ class Tool:
     # Tools whose arguments may carry an attempt the audit must count even when the call is refused
     # for something else (worker_submit: a sealed-split request wrapped in a malformed value).
     audit_refused: RefusalAudit | None = None
+    # What a refused call of this tool sets off besides its record, called after the refusal's
+    # event is appended, in the same transaction (the spawn tools: the guidance their decision
+    # applied is re-announced as not carried out). The recorder itself calls nothing.
+    after_refusal: RefusalAudit | None = None
     # The common call without a transaction around it (PostgreSQL): one statement makes the change
     # and writes the call's success event (ctx.success_event), refusing itself (and so rolling both
     # back) where the handler would refuse. None from it hands the call to ``handler`` in a
@@ -144,6 +148,7 @@ def tool(
     errors: tuple[str, ...] = (),
     etag_node: EtagTarget | None = None,
     audit_refused: RefusalAudit | None = None,
+    after_refusal: RefusalAudit | None = None,
     at_once: AtOnceHandler | None = None,
 ) -> Callable[[Handler], Handler]:
     """Declare a tool; the decorated function is its handler ``(ctx, args) -> result``."""
@@ -163,6 +168,7 @@ def tool(
             errors=errors,
             etag_node=etag_node,
             audit_refused=audit_refused,
+            after_refusal=after_refusal,
             at_once=at_once,
         )
         return handler

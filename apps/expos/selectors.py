@@ -21,10 +21,10 @@ from apps.experiments.selectors import (
 )
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import Caller, score_for, visible_experiments
-from apps.integrity.submission_review import feedback_allowance
+from apps.flows.runs import run_budget_state
+from apps.integrity.feedback_allowance import feedback_allowance
 from apps.research.choices import NodeKind, NodeStatus
 from apps.research.models import ResearchNode, Run
-from apps.research.services import run_budget_state
 
 
 def run_quota(*, run: Run, node: ResearchNode, checkpoint: Checkpoint | None = None) -> dict[str, Any]:

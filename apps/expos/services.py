@@ -12,7 +12,6 @@ from apps.expos.auth import agent_token_issue, agent_token_revoke
 from apps.expos.registry import ToolContext
 from apps.research.choices import AgentMode
 from apps.research.models import AgentLoop, TranscriptTurn
-from apps.research.services import guidance_refusal_announce
 from apps.research.transcripts import turn_record
 
 __all__ = ["agent_token_issue", "agent_token_revoke", "harness_turn_record", "tool_call_event", "tool_call_record"]
@@ -40,16 +39,10 @@ def tool_call_record(**fields: Unpack[ToolCallFields]) -> Event:
     """Append one ``tool.called`` event (secrets are redacted by event_append).
 
     Called inside the handler's transaction for a success (the record commits with the change)
-    and in a fresh transaction after a refusal (so the refusal survives the rollback).
+    and in a fresh transaction after a refusal (so the refusal survives the rollback). It records
+    and nothing else: what a tool's refusal sets off is that tool's own ``after_refusal``.
     """
-    event = pending_event_write(tool_call_event(**fields))
-    ctx = fields["ctx"]
-    recorded = event.arguments["args"] if fields["status"] >= 400 else None
-    if ctx.run is not None and isinstance(recorded, dict) and recorded.get("decision"):
-        # A refused call made for a decision (a spawn answered 409 worker_limit): the guidance that
-        # decision applied was not carried out, and the run page must say so.
-        guidance_refusal_announce(run=ctx.run, decision=str(recorded["decision"]))
-    return event
+    return pending_event_write(tool_call_event(**fields))
 
 
 def tool_call_event(**fields: Unpack[ToolCallFields]) -> PendingEvent:

@@ -339,6 +339,8 @@ def _record_refusal(
             idempotency_key=ctx.idempotency_key,
             error_path=str(exc.detail.get("json_path", "")),
         )
+        if isinstance(tool, Tool) and tool.after_refusal is not None and isinstance(args, dict):
+            tool.after_refusal(ctx, args)
         harness_turn_record(ctx=ctx, tool=name, arguments=recorded, status=exc.status_code,
                             answer=error_body(exc.code, exc.message, exc.detail or None))  # fmt: skip
     except Exception:  # the refusal itself must still reach the agent

@@ -16,7 +16,6 @@ services lock experiment -> chain or run -> chain, so no two can wait on each ot
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,19 +25,21 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Max
+from django.db.models import Count, Max
 from django.db.models.functions import Coalesce, Now
 from kombu.exceptions import OperationalError
 
 from apps.core.clock import db_now
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.hashing import sha256_tree
+from apps.core.jsonsafe import json_safe
 from apps.core.models import clean_new_row
 from apps.core.queues import Queue, TaskName
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.events import event_append
 from apps.experiments.models import Experiment
 from apps.experiments.services import checkpoint_register, evaluation_record, manifest_digest
+from apps.jobs import hooks
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine, JobTransition
 from apps.jobs.selectors import job_payload
@@ -46,7 +47,6 @@ from apps.jobs.versions import versions_capture
 from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import job_group, run_group
 from apps.research.models import Run
-from apps.research.selectors import run_live_get
 from rsiweb import env
 from rsiweb.celery import app as celery_app
 
@@ -111,7 +111,7 @@ DEFAULT_QUEUES = {
     JobKind.AGENT_SFT: Queue.GPU,
 }
 # Jobs on this queue spend the run's accelerator budget.
-ACCELERATOR_QUEUE = Queue.GPU
+ACCELERATOR_QUEUE = Queue.GPU  # (charged by apps.flows.runs.run_charge_job)
 
 
 def _publish(job: Job, event_type: LiveEvent, payload: dict[str, Any] | None = None) -> None:
@@ -147,25 +147,10 @@ def _record_transition(job: Job, *, from_status: str, reason: str, actor: str) -
 
 
 def _after_transition(job: Job) -> None:
-    # Chaining (train -> evaluate) and experiment status live in the pipeline, called inside the
-    # same transaction as the job's transition, so a retry never sees one without the other.
-    if job.experiment_id is not None:
-        # The pipeline enqueues jobs through this module: a top-level import would be a cycle.
-        from apps.experiments.pipeline import experiment_on_job_transition  # noqa: PLC0415 - import cycle (above)
-
-        experiment_on_job_transition(job=job)
-
-
-def json_safe(value: Any) -> Any:
-    """NaN and infinities as None: a diverged loss is data to record, and JSON (PostgreSQL's
-    included) has no spelling for them, so storing one would fail the whole report."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    return value
+    # Chaining (train -> evaluate) and experiment status live in the pipeline (apps.flows), which
+    # registered itself in apps.jobs.hooks; called inside the same transaction as the job's
+    # transition, so a retry never sees one without the other.
+    hooks.transitioned(job)
 
 
 def _lock(job_pk: int) -> Job:
@@ -409,23 +394,16 @@ def _finish(
             locked.progress = 1.0
             fields.append("progress")
         locked.save(update_fields=fields)
-        if locked.run_id is not None and locked.queue == ACCELERATOR_QUEUE and seconds > 0:
-            # F(): several jobs of one run finish concurrently; each adds, none overwrites.
-            Run.objects.filter(pk=locked.run_id).update(
-                used_accelerator_seconds=F("used_accelerator_seconds") + seconds
-            )
-            # The run page's accelerator bar moves with it (read back: other jobs add too).
-            run = Run.objects.get(pk=locked.run_id)
-            publish_on_commit(run_group(run.uuid), LiveEvent.RUN_UPDATED, run_live_get(run))
+        # The run's budget is charged the job's accelerator time by the run lifecycle (apps.flows),
+        # registered in apps.jobs.hooks: the engine counts seconds, the run decides what they cost.
+        hooks.finished(locked)
         _record_transition(locked, from_status=from_status, reason=reason, actor=actor)
         if chain:
             _after_transition(locked)
         if to_status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
-            # Run-level health (most recent jobs failing?) is the research app's; it imports this
-            # module, so the import is here.
-            from apps.research.services import run_health_on_job_ended  # noqa: PLC0415 - import cycle (above)
-
-            run_health_on_job_ended(job=locked)
+            # Run-level health (most recent jobs failing?) is the run lifecycle's (apps.flows),
+            # registered in apps.jobs.hooks.
+            hooks.ended(locked)
     return locked
 
 

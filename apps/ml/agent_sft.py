@@ -35,9 +35,9 @@ from transformers import PreTrainedTokenizerBase
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
-from apps.experiments.hparams import TrainConfig
 from apps.ml.agent_sft_config import AgentSFTConfig
 from apps.ml.checkpoints import TOKENIZER_FILES, load_checkpoint
+from apps.ml.hparams import TrainConfig
 from apps.ml.training import Cancelled, TrainHooks, TrainResult, _HooksCallback, _read_jsonl, _trainer_args
 
 ROLES = ("system", "user", "assistant", "tool")

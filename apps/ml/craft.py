@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from apps.benchmarks.evaluators import score
 from apps.ml.checkpoints import load_checkpoint
 from apps.ml.craft_config import CraftConfig
+from apps.ml.evaluators import score
 from apps.ml.inference import generate_texts, render_prompt, uses_special_tokens
 from apps.ml.seeds import is_sampled, max_tokens_of, stop_strings_of
 

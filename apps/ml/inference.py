@@ -10,8 +10,8 @@ from typing import Any, Literal
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from apps.benchmarks.evaluators import score
 from apps.ml.checkpoints import device, load_checkpoint
+from apps.ml.evaluators import score
 from apps.ml.seeds import is_sampled, max_tokens_cascade, max_tokens_of, sample_seed, stop_strings_of
 from apps.ml.vllm_client import VLLMRefused
 from apps.ml.vllm_client import complete as vllm_complete

@@ -24,8 +24,8 @@ from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # type: ignore[att
 
 from apps.core.jsonsafe import first_bad_value
 from apps.core.jsonsafe import loads as jsonsafe_loads
-from apps.experiments.hparams import TrainConfig
 from apps.ml.checkpoints import TOKENIZER_FILES, load_checkpoint
+from apps.ml.hparams import TrainConfig
 
 # Progress goes through TrainHooks; dataset-map progress bars would only clutter job logs.
 datasets.disable_progress_bar()

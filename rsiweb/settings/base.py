@@ -81,6 +81,8 @@ INSTALLED_APPS = [
     "apps.experiments",
     "apps.integrity",
     "apps.reviews",
+    # The process layer (no models): its ready() registers the flows that follow a job's outcome.
+    "apps.flows",
     "apps.expos",
     "apps.live",
     "apps.dashboard",

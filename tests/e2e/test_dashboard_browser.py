@@ -14,9 +14,10 @@ from __future__ import annotations
 import pytest
 
 from apps.experiments.services import experiment_create
+from apps.flows.runs import run_resume
 from apps.jobs.services import job_report
 from apps.research.models import Guidance, Run
-from apps.research.services import decision_record, guidance_mark_read, reviewer_add, run_resume, worker_add
+from apps.research.services import decision_record, guidance_mark_read, reviewer_add, worker_add
 from tests.apps.dashboard import live_helpers as lh
 from tests.apps.dashboard.world import PASSWORD, build_world
 from tests.e2e.conftest import act, log_in, screenshot

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from apps.research.bundle import bundle_read
-from apps.research.scores import run_scores
+from apps.flows.bundle import bundle_read
+from apps.flows.scores import run_scores
 from tests.apps.dashboard.world import PASSWORD
 from tests.e2e.conftest import act, log_in, screenshot, start_server
 from tests.support.bundles import empty_instance, manage, sealed_finished_world

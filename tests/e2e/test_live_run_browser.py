@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pytest
 
+from apps.flows.runs import run_launch
 from apps.live.events import LiveEvent
 from apps.research.choices import RunStatus
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run
-from apps.research.services import run_launch
 from apps.reviews.models import ReviewReport
 from tests.apps.dashboard import live_helpers as lh
 from tests.apps.dashboard.world import PASSWORD, make_people

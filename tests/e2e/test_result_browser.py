@@ -15,12 +15,12 @@ import requests
 
 from apps.experiments.services import experiment_create, experiment_set_integrity
 from apps.expos.auth import agent_token_issue
+from apps.flows.scores import run_scores
 from apps.integrity.choices import ADJUDICATION_MEANING, OBSERVATION_MEANING, Observation
 from apps.integrity.models import IntegrityFinding
 from apps.jobs.models import Job
 from apps.research.choices import NodeKind
 from apps.research.models import Guidance, ResearchNode, Run
-from apps.research.scores import run_scores
 from apps.research.services import decision_record, guidance_mark_read
 from tests.apps.dashboard.world import PASSWORD, SUBCATEGORIES, build_world, finish_world
 from tests.e2e.conftest import act, log_in, screenshot

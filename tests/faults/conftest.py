@@ -29,14 +29,14 @@ from django.conf import settings
 from django.db import connections
 
 from apps.core.hashing import sha256_tree
-from apps.core.management.commands.demo import Stack
 from apps.datapool.models import DataEntry
 from apps.datapool.services import data_register_from_workspace
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.events import chain_verify
 from apps.experiments.models import Checkpoint, EventChain
-from apps.experiments.pipeline import train_job_spec
 from apps.experiments.services import checkpoint_register, manifest_digest
+from apps.flows.management.commands.demo import Stack
+from apps.flows.pipeline import train_job_spec
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_enqueue

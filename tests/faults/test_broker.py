@@ -19,9 +19,9 @@ from collections.abc import Callable
 import yaml
 
 from apps.core.queues import Queue, TaskName
+from apps.flows.runs import run_start
 from apps.research.choices import NodeKind
 from apps.research.models import AgentLoop, ResearchNode
-from apps.research.services import run_start
 from rsiweb.celery import app as celery_app
 from tests.factories import make_run
 from tests.support.procs import ROOT

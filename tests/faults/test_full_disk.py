@@ -24,11 +24,11 @@ from django.urls import reverse
 
 from apps.datapool.storage import artifact_store
 from apps.experiments.models import Checkpoint, Event
+from apps.flows.runs import run_start
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobStatus
 from apps.jobs.models import Job, JobLogLine, JobTransition
 from apps.research.models import AgentLoop
 from apps.research.selectors import JOB_FAILURE_THRESHOLD, JOB_FAILURE_WINDOW
-from apps.research.services import run_start
 from tests.apps.dashboard.world import make_people
 from tests.workers.agents.stack import wait_for
 

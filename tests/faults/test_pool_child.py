@@ -21,9 +21,9 @@ import pytest
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import benchmark_register
 from apps.experiments.models import Event
+from apps.flows.runs import run_start
 from apps.research.choices import AgentLoopStatus, AgentMode, NodeKind
 from apps.research.models import AgentLoop, LLMUsage, ResearchNode
-from apps.research.services import run_start
 from tests.factories import make_run
 from tests.fakes.openai_chat import FakeChatServer, agent_handle
 from tests.workers.agents.stack import wait_for

@@ -16,11 +16,11 @@ from apps.dojo.agents import ABLATION_AGENTS
 from apps.dojo.models import AgentSuite
 from apps.dojo.suites import suite_create, suite_launch
 from apps.experiments.models import Event
+from apps.flows.compare import ablation_groups, best_so_far
+from apps.flows.runs import run_final_result
 from apps.research.choices import RunStatus
-from apps.research.compare import ablation_groups, best_so_far
 from apps.research.models import ResearchNode, Run
 from apps.research.selectors import run_ablation
-from apps.research.services import run_final_result
 from apps.reviews.models import ReviewReport
 from tests.workers.agents.stack import wait_for
 

@@ -17,7 +17,7 @@ The loop rows, their transitions and all scheduling are the research app's
 agent's token, talks to the REST API and the model, and records LLM usage. Agent logic (policies,
 prompts, the LLM) only sees what the REST API returns to its role.
 
-The run supervisor (:func:`run_supervise`) ticks on the same queue while a run is active: it
+The run supervisor (apps.flows.supervisor.run_supervise) ticks on the same queue while a run is active: it
 enforces budgets, restarts lost steps, creates loops for the nodes the Main Agent spawned,
 reconciles the integrity checks, and ends the run with the final evaluation.
 """
@@ -36,16 +36,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from apps.core.clock import db_now
-from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES
-from apps.experiments.models import Experiment
 from apps.expos.auth import agent_token_issue
-from apps.integrity.choices import Subcategory
-from apps.integrity.models import IntegrityFinding
-from apps.integrity.services import integrity_on_experiment_finished, integrity_on_report
+from apps.flows import runs
 from apps.research import services as research
 from apps.research import transcripts
 from apps.research.agent_config import LoopConfig, llm_config, loop_config, prompt_text
@@ -57,16 +51,9 @@ from apps.research.agent_loops import (
     agent_loop_journal_save,
     agent_loop_step_commit,
     agent_loop_step_release,
-    agent_loops_close,
-    agent_loops_recover,
     agent_loops_sync,
-    agent_loops_wake_on_results,
     node_role,
     run_supervise_check,
-    run_supervise_next,
-    run_supervise_tick_claim,
-    run_supervisor_state_add,
-    run_supervisor_state_get,
 )
 from apps.research.choices import RUN_TERMINAL_STATES, AgentLoopStatus, AgentMode, NodeKind, NodeStatus, RunStatus
 from apps.research.models import AgentLoop, ResearchNode, Run
@@ -292,7 +279,7 @@ def agent_step_run(*, loop_id: int, step: int | None = None) -> None:
         agent_loop_close(loop_id=loop.pk, status=AgentLoopStatus.DONE, reason=f"step limit {config.max_steps} reached",
                          claim=claim)  # fmt: skip
         return
-    run = research.run_budget_enforce(run=run)
+    run = runs.run_budget_enforce(run=run)
     try:
         with StepHeartbeat(loop_id=loop.pk, claim=claim, interval=config.heartbeat_seconds):
             outcome, consumed = _act(loop, run, claim, config)
@@ -471,67 +458,3 @@ def _llm_factory(role: str, profile: str) -> Any:
 
 
 # --- the run supervisor ------------------------------------------------------------------------------
-
-
-def run_supervise(*, run_id: int, tick: int) -> None:
-    """One supervisor tick: budgets, lost steps, new loops, integrity reconciliation, the end of the run."""
-    config = loop_config()
-    if not run_supervise_tick_claim(run_id=run_id, tick=tick):
-        return
-    run = Run.objects.select_related("benchmark").filter(pk=run_id).first()
-    if run is None or run.status in RUN_TERMINAL_STATES:
-        if run is not None:
-            agent_loops_close(run=run, reason=f"the run is {run.status}")
-        return
-    if run.status != RunStatus.PAUSED:
-        run = research.run_budget_enforce(run=run)
-        agent_loops_sync(run=run)
-        agent_loops_recover(run=run, config=config)
-        agent_loops_wake_on_results(run=run)
-        _integrity_reconcile(run)
-        run = research.run_advance(
-            run=run, grace_seconds=config.final_grace_seconds, quiet_seconds=config.quiet_seconds,
-            silent_seconds=config.silent_seconds,
-        )  # fmt: skip
-    if run.status in RUN_TERMINAL_STATES:
-        agent_loops_close(run=run, reason=f"the run is {run.status}")
-        return
-    run_supervise_next(run=run, tick=tick + 1, countdown=config.supervise_seconds)
-
-
-def _integrity_reconcile(run: Run, *, settle_seconds: float = 30.0) -> None:
-    """Make sure every ended experiment gets its post-checks and every finished Worker its reporting checks.
-
-    The pipeline and Worker finalization are the primary callers of the integrity hooks; this is the
-    orchestrator's reconciliation (like ``state_sync_results`` for jobs), asking once per experiment
-    that has no findings a while after it ended, and once per finalized Worker. The checks are
-    idempotent, so a duplicate request only repeats work.
-    """
-    settled = db_now() - timedelta(seconds=settle_seconds)
-    asked = run_supervisor_state_get(run=run, key="integrity_checked")
-    # "Unchecked": no finding of the first (non-reporting) check, whatever the reporting checks left.
-    checked = IntegrityFinding.objects.filter(experiment=OuterRef("pk"), subcategory=Subcategory.WEIGHT_PROVENANCE)
-    ended = (
-        Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES, updated_at__lt=settled,
-                                  jobs__started_at__isnull=False)
-        .exclude(Exists(checked))
-        .exclude(handle__in=asked)
-        .distinct()
-    )  # fmt: skip
-    handles = []
-    for experiment in ended:
-        with transaction.atomic():
-            integrity_on_experiment_finished(experiment=experiment)
-        handles.append(experiment.handle)
-    if handles:
-        run_supervisor_state_add(run=run, key="integrity_checked", values=handles)
-    reported = run_supervisor_state_get(run=run, key="integrity_reported")
-    finalized = ResearchNode.objects.filter(run=run, kind=NodeKind.WORKER, status=NodeStatus.FINALIZED).exclude(
-        handle__in=reported)  # fmt: skip
-    workers = []
-    for node in finalized:
-        with transaction.atomic():
-            integrity_on_report(run=run, node=node)
-        workers.append(node.handle)
-    if workers:
-        run_supervisor_state_add(run=run, key="integrity_reported", values=workers)

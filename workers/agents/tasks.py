@@ -17,6 +17,7 @@ from django.db import connection
 
 from apps.core.queues import Queue, TaskName
 from apps.dojo.suites import suite_advance, suites_resume
+from apps.flows import supervisor
 from apps.research.agent_loops import agent_stack_resume
 from apps.research.choices import AgentLoopStatus
 from apps.research.models import AgentLoop
@@ -39,7 +40,7 @@ def agent_step_task(*, loop_id: int, step: int | None = None) -> None:
 @shared_task(name=TaskName.RUN_SUPERVISE, soft_time_limit=300, time_limit=330, ignore_result=True)
 def run_supervise_task(*, run_id: int, tick: int) -> None:
     """One tick of a run's supervisor: budgets, lost steps, new loops, the end of the run."""
-    loop.run_supervise(run_id=run_id, tick=tick)
+    supervisor.run_supervise(run_id=run_id, tick=tick)
 
 
 @shared_task(name=TaskName.SUITE_ADVANCE, soft_time_limit=300, time_limit=330, ignore_result=True)

@@ -25,7 +25,6 @@ from apps.core.errors import Conflict
 from apps.core.queues import TaskName
 from apps.dojo.models import EnvironmentBuild
 from apps.dojo.services import environment_build_execute, environment_build_fail
-from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint
 from apps.experiments.selectors import checkpoint_registered_profile
 from apps.jobs.models import Job
@@ -37,6 +36,7 @@ from apps.jobs.services import (
     job_succeed_with_evaluation,
 )
 from apps.ml.agent_sft_config import agent_sft_config
+from apps.ml.hparams import validate_train_config
 from workers.runtime import JobTask, RunningJob, checkpoint_verified_dir, data_verified_file, job_start
 
 logger = logging.getLogger(__name__)

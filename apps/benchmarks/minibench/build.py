@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from apps.experiments.hparams import validate_train_config
+from apps.ml.hparams import validate_train_config
 
 from .catalog import TaskData, build_task_data, dataset_card
 from .model import parameter_count, pretrain_theta0, save_checkpoint
@@ -81,7 +81,7 @@ def source_digest() -> str:
         apps_dir / "ml" / "__init__.py",
         apps_dir / "ml" / "checkpoints.py",
         apps_dir / "ml" / "training.py",
-        apps_dir / "experiments" / "hparams.py",
+        apps_dir / "ml" / "hparams.py",
     ]
     digest = hashlib.sha256()
     for path in files:

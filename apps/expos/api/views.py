@@ -46,8 +46,8 @@ from apps.expos.visibility import (
     visible_reports,
     visible_runs,
 )
+from apps.flows.scores import run_leaderboard, run_scores
 from apps.research.models import ResearchEdge, ResearchNode, Run
-from apps.research.scores import run_leaderboard, run_scores
 from apps.research.transcripts import node_turns
 from apps.reviews.models import ReviewReport
 

@@ -1,6 +1,6 @@
 """Execution tools: submissions, the training gate, and review overrides (DESIGN.md "ExpOS tools").
 
-- ``worker_submit``: one submission = one experiment (``apps.experiments.submissions``). The
+- ``worker_submit``: one submission = one experiment (``apps.flows.submissions``). The
   handles a submission names are resolved here, through the Worker's visibility rules, and the
   objects go to the submission review (``apps.integrity.submission_review``) and the service.
 - ``main_training_read`` / ``main_training_decide``: the Main Agent's view of the gate, and its
@@ -16,9 +16,11 @@ from typing import Any
 from apps.core.errors import NotFound
 from apps.datapool.models import DataEntry
 from apps.experiments.choices import ExperimentKind, ExperimentStatus
-from apps.experiments.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.submissions import (
+from apps.expos.registry import Category, Role, ToolContext, obj, tool
+from apps.expos.schemas import alternatives
+from apps.expos.visibility import visible_checkpoints, visible_datapool, visible_experiments
+from apps.flows.submissions import (
     OVERRIDE_TTL_DEFAULT,
     OVERRIDE_TTL_MAX,
     Submission,
@@ -26,20 +28,20 @@ from apps.experiments.submissions import (
     submission_create,
     training_decide,
 )
-from apps.expos.registry import Category, Role, ToolContext, obj, tool
-from apps.expos.schemas import alternatives
-from apps.expos.visibility import visible_checkpoints, visible_datapool, visible_experiments
-from apps.integrity.submission_review import (
+from apps.integrity.submission_parts import (
     AGENT_HYPERPARAMETERS,
     FEEDBACK_SPLIT,
-    MAX_CLAIM_CHARS,
     MAX_DATASETS,
     MAX_PARENTS,
-    SubmissionRequest,
     SubmissionSubjects,
+)
+from apps.integrity.submission_review import (
+    MAX_CLAIM_CHARS,
+    SubmissionRequest,
     sealed_split_attempt_record,
     submission_parse,
 )
+from apps.ml.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
 
 # --- schemas -------------------------------------------------------------------------------------------
 

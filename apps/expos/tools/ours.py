@@ -9,7 +9,15 @@ from apps.core.errors import ApplicationError, PermissionDenied
 from apps.experiments.comparisons import aligned_correctness, paired_bootstrap
 from apps.experiments.selectors import metric_history, metric_keys
 from apps.experiments.services import metric_points_log_at_once, metric_points_log_owned
-from apps.expos.payloads import job_brief, job_for, node_payload, run_decision, run_workers, scope_handles
+from apps.expos.payloads import (
+    decision_refused,
+    job_brief,
+    job_for,
+    node_payload,
+    run_decision,
+    run_workers,
+    scope_handles,
+)
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
     EXPERIMENT,
@@ -64,6 +72,7 @@ ALL = Role.ALL_AGENTS
     output_schema=closed({"reviewer": NODE, "scope": array(string(32), max_items=1000)}),
     idempotent_create=True,
     errors=("unknown_worker", "empty_scope", "run_not_active", "unknown_decision"),
+    after_refusal=decision_refused,
 )
 def state_add_new_reviewer(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if args["scope"] == "all_completed":

@@ -10,7 +10,7 @@ from typing import Any
 from apps.core.errors import NotFound
 from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES
 from apps.experiments.models import Event
-from apps.expos.payloads import node_payload, run_decision, run_node, run_workers
+from apps.expos.payloads import decision_refused, node_payload, run_decision, run_node, run_workers
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
     EXPERIMENT,
@@ -38,6 +38,7 @@ from apps.expos.visibility import (
     visible_events,
     visible_experiments,
 )
+from apps.flows import runs
 from apps.research import services as research
 from apps.research.choices import EdgeKind, NodeKind
 from apps.research.models import ResearchEdge, ResearchNode
@@ -74,6 +75,7 @@ def _worker_arg(ctx: ToolContext, args: dict[str, Any]) -> ResearchNode:
     output_schema=NODE,
     idempotent_create=True,
     errors=("worker_limit", "run_not_active", "unknown_worker", "unknown_decision"),
+    after_refusal=decision_refused,
 )
 def state_add_new_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     node = research.worker_add(
@@ -223,7 +225,7 @@ def worker_finalize(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     ),
 )
 def state_sync_results(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    changed = research.run_results_sync(run=ctx.run, actor=ctx.actor)
+    changed = runs.run_results_sync(run=ctx.run, actor=ctx.actor)
     visible = set(visible_experiments(ctx).values_list("pk", flat=True))
     return {
         "changed": [{"experiment": e.handle, "from": a, "to": b} for e, a, b in changed if e.pk in visible],
@@ -300,7 +302,7 @@ def _event_payload(ctx: ToolContext, event: Event) -> dict[str, Any]:
     errors=("final_eval_pending", "run_finished", "run_paused"),
 )
 def stop_loop(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    run = research.run_stop_request(run=ctx.run, reason=args["reason"], actor=ctx.actor)
+    run = runs.run_stop_request(run=ctx.run, reason=args["reason"], actor=ctx.actor)
     ctx.result_ref = f"run:{run.uuid}"
     return {"run_status": run.status}
 

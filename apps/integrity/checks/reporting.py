@@ -11,7 +11,6 @@ from typing import Any
 
 from apps.datapool.models import DataEntry
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus
-from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Evaluation, Experiment
 from apps.experiments.scores import score_decimals, score_rounded
 from apps.integrity.checks.subject import (
@@ -26,6 +25,7 @@ from apps.integrity.choices import Observation
 from apps.integrity.claims import THETA0, ScoreClaim, read_report
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
+from apps.ml.hparams import validate_train_config
 
 # A clause that aggregates may state the mean / median / spread of the recorded scores it cites.
 _AGGREGATE = re.compile(r"\bmean\b|average|\bavg\b|median|\bstd\b|\bsd\b|deviation|±|\+/-", re.IGNORECASE)

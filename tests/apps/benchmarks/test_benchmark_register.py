@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from apps.benchmarks import evaluators
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import (
     SealBroken,
@@ -21,6 +20,7 @@ from apps.benchmarks.services import (
 )
 from apps.core.errors import ApplicationError
 from apps.experiments.models import Event
+from apps.ml import evaluators
 from tests.apps.benchmarks.minibench_fixture import FEEDBACK, FINAL, TASK_JSON, write_task_dir
 
 pytestmark = pytest.mark.django_db

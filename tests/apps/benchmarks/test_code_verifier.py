@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from apps.benchmarks import evaluators, sandbox
+from apps.benchmarks import sandbox
 from apps.benchmarks.contract import build_contract
+from apps.ml import evaluators
 from tests.apps.benchmarks.code_tasks import (
     PROBLEMS,
     STATEMENT_PLACEMENTS,

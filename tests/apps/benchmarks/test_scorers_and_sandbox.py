@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from apps.benchmarks import evaluators, sandbox
+from apps.benchmarks import sandbox
 from apps.benchmarks.endpoint import RequestRefused, check_request
+from apps.ml import evaluators
 
 GSM8K_ANSWER = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nShe sold 48+24 = <<48+24=72>>72 clips.\n#### 72"
 

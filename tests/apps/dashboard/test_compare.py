@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from apps.experiments.models import Event
-from apps.research.compare import best_so_far, config_diff, run_final_score, runs_paired
+from apps.flows.compare import best_so_far, config_diff, run_final_score, runs_paired
 from apps.research.services import run_label
 from tests.apps.dashboard.compare_world import DIFFERENCE, SHARED, build_pair
 from tests.factories import make_run

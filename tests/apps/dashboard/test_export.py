@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from apps.experiments.events import chain_key
 from apps.experiments.models import Evaluation, EvaluationSample, Event
-from apps.research.bundle import FORMAT_VERSION, bundle_read, export_run_bundle
+from apps.flows.bundle import FORMAT_VERSION, bundle_read, export_run_bundle
 from tests.support.bundles import empty_instance as empty_instance_of
 from tests.support.bundles import manage, sealed_finished_world, table_count
 
@@ -98,7 +98,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from apps.research.models import Run
-from apps.research.scores import run_scores
+from apps.flows.scores import run_scores
 run = Run.objects.get(uuid="{run}")
 client = Client()
 client.force_login(User.objects.create_superuser("imported-admin", password="pw-imported-123"))

@@ -1,4 +1,4 @@
-"""The finished run's page leads with its result (apps.research.scores through the result block)."""
+"""The finished run's page leads with its result (apps.flows.scores through the result block)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from apps.research.scores import POSTTRAINBENCH_WEIGHTS, POSTTRAINBENCH_WEIGHTS_SOURCE, run_scores
+from apps.flows.scores import POSTTRAINBENCH_WEIGHTS, POSTTRAINBENCH_WEIGHTS_SOURCE, run_scores
 from tests.apps.dashboard.world import finish_world
 
 pytestmark = pytest.mark.django_db

@@ -23,10 +23,10 @@ from django.conf import settings
 from apps.core.hashing import sha256_text
 from apps.dashboard.selectors import run_snapshot
 from apps.dashboard.services import finding_adjudicate_for_person
-from apps.experiments import pipeline
 from apps.experiments.models import Evaluation, Experiment
 from apps.experiments.selectors import evaluation_live, experiment_live
 from apps.experiments.services import experiment_create, experiment_set_integrity
+from apps.flows import pipeline, runs
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_payload
 from apps.jobs.services import job_claim, job_enqueue, job_report, job_succeed_with_evaluation
@@ -86,21 +86,21 @@ def _run_updated(world: World) -> list[Expect]:
 
 
 def pause(world: World, _: Any) -> list[Expect]:
-    research.run_pause(run=_fresh_run(world), actor="user:operator-person", reason="lunch")
+    runs.run_pause(run=_fresh_run(world), actor="user:operator-person", reason="lunch")
     return _run_updated(world)
 
 
 def resume_prepare(world: World) -> Any:
-    return research.run_pause(run=_fresh_run(world), actor="user:operator-person")
+    return runs.run_pause(run=_fresh_run(world), actor="user:operator-person")
 
 
 def resume(world: World, _: Any) -> list[Expect]:
-    research.run_resume(run=_fresh_run(world), actor="user:operator-person")
+    runs.run_resume(run=_fresh_run(world), actor="user:operator-person")
     return _run_updated(world)
 
 
 def stop(world: World, _: Any) -> list[Expect]:
-    research.run_stop(run=_fresh_run(world), actor="user:operator-person", reason="enough")
+    runs.run_stop(run=_fresh_run(world), actor="user:operator-person", reason="enough")
     return _run_updated(world)
 
 
@@ -109,7 +109,7 @@ def finish_prepare(world: World) -> Any:
 
 
 def finish(world: World, _: Any) -> list[Expect]:
-    research.run_finish(run=_fresh_run(world))
+    runs.run_finish(run=_fresh_run(world))
     assert _fresh_run(world).status == RunStatus.FINISHED
     return _run_updated(world)
 

@@ -28,6 +28,7 @@ from apps.datapool.models import DataEntry, DataReadmeEntry, DataUsage
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Evaluation, Experiment
 from apps.experiments.services import experiment_create, experiment_set_integrity
+from apps.flows.runs import run_final_eval_start, run_finish, run_stop_request
 from apps.integrity.choices import CATEGORIES, Adjudication, Observation
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
 from apps.jobs.choices import JobKind
@@ -35,15 +36,7 @@ from apps.jobs.models import Job, JobLogLine
 from apps.jobs.services import job_claim, job_succeed_with_evaluation
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, LLMUsage, ResearchNode, Run
-from apps.research.services import (
-    decision_record,
-    node_create,
-    node_finalize,
-    run_final_eval_start,
-    run_finish,
-    run_set_status,
-    run_stop_request,
-)
+from apps.research.services import decision_record, node_create, node_finalize, run_set_status
 from apps.reviews.models import ReviewReport
 from tests.factories import BenchmarkFactory, CheckpointFactory, make_run
 

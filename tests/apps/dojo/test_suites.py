@@ -27,23 +27,17 @@ from apps.dojo.suite_stats import stats_csv, suite_stats
 from apps.dojo.suites import ablation_suite_create, suite_advance, suite_advance_once, suite_create, suite_launch
 from apps.experiments.models import Evaluation
 from apps.experiments.services import experiment_create, experiment_set_integrity
+from apps.flows.compare import ablation_groups
+from apps.flows.runs import run_final_eval_start, run_finish, run_launch, run_stop, run_stop_request
 from apps.integrity.choices import Adjudication, Observation
 from apps.integrity.models import IntegrityFinding
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_succeed_with_evaluation
 from apps.research.choices import NodeKind, RunStatus
-from apps.research.compare import ablation_groups
 from apps.research.models import Run
 from apps.research.selectors import run_ablation
-from apps.research.services import (
-    node_create,
-    run_final_eval_start,
-    run_finish,
-    run_launch,
-    run_stop,
-    run_stop_request,
-)
+from apps.research.services import node_create
 from tests.apps.benchmarks.minibench_fixture import FEEDBACK, FINAL, TASK_JSON, write_jsonl, write_task_dir
 from tests.factories import CheckpointFactory
 

@@ -21,10 +21,10 @@ from django.test import override_settings
 
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
 from apps.experiments.models import Evaluation, Experiment
-from apps.experiments.pipeline import experiment_set_status
 from apps.experiments.selectors import evaluation_live, experiment_live
 from apps.experiments.services import experiment_create, experiment_set_integrity
-from apps.experiments.submissions import training_decide
+from apps.flows.pipeline import experiment_set_status
+from apps.flows.submissions import training_decide
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_payload
 from apps.jobs.services import job_claim, job_enqueue, job_refuse_evaluation, job_succeed_with_evaluation

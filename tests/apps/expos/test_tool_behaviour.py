@@ -11,6 +11,7 @@ from django.test import Client
 from jsonschema import Draft202012Validator
 
 from apps.experiments.models import Evaluation, Event, MetricPoint
+from apps.expos.payloads import decision_refused
 from apps.expos.registry import REGISTRY, Category, Role, load_all, tool
 from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.jobs.models import Job, JobLogLine
@@ -412,3 +413,18 @@ def test_read_endpoints_refuse_empty_filters_and_bad_pages_with_400(w):
     assert pool.status_code == 200
     assert pool["Content-Type"].startswith("application/json")
     assert all(entry["format"] == "sft" for entry in pool.json()["results"])
+
+
+def test_the_tools_that_act_for_a_decision_declare_what_their_refusal_sets_off():
+    """The recorder calls no service: a tool whose call carries a decision id re-announces that
+    decision's guidance through its own after_refusal, and no other tool has one."""
+    load_all()
+    acting = set()
+    for name, declared in REGISTRY.items():
+        decision = declared.input_schema.get("properties", {}).get("decision", {})
+        if decision.get("type") == "string" and decision.get("format") == "uuid":
+            acting.add(name)
+            assert declared.after_refusal is decision_refused, name
+        else:
+            assert declared.after_refusal is None, name
+    assert acting == {"state_add_new_worker", "state_add_new_reviewer"}

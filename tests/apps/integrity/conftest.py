@@ -25,8 +25,8 @@ from apps.datapool.services import data_register_from_workspace
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.choices import ExperimentKind
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import checkpoint_register, experiment_create, manifest_digest
+from apps.flows.pipeline import experiment_start
 from apps.integrity.models import IntegrityFinding
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job

@@ -9,13 +9,15 @@ import pytest
 from apps.benchmarks.services import benchmark_load_sealed
 from apps.datapool.models import DataEntry
 from apps.experiments.choices import IntegrityStatus
-from apps.experiments.submissions import submission_create
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import SealedAccessDenied, sealed_denial_record
+from apps.flows.submissions import submission_create
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import BlockedAttempt
 from apps.integrity.services import integrity_run_checks
-from apps.integrity.submission_review import SubmissionRefused, SubmissionSubjects, submission_parse
+from apps.integrity.submission_parts import SubmissionSubjects
+from apps.integrity.submission_refusals import SubmissionRefused
+from apps.integrity.submission_review import submission_parse
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_enqueue, job_refuse_evaluation, job_succeed_with_evaluation

@@ -15,11 +15,13 @@ import pytest
 from django.db import connection, transaction
 
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.submissions import submission_create
 from apps.expos.registry import Role, ToolContext, load_all
+from apps.flows.submissions import submission_create
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
-from apps.integrity.submission_review import SubmissionRefused, SubmissionSubjects, submission_parse
+from apps.integrity.submission_parts import SubmissionSubjects
+from apps.integrity.submission_refusals import SubmissionRefused
+from apps.integrity.submission_review import submission_parse
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode, Run, default_policy
 from apps.research.services import node_create

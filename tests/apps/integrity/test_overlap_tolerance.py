@@ -18,12 +18,8 @@ import pytest
 from apps.datapool.models import DataEntry
 from apps.integrity import semantic
 from apps.integrity.overlap import DEFAULT_LAYERS, data_overlap, layer_policy, lineage_datasets
-from apps.integrity.submission_review import (
-    ContaminationUnchecked,
-    SubmissionSubjects,
-    submission_parse,
-    submission_review,
-)
+from apps.integrity.submission_parts import ContaminationUnchecked, SubmissionSubjects
+from apps.integrity.submission_review import submission_parse, submission_review
 from apps.research.models import Run, default_policy
 from tests.apps.integrity.contamination_variants import (
     arithmetic_retemplated,

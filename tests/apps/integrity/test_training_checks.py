@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from apps.benchmarks.evaluators import exact_match
 from apps.benchmarks.models import Benchmark
 from apps.benchmarks.services import minibench_install
 from apps.datapool.models import DataEntry
@@ -21,14 +20,15 @@ from apps.datapool.services import data_register_from_catalog, data_transform
 from apps.datapool.storage import artifact_store
 from apps.experiments.choices import ExperimentKind, IntegrityStatus
 from apps.experiments.models import Checkpoint, Experiment
-from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import experiment_create
+from apps.flows.pipeline import experiment_start
 from apps.integrity import semantic, teacher
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.services import integrity_run_checks
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_fail
+from apps.ml.evaluators import exact_match
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode, Run
 from apps.research.services import node_create

@@ -18,18 +18,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from apps.experiments.pipeline import experiment_start
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from apps.benchmarks import evaluators, sandbox
+from apps.benchmarks import sandbox
 from apps.benchmarks.services import benchmark_register
 from apps.core.hashing import sha256_tree
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample
-from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import checkpoint_register, experiment_create, manifest_digest
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
+from apps.ml import evaluators
 from apps.research.choices import NodeKind
 from apps.research.services import node_create
 from tests.apps.jobs.conftest import wait_for

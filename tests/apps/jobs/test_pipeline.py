@@ -17,18 +17,18 @@ import pytest
 import torch
 import transformers
 
-from apps.benchmarks import evaluators
 from apps.benchmarks.services import benchmark_register, checkpoint_local_dir
 from apps.core.errors import ApplicationError, NotFound
 from apps.core.hashing import sha256_tree
 from apps.datapool.models import DataUsage
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Event, Experiment
-from apps.experiments.pipeline import evaluation_spec, experiment_start
 from apps.experiments.services import experiment_create
+from apps.flows.pipeline import evaluation_spec, experiment_start
 from apps.jobs import services
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine
+from apps.ml import evaluators
 from apps.research.choices import NodeKind
 from apps.research.models import Run
 from apps.research.services import node_create

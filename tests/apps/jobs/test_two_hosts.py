@@ -28,8 +28,8 @@ from moto.server import ThreadedMotoServer
 from apps.benchmarks.services import benchmark_register
 from apps.experiments.choices import ExperimentStatus
 from apps.experiments.models import Checkpoint, Evaluation, Experiment
-from apps.experiments.pipeline import experiment_start
 from apps.experiments.services import experiment_create
+from apps.flows.pipeline import experiment_start
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.research.choices import NodeKind

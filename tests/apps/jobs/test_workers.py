@@ -15,7 +15,7 @@ from apps.benchmarks.services import checkpoint_local_dir
 from apps.datapool.models import DataEntry
 from apps.datapool.services import data_register_from_workspace
 from apps.experiments.models import Checkpoint, Event
-from apps.experiments.pipeline import train_job_spec
+from apps.flows.pipeline import train_job_spec
 from apps.jobs import services
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
 from apps.jobs.models import Job, JobTransition

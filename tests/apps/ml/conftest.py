@@ -18,7 +18,7 @@ import pytest
 
 from apps.benchmarks.minibench.build import REFERENCE_HPARAMS
 from apps.core.procs import die_with_parent
-from apps.experiments.hparams import validate_train_config
+from apps.ml.hparams import validate_train_config
 from tests.support.minibench import SEED, ci_minibench, trained_once
 
 

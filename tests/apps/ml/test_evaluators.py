@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.benchmarks.evaluators import score
+from apps.ml.evaluators import score
 
 
 @pytest.mark.parametrize(

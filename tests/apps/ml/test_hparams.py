@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from apps.experiments.hparams import TrainConfig, validate_train_config
+from apps.ml.hparams import TrainConfig, validate_train_config
 
 
 def test_defaults_and_overrides() -> None:

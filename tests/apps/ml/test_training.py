@@ -13,7 +13,7 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from apps.core.hashing import sha256_tree
-from apps.experiments.hparams import validate_train_config
+from apps.ml.hparams import validate_train_config
 from apps.ml.inference import evaluate
 from apps.ml.training import Cancelled, TrainHooks, train
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.research.scores import (
+from apps.flows.scores import (
     POSTTRAINBENCH_WEIGHTS,
     lite_gain,
     posttrainbench_cell,

@@ -20,6 +20,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils.module_loading import import_string
 
+from apps.flows import runs
 from apps.live.groups import run_group
 from apps.research import services
 from apps.research.choices import EdgeKind, NodeKind, PredictionVerdict, RunStatus
@@ -129,24 +130,24 @@ def test_every_status_change_is_a_run_update(live, run):
 
 
 def test_start_pause_resume_and_stop_update_the_run(live, run):
-    services.run_start(run=run, actor="test")
+    runs.run_start(run=run, actor="test")
     started = live.only("run.updated")
     assert started[-1] == as_json(run_live_get(run))
     assert started[-1]["status"] == "running"
     assert started[-1]["started_at"]
-    services.run_pause(run=run, actor="test")
+    runs.run_pause(run=run, actor="test")
     assert live.only("run.updated") == [as_json(run_live_get(run))]
-    services.run_resume(run=run, actor="test")
+    runs.run_resume(run=run, actor="test")
     assert live.only("run.updated")[-1]["status"] == "running"
-    services.run_stop_request(run=run, reason="enough", actor="main")
+    runs.run_stop_request(run=run, reason="enough", actor="main")
     assert live.only("run.updated") == [as_json(run_live_get(run))]
     assert run_live_get(run)["status"] == "stopping"
 
 
 def test_an_aborted_run_is_announced_stopped(live, run):
-    services.run_start(run=run, actor="test")
+    runs.run_start(run=run, actor="test")
     live.events()
-    services.run_stop(run=run, actor="test", final_eval=False)
+    runs.run_stop(run=run, actor="test", final_eval=False)
     assert live.only("run.updated") == [as_json(run_live_get(run))]
     assert run_live_get(run)["status"] == "stopped"
 
@@ -163,7 +164,7 @@ def test_a_spent_budget_stops_the_run_live(live, run):
     services.run_set_status(run=run, status=RunStatus.RUNNING, actor="test")
     Run.objects.filter(pk=run.pk).update(used_accelerator_seconds=run.budget_accelerator_seconds)
     live.events()
-    services.run_budget_enforce(run=run)
+    runs.run_budget_enforce(run=run)
     assert live.only("run.updated") == [as_json(run_live_get(run))]
     assert run_live_get(run)["status"] == "stopping"
 
@@ -172,10 +173,10 @@ def test_the_final_evaluation_and_the_result_update_the_run(live, run):
     services.run_set_status(run=run, status=RunStatus.RUNNING, actor="test")
     services.run_set_status(run=run, status=RunStatus.STOPPING, actor="test")
     live.events()
-    services.run_final_eval_start(run=run)
+    runs.run_final_eval_start(run=run)
     assert live.only("run.updated") == [as_json(run_live_get(run))]
     assert run_live_get(run)["status"] == "final_eval"
-    services.run_finish(run=run)
+    runs.run_finish(run=run)
     (finished,) = live.only("run.updated")
     assert finished == as_json(run_live_get(run))
     assert finished["status"] == "finished"

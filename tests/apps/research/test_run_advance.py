@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from apps.flows.runs import run_advance, run_start
 from apps.research.choices import RunStatus
-from apps.research.services import run_advance, run_start, worker_add
+from apps.research.services import worker_add
 from tests.factories import make_run
 
 

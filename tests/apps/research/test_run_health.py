@@ -11,9 +11,9 @@ from django.test import Client
 from django.urls import reverse
 
 from apps.experiments.models import Event
+from apps.flows import runs
 from apps.jobs import services as jobs
 from apps.jobs.choices import JobKind
-from apps.research import services as research
 from apps.research.models import AgentLoop
 from tests.apps.dashboard.world import make_people
 from tests.factories import make_run
@@ -41,7 +41,7 @@ def main_inbox(run) -> list[dict]:
 
 
 def test_three_failures_in_the_last_four_jobs_are_recorded_once_and_wake_the_main_agent():
-    run = research.run_start(run=make_run())
+    run = runs.run_start(run=make_run())
     for outcome in ("succeed", "fail", "fail"):
         end_job(run, outcome)
     assert health_events(run) == []  # 2 of 3: not yet
@@ -67,7 +67,7 @@ def test_three_failures_in_the_last_four_jobs_are_recorded_once_and_wake_the_mai
 
 
 def test_the_window_and_threshold_come_from_the_run_policy():
-    run = research.run_start(run=make_run(policy={"job_failure_window": 2, "job_failure_threshold": 2}))
+    run = runs.run_start(run=make_run(policy={"job_failure_window": 2, "job_failure_threshold": 2}))
     end_job(run, "fail")
     assert health_events(run) == []
     end_job(run, "fail")
@@ -78,7 +78,7 @@ def test_the_window_and_threshold_come_from_the_run_policy():
 
 def test_the_run_page_shows_that_most_jobs_are_failing_with_their_errors():
     people = make_people()
-    run = research.run_start(run=make_run())
+    run = runs.run_start(run=make_run())
     client = Client()
     client.force_login(people["viewer"])
     url = reverse("dashboard:run-detail", args=[run.uuid])
@@ -97,7 +97,7 @@ def test_the_run_page_shows_that_most_jobs_are_failing_with_their_errors():
 def test_successes_of_another_kind_do_not_declare_the_run_recovered_while_the_failing_kind_still_fails():
     """Trainings fail on a full disk; evaluations, which store nothing, still succeed. Their successes
     bring the window under the threshold, but only a training that succeeds shows the disk is back."""
-    run = research.run_start(run=make_run())
+    run = runs.run_start(run=make_run())
     for _ in range(3):
         end_job(run, "fail")
     assert [e.type for e in health_events(run)] == ["run.jobs_failing"]

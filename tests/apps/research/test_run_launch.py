@@ -6,10 +6,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from apps.core.errors import ApplicationError
+from apps.flows.runs import run_launch
 from apps.research.agent_config import llm_config, llm_profiles
 from apps.research.choices import RunStatus
 from apps.research.models import Run
-from apps.research.services import run_launch
 from tests.factories import BenchmarkFactory, CheckpointFactory
 
 pytestmark = pytest.mark.django_db

@@ -15,10 +15,10 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from apps.flows.runs import run_advance, run_start
 from apps.research.agent_config import loop_config
 from apps.research.choices import AgentMode, RunStatus
 from apps.research.models import Run
-from apps.research.services import run_advance, run_start
 from tests.factories import make_run
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""The run-scores service (apps.research.scores) on real rows: a run ended through the real services.
+"""The run-scores service (apps.flows.scores) on real rows: a run ended through the real services.
 
 The dashboard's world run is stopped, its final evaluation jobs are claimed and succeed with
 per-sample rows (tests/apps/dashboard/world.py ``finish_world``), and ``run_finish`` records the
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from apps.flows.scores import bootstrap_ci, lite_gain, run_scores
 from apps.integrity.choices import Adjudication
 from apps.integrity.services import finding_adjudicate
-from apps.research.scores import bootstrap_ci, lite_gain, run_scores
 from tests.apps.dashboard.world import build_world, finish_world, make_people
 
 pytestmark = pytest.mark.django_db

@@ -1,6 +1,6 @@
 """The real stack for end-to-end agent runs: the built minibench, the web server, and Celery workers.
 
-The same processes ``manage.py demo`` starts (``apps.core.management.commands.demo.Stack``), here on
+The same processes ``manage.py demo`` starts (``apps.flows.management.commands.demo.Stack``), here on
 the test PostgreSQL database and this suite's Redis db, with short loop timings so a run ends soon.
 A session holds one stack; the restart test kills and restarts it.
 """
@@ -17,7 +17,7 @@ import redis
 from django.conf import settings
 
 from apps.benchmarks.services import minibench_install
-from apps.core.management.commands.demo import Stack
+from apps.flows.management.commands.demo import Stack
 from apps.research.models import Run
 from tests.apps.benchmarks.minibench_fixture import minibench_root as built
 from tests.support.procs import child_env

@@ -21,23 +21,18 @@ from django.contrib.auth.models import User
 from apps.core.queues import TaskName
 from apps.datapool.models import DataUsage
 from apps.experiments.models import Event, Experiment
+from apps.flows.runs import run_budget_enforce, run_pause, run_resume, run_start, run_stop
+from apps.flows.supervisor import run_supervise
 from apps.integrity.models import BlockedAttempt
 from apps.jobs.models import Job
 from apps.research.agent_config import loop_config, prompt_hashes
 from apps.research.agent_loops import agent_loops_recover
 from apps.research.choices import AgentLoopStatus, NodeStatus, RunStatus
 from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, Prediction, ResearchNode, Run
-from apps.research.services import guidance_post, run_budget_enforce, run_pause, run_resume, run_start, run_stop
+from apps.research.services import guidance_post
 from tests.fakes.openai_chat import FakeChatServer, Reply, Script
 from workers.agents.client import ExposClient
-from workers.agents.loop import (
-    agent_step_run,
-    api_base_url,
-    node_token,
-    run_supervise,
-    step_view,
-    worker_name,
-)
+from workers.agents.loop import agent_step_run, api_base_url, node_token, step_view, worker_name
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

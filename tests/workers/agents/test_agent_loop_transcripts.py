@@ -15,10 +15,11 @@ import pytest
 from django.test import Client
 
 from apps.expos.auth import agent_token_issue
+from apps.flows.runs import run_start
 from apps.jobs.models import Job
 from apps.research.choices import AgentLoopStatus
 from apps.research.models import LLMUsage, ResearchNode, Run, TranscriptTurn
-from apps.research.services import reviewer_add, run_start
+from apps.research.services import reviewer_add
 from apps.research.transcripts import node_turns, segment_conversations
 from tests.apps.dashboard.world import make_people
 from tests.fakes.openai_chat import FakeChatServer, Reply, Script, agent_handle, last_tool_answers

@@ -25,12 +25,13 @@ import redis
 from django.conf import settings
 
 from apps.benchmarks.services import benchmark_register
-from apps.core.management.commands.demo import Stack
 from apps.experiments.events import chain_verify
 from apps.experiments.models import Event
+from apps.flows.management.commands.demo import Stack
+from apps.flows.runs import run_start
 from apps.research.choices import AgentLoopStatus, AgentMode, NodeKind
 from apps.research.models import AgentLoop, LLMUsage, ResearchNode
-from apps.research.services import run_create, run_start
+from apps.research.services import run_create
 from tests.factories import CheckpointFactory
 from tests.fakes.openai_chat import FakeChatServer, Reply, agent_handle
 from tests.fakes.serpapi import FakeSerpApi

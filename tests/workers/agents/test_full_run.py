@@ -19,10 +19,11 @@ from apps.benchmarks.services import THETA0_HANDLE, benchmark_resolve
 from apps.datapool.models import DataUsage
 from apps.experiments.events import chain_verify
 from apps.experiments.models import Checkpoint, Evaluation, Experiment
+from apps.flows.runs import run_final_result, run_launch
 from apps.integrity.selectors import hacking_rate
 from apps.research.choices import RunStatus
 from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, ResearchEdge, ResearchNode, Run
-from apps.research.services import guidance_post, run_create, run_final_result, run_launch
+from apps.research.services import guidance_post, run_create
 from apps.research.transcripts import node_turns, segment_conversations, turn_links
 from apps.reviews.models import ReviewReport
 from tests.workers.agents.stack import install, run_status, wait_for

@@ -15,9 +15,9 @@ import pytest
 from django.db.models import Count
 
 from apps.experiments.models import Experiment
+from apps.flows.runs import run_launch
 from apps.research.choices import RunStatus
 from apps.research.models import AgentLoop, Decision, LLMUsage, ResearchNode, Run
-from apps.research.services import run_launch
 from tests.fakes.openai_chat import Reply, Script, last_tool_answers
 from tests.workers.agents.stack import run_status, wait_for
 

@@ -24,9 +24,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from apps.experiments.models import Event, Experiment
 from apps.expos.registry import tools_for_role
+from apps.flows.runs import run_stop
 from apps.research.choices import NodeStatus, RunStatus
 from apps.research.models import ResearchNode, Run
-from apps.research.services import run_stop
 from tests.support.mcp_client import EXPOS_MCP, ROOT, command_sections
 from tests.workers.agents.stack import wait_for
 

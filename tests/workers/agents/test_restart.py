@@ -9,10 +9,10 @@ import pytest
 
 from apps.experiments.events import chain_verify
 from apps.experiments.models import Event, Experiment
+from apps.flows.runs import run_launch
 from apps.jobs.models import Job
 from apps.research.choices import RunStatus
 from apps.research.models import AgentLoop, ResearchNode, Run
-from apps.research.services import run_launch
 from tests.workers.agents.stack import run_status, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -26,7 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("name", help="benchmark name, e.g. gsm8k/main")
         parser.add_argument("--feedback", type=Path, required=True, help="JSONL: the split Workers get aggregates of")
         parser.add_argument("--final", type=Path, required=True, help="JSONL: the untouched split the run reports")
-        parser.add_argument("--evaluator", required=True, help="built-in evaluator (apps/benchmarks/evaluators.py)")
+        parser.add_argument("--evaluator", required=True, help="built-in evaluator (apps/ml/evaluators.py)")
         parser.add_argument("--decoding", required=True, help="JSON: temperature, top_p, max_tokens, stop, seed_policy")
         parser.add_argument("--prompt-template", default="{question}")
         parser.add_argument("--use-chat-template", action="store_true")

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from apps.experiments.hparams import validate_train_config
+from apps.ml.hparams import validate_train_config
 
 from .. import build as base
 from ..catalog import Dataset, _draw_train, _draw_unique, _sealed_rows, _sft, dataset_card

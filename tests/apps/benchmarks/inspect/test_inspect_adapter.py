@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from apps.benchmarks import evaluators
 from apps.benchmarks.adapters import HarnessRefused, inspect_evaluate, inspect_evaluate_seeds
 from apps.benchmarks.adding import benchmark_add
 from apps.benchmarks.services import SealBroken, benchmark_load_sealed, benchmark_scorer
+from apps.ml import evaluators
 from apps.ml.seeds import sample_seed
 from apps.ml.vllm_client import VLLMRefused
 from tests.apps.benchmarks.inspect.conftest import GREEDY, SAMPLED

@@ -22,7 +22,7 @@ from apps.experiments.models import Event, Experiment
 from apps.expos.models import IdempotencyRecord
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
-from apps.integrity.submission_review import Refusal, record_refusal, submission_spec_sha256
+from apps.integrity.submission_refusals import Refusal, record_refusal, submission_spec_sha256
 from apps.jobs.models import Job
 from apps.research.models import ResearchNode
 

@@ -11,12 +11,13 @@ import pytest
 import requests
 
 from apps.experiments.models import Event, Experiment
-from apps.experiments.submissions import submission_create
 from apps.expos.auth import agent_token_issue
 from apps.expos.registry import Role
 from apps.expos.tools.execution import submission_subjects
+from apps.flows.submissions import submission_create
 from apps.integrity.models import BlockedAttempt
-from apps.integrity.submission_review import SubmissionRefused, submission_parse
+from apps.integrity.submission_refusals import SubmissionRefused
+from apps.integrity.submission_review import submission_parse
 from apps.jobs.models import Job
 from tests.apps.expos.tools.conftest import train_spec
 

@@ -16,7 +16,7 @@ from apps.experiments.services import checkpoint_register
 from apps.expos.registry import load_all
 from apps.expos.workspaces import workspace_path
 from apps.integrity.models import BlockedAttempt, ReviewOverride
-from apps.integrity.submission_review import SubmissionRefused, submission_spec_sha256
+from apps.integrity.submission_refusals import SubmissionRefused, submission_spec_sha256
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from tests.apps.expos.tools.conftest import build_world, call, train_spec, write_jsonl

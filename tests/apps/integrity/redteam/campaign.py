@@ -59,7 +59,7 @@ def _calls(name: str, *modules: str) -> bool:
 
 def pipeline_hook_wired() -> bool:
     """Does the experiment pipeline call the integrity hook when an experiment ends?"""
-    return _calls("integrity_on_experiment_finished", "apps.experiments.pipeline", "apps.jobs.services")
+    return _calls("integrity_on_experiment_finished", "apps.flows.pipeline", "apps.jobs.services")
 
 
 def report_hook_wired() -> bool:

@@ -28,10 +28,10 @@ from apps.benchmarks.models import Split
 from apps.experiments.choices import EvaluationStatus
 from apps.experiments.comparisons import bootstrap_interval
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Experiment
+from apps.flows.runs import run_final_result
 from apps.integrity.selectors import experiments_hacked, hacking_rate
 from apps.jobs.choices import JobKind
 from apps.research.models import Run
-from apps.research.services import run_final_result
 
 DEFAULT_RESAMPLES = 1_000
 DEFAULT_SEED = 0

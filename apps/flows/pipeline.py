@@ -1,7 +1,8 @@
 """The experiment pipeline: train on θ_in, then evaluate θ_out on the sealed feedback split.
 
 One experiment runs as a sequence of Job rows. The next step is enqueued by the service that
-records a job's success (``experiment_on_job_transition``, called inside that transaction), not
+records a job's success (``experiment_on_job_transition``, which apps.flows.apps registers in
+apps.jobs.hooks, so the job engine calls it inside that transaction without importing it), not
 by a Celery chain: the database decides what happens next, so a lost attempt re-run as attempt
 N+1 continues the pipeline exactly as the first attempt would have, and nothing is enqueued twice.
 
@@ -23,13 +24,13 @@ from apps.datapool.selectors import data_entry_get
 from apps.datapool.services import data_usage_record
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, ExperimentKind, ExperimentStatus
 from apps.experiments.events import event_append
-from apps.experiments.hparams import validate_train_config
 from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.services import experiment_publish
 from apps.integrity.services import integrity_on_experiment_finished
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_enqueue
+from apps.ml.hparams import validate_train_config
 
 FEEDBACK_SPLIT = "feedback"
 # Evaluation batch size for the CPU backend: batching is 10-50x faster than one by one here.
@@ -147,6 +148,8 @@ def experiment_on_job_transition(*, job: Job) -> None:
     evaluation succeeded -> feedback score recorded, experiment succeeded; failed/cancelled ->
     the experiment ends so; lost -> it waits for attempt N+1, or fails when none was queued.
     """
+    if job.experiment_id is None:
+        return  # a job of no experiment (a final evaluation, a data job): nothing to advance
     experiment = Experiment.objects.select_for_update().select_related("run").get(pk=job.experiment_id)
     if experiment.status in EXPERIMENT_TERMINAL_STATES:
         return

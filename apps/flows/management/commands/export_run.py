@@ -1,4 +1,4 @@
-"""Write a run bundle: ``manage.py export_run <run-uuid> <path>`` (apps.research.bundle, docs/export.md)."""
+"""Write a run bundle: ``manage.py export_run <run-uuid> <path>`` (apps.flows.bundle, docs/export.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.core.errors import ApplicationError
-from apps.research.bundle import bundle_archive, export_run_bundle
+from apps.flows.bundle import bundle_archive, export_run_bundle
 from apps.research.models import Run
 
 

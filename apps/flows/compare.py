@@ -20,8 +20,8 @@ from apps.benchmarks.models import Split
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus, IntegrityStatus
 from apps.experiments.comparisons import aligned_correctness, bootstrap_interval, paired_bootstrap
 from apps.experiments.models import Evaluation, EvaluationSample
+from apps.flows.scores import checkpoint_evaluation
 from apps.research.models import Run
-from apps.research.scores import checkpoint_evaluation
 from apps.research.selectors import run_ablation
 
 N_BOOT = 2000

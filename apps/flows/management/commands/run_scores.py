@@ -1,4 +1,4 @@
-"""Print a run's scores: ``manage.py run_scores <run-uuid> [--split final] [--json]`` (apps.research.scores).
+"""Print a run's scores: ``manage.py run_scores <run-uuid> [--split final] [--json]`` (apps.flows.scores).
 
 The same numbers as the run page's result block and ``GET /api/v1/runs/<uuid>/scores``: raw score
 with its bootstrap CI, θ0, reference, the Lite-normalised gain, integrity counts, and the cell as
@@ -14,8 +14,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.benchmarks.models import Split
+from apps.flows.scores import ScoreCI, run_leaderboard, run_scores
 from apps.research.models import Run
-from apps.research.scores import ScoreCI, run_leaderboard, run_scores
 
 
 def _line(label: str, entry: ScoreCI | None) -> str:

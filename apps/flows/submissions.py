@@ -26,18 +26,12 @@ from apps.core.errors import ApplicationError, Conflict, NotFound, PermissionDen
 from apps.experiments.choices import ExperimentKind, ExperimentStatus
 from apps.experiments.events import event_append
 from apps.experiments.models import Experiment
-from apps.experiments.pipeline import experiment_set_status, experiment_start
 from apps.experiments.services import experiment_create
+from apps.flows.pipeline import experiment_set_status, experiment_start
 from apps.integrity.models import ReviewOverride
-from apps.integrity.submission_review import (
-    ReviewResult,
-    SubmissionRefused,
-    SubmissionRequest,
-    SubmissionSubjects,
-    override_consume,
-    submission_review,
-    submission_spec_sha256,
-)
+from apps.integrity.submission_parts import SubmissionSubjects
+from apps.integrity.submission_refusals import SubmissionRefused, submission_spec_sha256
+from apps.integrity.submission_review import ReviewResult, SubmissionRequest, override_consume, submission_review
 from apps.jobs.models import Job
 from apps.research.choices import NodeKind, NodeStatus, RunStatus, Trigger
 from apps.research.models import ResearchNode, Run

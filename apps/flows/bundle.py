@@ -12,7 +12,7 @@ A bundle is a zip of ``run.json`` and ``scores.csv``. ``run.json`` (format ``rsi
   hashes only, never the weights), the integrity findings, blocked attempts, and the run's event
   chain with every link.
 - ``integrity_report`` and ``scores``: the integrity report (apps.integrity.report) and the run's
-  scores (apps.research.scores) as they read at export, for people reading the file.
+  scores (apps.flows.scores) as they read at export, for people reading the file.
 
 Left out so the bundle can leave the instance: a model's output on each sealed sample (right
 answers would be the reference answers), finding evidence (it may quote sealed spans) beyond its
@@ -57,6 +57,7 @@ from apps.experiments.models import (
     IntegrityStatusChange,
     MetricPoint,
 )
+from apps.flows.scores import run_scores
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
 from apps.integrity.report import integrity_report
 from apps.research.models import (
@@ -70,7 +71,6 @@ from apps.research.models import (
     Run,
     RunStatusChange,
 )
-from apps.research.scores import run_scores
 
 FORMAT = "rsiweb.run-bundle"
 FORMAT_VERSION = 1

@@ -2,7 +2,7 @@
 
 The agents run as Celery tasks on the ``agents`` queue (start the workers: ``./dev workers`` or
 ``manage.py demo``); this command creates the run, starts it, and optionally waits for its result, through the same
-service as the dashboard's "Start a run" form (``apps.research.services.run_launch``). The
+service as the dashboard's "Start a run" form (``apps.flows.runs.run_launch``). The
 ablation switches reproduce the paper's ablation shape: ``--no-reviewer`` (the Main Agent
 decides from Worker summaries alone) and ``--serial-workers`` (one Worker at a time).
 
@@ -24,10 +24,10 @@ from apps.benchmarks.services import benchmark_resolve
 from apps.core.errors import ApplicationError
 from apps.experiments.models import Checkpoint
 from apps.expos.harness import claude_code_config, codex_config, harness_run_start
+from apps.flows.runs import FINAL_EVAL_SECONDS, base_checkpoint_default, run_final_result, run_launch
 from apps.research.agent_config import DEFAULT_PROFILE, DEFAULT_SEARCH_POLICY, SEARCH_POLICIES
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
-from apps.research.services import FINAL_EVAL_SECONDS, base_checkpoint_default, run_final_result, run_launch
 
 
 def wait_for_result(run: Any, *, poll: float = 2.0, timeout: float | None = None, write: Any = None) -> Any:

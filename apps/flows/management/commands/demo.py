@@ -38,8 +38,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from apps.core.errors import ApplicationError
 from apps.core.management.commands.serve import uvicorn_command
 from apps.core.procs import Lifeline, PortInUse, port_check_free
-from apps.research.management.commands.start_run import wait_for_result
-from apps.research.services import run_final_result, run_launch
+from apps.flows.management.commands.start_run import wait_for_result
+from apps.flows.runs import run_final_result, run_launch
 
 ROOT = Path(__file__).resolve().parents[4]
 

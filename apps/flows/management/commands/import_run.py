@@ -1,4 +1,4 @@
-"""Read a run bundle into this instance: ``manage.py import_run <path>`` (apps.research.bundle).
+"""Read a run bundle into this instance: ``manage.py import_run <path>`` (apps.flows.bundle).
 
 All or nothing: a run that exists here already, a chain that does not verify, or any conflicting
 row is refused with the reason, and nothing is written.
@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 
 from apps.core.errors import ApplicationError
-from apps.research.bundle import bundle_read, import_run_bundle
+from apps.flows.bundle import bundle_read, import_run_bundle
 
 
 class Command(BaseCommand):
