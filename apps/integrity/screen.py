@@ -128,8 +128,9 @@ class SealedScreen:
             return text, []
         withheld = [False] * len(segments)
         parts: list[tuple[int, int, tuple[str, ...]]] = []
-        for lo, hi in _windows(segments):
-            self._clear_window(text, segments, withheld, lo, hi, parts)
+        for first, last in _blocks(text, segments):
+            for lo, hi in _windows(segments[first : last + 1]):
+                self._clear_window(text, segments, withheld, first + lo, first + hi, parts)
         if not parts:
             return text, []
         out: list[str] = []
@@ -166,10 +167,9 @@ class SealedScreen:
     ) -> None:
         answer_like: dict[int, bool] = {}
 
-        def is_answer_like(i: int) -> bool:  # "83", "Answer: 83", "B": a line an answer may stand on
+        def is_answer_like(i: int) -> bool:
             if i not in answer_like:
-                tokens = canonical_tokens(text[segments[i][0] : segments[i][1]])
-                answer_like[i] = len(tokens) <= _SHORT_TOKENS and (len(tokens) == 1 or any(map(is_number, tokens)))
+                answer_like[i] = _answer_like(text[segments[i][0] : segments[i][1]])
             return answer_like[i]
 
         def matches(a: int, b: int) -> list[Match]:
@@ -305,6 +305,40 @@ def _cut(text: str, start: int, limit: int) -> int:
         if at > len(piece) // 2:
             return start + at + len(separator)
     return limit
+
+
+def _answer_like(piece: str) -> bool:
+    """A line an answer may stand on alone: "83", "Answer: 83", "B"."""
+    tokens = canonical_tokens(piece)
+    return len(tokens) <= _SHORT_TOKENS and (len(tokens) == 1 or any(map(is_number, tokens)))
+
+
+def _blocks(text: str, segments: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Segment ranges screened apart: paragraphs (no blank line inside), a paragraph of answer
+    lines joined to the paragraphs on both sides ("Question: ...\n\nAnswer: 83", or the answer first).
+
+    An item is one span of text: numbers of three paragraphs (17 in one problem, 45 in the next, the
+    sum in a third) make no item, and a window across paragraphs of honest problems would read so.
+    """
+    paragraphs: list[list[int]] = []
+    for i in range(len(segments)):
+        if i and not _BLANK.search(text, segments[i - 1][1], segments[i][0]):
+            paragraphs[-1][1] = i
+        else:
+            paragraphs.append([i, i])
+    blocks: list[tuple[int, int]] = []
+    carry: int | None = None  # first segment of a paragraph of answer lines before this one
+    for lo, hi in paragraphs:
+        if all(_answer_like(text[segments[i][0] : segments[i][1]]) for i in range(lo, hi + 1)):
+            if blocks and carry is None:
+                blocks[-1] = (blocks[-1][0], hi)
+            carry = lo if carry is None else carry
+            continue
+        blocks.append((lo if carry is None else carry, hi))
+        carry = None
+    if carry is not None and (not blocks or blocks[-1][1] < carry):
+        blocks.append((carry, len(segments) - 1))
+    return blocks
 
 
 def _windows(segments: list[tuple[int, int]]) -> list[tuple[int, int]]:
