@@ -401,6 +401,7 @@ class ContaminationScanner:
         # One set of permutations for every sketch; building them per MinHash costs 4x the hashing.
         self._proto = MinHash(num_perm=num_perm, seed=seed, hashfunc=_hash32)
         self._items: list[_Sealed] = []
+        self._answers: dict[str, tuple[str, ...]] = {}  # sample id -> answer tokens (apps.integrity.screen)
         # exact layer: items shorter than n by length -> token tuple -> item indices; longer items
         # by their first n-gram (an anchor), verified token by token.
         self._short: dict[int, dict[tuple[str, ...], list[int]]] = {}
@@ -436,6 +437,7 @@ class ContaminationScanner:
                 numbers_with_answer=tuple(t for t in near_tokens if is_number(t)),
             )
             self._items.append(record)
+            self._answers[record.sample_id] = tuple(normalize_tokens(str(item.get("answer", ""))))
             if len(tokens) < ngram:
                 if exact:
                     self._short.setdefault(len(tokens), {}).setdefault(tokens, []).append(index)
@@ -499,6 +501,10 @@ class ContaminationScanner:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def answer_tokens(self, sample_id: str) -> tuple[str, ...]:
+        """The canonical tokens of a sealed item's answer (empty when it has none or is unknown)."""
+        return self._answers.get(sample_id, ())
 
     # ------------------------------------------------------------------ helpers
 

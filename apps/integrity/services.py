@@ -31,6 +31,7 @@ from django.db import transaction
 
 from apps.core.errors import ApplicationError, Conflict, PermissionDenied
 from apps.core.hashing import canonical_json
+from apps.core.jsonsafe import storable
 from apps.core.queues import TaskName
 from apps.datapool.models import DataEntry, DataUsage
 from apps.experiments.choices import EXPERIMENT_TERMINAL_STATES, IntegrityStatus
@@ -47,7 +48,7 @@ from apps.integrity.choices import (
     Observation,
     Subcategory,
 )
-from apps.integrity.models import FindingChange, IntegrityFinding
+from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
 from apps.integrity.selectors import best_accepted_experiment  # noqa: F401 - the run's selection rule, re-exported
 from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import run_group
@@ -598,3 +599,40 @@ def integrity_check_experiment(*, experiment_id: int, reporting_only: bool = Fal
         logger.warning("integrity check: experiment %s does not exist", experiment_id)
         return []
     return integrity_run_checks(experiment=experiment, subcategories=checks.REPORTING if reporting_only else None)
+
+
+def sealed_withholding_record(
+    *, run: Run, node: ResearchNode, actor: str, role: str, tool: str, arguments: Any, withheld: list[Any]
+) -> BlockedAttempt:
+    """Record a read whose answer withheld sealed items (``apps.integrity.screen``).
+
+    A withheld read is a denied read of sealed material (DESIGN.md, "Roles and what each may see"):
+    a test-set-access ``BlockedAttempt`` (evidence for the reader's next submission, as every
+    denied sealed read is) and an ``access.withheld`` event. The event, which the reader sees among
+    its own events, names only the withheld places; the sealed sample ids stay on the
+    BlockedAttempt, which Reviewers and people read. ``withheld``: ``screen.Withheld`` parts.
+    """
+    places = [part.public() for part in withheld]
+    with transaction.atomic():
+        attempt = BlockedAttempt.objects.create(
+            run=run,
+            node=node,
+            subcategory=Subcategory.TEST_SET_ACCESS,
+            tool=tool[:100],
+            reason=f"withheld from the answer: {len(places)} part(s) matching sealed items",
+            request={
+                "arguments": storable(arguments),  # escaped: a hostile string must not lose the record
+                "withheld": [{k: v for k, v in p.items() if k != "reason"} for p in places],
+                "evidence": {"sample_ids": sorted({i for part in withheld for i in part.sample_ids})},
+            },
+        )
+        event_append(
+            run=run,
+            type="access.withheld",
+            actor=actor,
+            role=role,
+            tool=tool[:100],
+            arguments={"request": storable(arguments), "withheld": places},
+            result_ref=f"blocked_attempt:{attempt.pk}",
+        )
+    return attempt

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from typing import Any
 
+from django.db.models import Count, Max
+
+from apps.benchmarks.services import SealBroken
 from apps.core.records import cut, iso
+from apps.experiments.models import EvaluationSample
+from apps.integrity.contamination import ContaminationScanner
+from apps.integrity.screen import SampleIdFinder, benchmark_screen, items_scanner
 from apps.reviews.models import LIST_FIELDS, ReviewReport
 
 SEALED_MARK = "[sealed]"
@@ -13,28 +19,63 @@ SEALED_MARK = "[sealed]"
 SUMMARY_CHARS = 300
 
 
-def _sealed_pattern(report: ReviewReport) -> re.Pattern[str] | None:
-    """Every sample id of the run's benchmark, as whole words: the instances a report may quote."""
-    ids = report.run.benchmark.sample_ids or {}
-    words = sorted({str(i) for split in ids.values() if isinstance(split, list) for i in split}, key=len, reverse=True)
-    if not words:
-        return None
-    return re.compile(r"(?<![\w-])(?:" + "|".join(re.escape(w) for w in words) + r")(?![\w-])")
+# Model outputs of at least this many canonical tokens are redacted where a report quotes them.
+MIN_OUTPUT_TOKENS = 4
+_OUTPUT_SCANNERS: dict[tuple[int, int, int], ContaminationScanner | None] = {}
+_MAX_OUTPUT_SCANNERS = 16
+
+
+def _output_scanner(report: ReviewReport) -> ContaminationScanner | None:
+    """The run's per-sample model outputs as items to find (cached until the run has new outputs)."""
+    samples = EvaluationSample.objects.filter(evaluation__run_id=report.run_id)
+    stats = samples.aggregate(count=Count("pk"), last=Max("pk"))
+    key = (report.run_id, stats["count"] or 0, stats["last"] or 0)
+    if key not in _OUTPUT_SCANNERS:
+        outputs = dict(samples.order_by("pk").values_list("output", "sample_id"))
+        if len(_OUTPUT_SCANNERS) >= _MAX_OUTPUT_SCANNERS:
+            _OUTPUT_SCANNERS.pop(next(iter(_OUTPUT_SCANNERS)))
+        _OUTPUT_SCANNERS[key] = items_scanner(
+            [{"id": sample_id, "prompt": output} for output, sample_id in outputs.items()],
+            min_tokens=MIN_OUTPUT_TOKENS,
+        )
+    return _OUTPUT_SCANNERS[key]
+
+
+def main_scrub(report: ReviewReport) -> Callable[[Any], Any]:
+    """How the Main Agent's view cleans a report's free text: sealed sample ids in any disguise,
+    sealed items' text (the screen every agent read passes) and the run's model outputs become
+    :data:`SEALED_MARK`. Fails closed: when the benchmark's sealed items cannot be checked, every
+    free text is withheld."""
+    benchmark = report.run.benchmark
+    ids = benchmark.sample_ids or {}
+    finder = SampleIdFinder(str(i) for split in ids.values() if isinstance(split, list) for i in split)
+    try:
+        screen = benchmark_screen([benchmark], marker=SEALED_MARK)
+    except SealBroken:
+        screen = None
+    if screen is not None:
+        outputs = _output_scanner(report)
+        if outputs is not None:
+            screen.scanners.append(outputs)
+
+    def scrub(text: Any) -> Any:
+        if not isinstance(text, str) or not text:
+            return text
+        if screen is None:
+            return SEALED_MARK
+        return finder.redact(screen.text(text)[0], SEALED_MARK)
+
+    return scrub
 
 
 def report_payload(report: ReviewReport, *, redacted: bool) -> dict[str, Any]:
     """A report as the API returns it.
 
-    Redacted (the Main Agent's view): evidence attached to observations is removed and sealed
-    sample ids are masked in every text, so the Main learns what was found, not which sealed
-    instances or outputs showed it (DESIGN.md, "Roles and what each may see").
+    Redacted (the Main Agent's view): evidence attached to observations is removed, and every free
+    text passes :func:`main_scrub`, so the Main learns what was found, not which sealed instances
+    or outputs showed it (DESIGN.md, "Roles and what each may see").
     """
-    pattern = _sealed_pattern(report) if redacted else None
-
-    def scrub(text: Any) -> Any:
-        if pattern is None or not isinstance(text, str):
-            return text
-        return pattern.sub(SEALED_MARK, text)
+    scrub = main_scrub(report) if redacted else _unchanged
 
     observations = []
     for item in report.observations or []:
@@ -62,6 +103,10 @@ def report_payload(report: ReviewReport, *, redacted: bool) -> dict[str, Any]:
     for name in LIST_FIELDS:
         payload[name] = [scrub(x) for x in getattr(report, name) or []]
     return payload
+
+
+def _unchanged(text: Any) -> Any:
+    return text
 
 
 def report_live(report: ReviewReport) -> dict[str, Any]:

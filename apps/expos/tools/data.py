@@ -14,7 +14,7 @@ from typing import Any
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.benchmarks.models import Benchmark
+from apps.benchmarks.services import SealBroken
 from apps.core.errors import ApplicationError
 from apps.datapool.models import AGENT_FORMATS, DataEntry, DataUsage, SourceKind
 from apps.datapool.selectors import data_entry_get, data_entry_list, data_readme, data_rows
@@ -26,6 +26,7 @@ from apps.datapool.services import (
 )
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
 from apps.expos.schemas import alternatives
+from apps.expos.screening import WITHHELD_SCHEMA, screened_answer
 from apps.expos.tools.discovery import connector_config
 from apps.expos.visibility import visible_experiments
 from apps.expos.workspaces import workspace_path
@@ -105,9 +106,10 @@ WORKER_INSPECT_OUT = obj(
         "schema": {"type": "object"},
         "sample": {"type": "array", "items": {"type": "object"}},
         "withheld_rows": {"type": "integer", "description": "Sample rows not shown: they match sealed items."},
+        "withheld": WITHHELD_SCHEMA,
         "readme": README,
     },
-    required=["entry", "schema", "sample", "withheld_rows", "readme"],
+    required=["entry", "schema", "sample", "withheld_rows", "withheld", "readme"],
 )
 USAGE = obj(
     {
@@ -284,22 +286,6 @@ def _next(count: int, limit: int, offset: int) -> int | None:
     return offset + limit if offset + limit < count else None
 
 
-def _sealed_row_indices(rows: list[dict[str, Any]]) -> set[int] | None:
-    """Indices of rows matching a sealed item of any benchmark; None when a benchmark cannot be checked.
-
-    Every benchmark, not only the run's: the datapool is shared, and another task's sealed items
-    are sealed all the same.
-    """
-    matched: set[int] = set()
-    for benchmark in Benchmark.objects.all():
-        try:
-            scanner = sealed_scanner(benchmark=benchmark)
-        except ApplicationError:
-            return None
-        matched.update(m.row_index for m in scanner.scan(rows))
-    return matched
-
-
 # --- tools ---------------------------------------------------------------------------------------------
 
 
@@ -350,16 +336,23 @@ def reviewer_show_datapool(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
 def worker_inspect_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     entry = data_entry_get(args["data"], formats=AGENT_FORMATS)
     rows = data_rows(entry, limit=args.get("rows", 5))
-    sealed = _sealed_row_indices(rows)
-    # Fail closed: when the sealed items cannot be checked, no row is known to be safe to show.
-    shown = [] if sealed is None else [row for i, row in enumerate(rows) if i not in sealed]
+    try:
+        # The screen every agent read passes (discovery samples and cards too): rows and readme notes.
+        shown, withheld = screened_answer(
+            ctx, tool="worker_inspect_data", arguments=args, answer={"sample": rows, "readme": _readme(entry)}
+        )
+    except SealBroken:
+        # Fail closed: when the sealed items cannot be checked, nothing is known to be safe to show.
+        shown = {"sample": [], "readme": []}
+        withheld = [{"at": "/sample", "reason": "the sealed evaluation items cannot be checked now"}]
     ctx.result_ref = f"data:{entry.uuid}"
     return {
         "entry": entry_summary(entry),
         "schema": entry.schema if isinstance(entry.schema, dict) else {},
-        "sample": shown,
-        "withheld_rows": len(rows) - len(shown),
-        "readme": _readme(entry),
+        "sample": shown["sample"],
+        "withheld_rows": len(rows) - len(shown["sample"]),
+        "withheld": withheld,
+        "readme": shown["readme"],
     }
 
 

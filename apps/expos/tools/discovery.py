@@ -6,6 +6,10 @@ knows and the connectors must not: the configuration from Django settings / the 
 and the calling Worker's workspace, which ``hf_download_dataset`` / ``hf_materialize_dataset``
 write into. Agents never name a workspace themselves, so no agent can write into another's
 folder or into the datapool; found data enters training only through ``worker_add_data``.
+
+Every answer passes the sealed-item screen (``apps.expos.screening``) before it leaves, whichever
+connector gave it: rows, cards, pages, search results and files matching a sealed evaluation
+item are withheld (listed in ``withheld``) and the read is recorded.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from django.conf import settings
 from apps.core.errors import ApplicationError
 from apps.expos.connectors import TOOL_NAMES, ConnectorConfig, ConnectorError, ToolSpec, build_connectors
 from apps.expos.registry import Category, Role, ToolContext, tool
+from apps.expos.screening import WITHHELD_SCHEMA, screened_answer
 from apps.expos.workspaces import workspace_path
 
 # Tools that write files: ExpOS fills their ``workspace`` argument with the caller's folder.
@@ -76,9 +81,11 @@ def discovery_call(*, ctx: ToolContext, name: str, args: dict[str, Any]) -> dict
         # Raises for Main Agents and Reviewers: only Workers have a workspace to write into.
         call_args["workspace"] = str(workspace_path(run=ctx.run, node=ctx.node))
     try:
-        return spec.call(call_args)
+        answer = spec.call(call_args)
     except ConnectorError as exc:
         raise ApplicationError(exc.code, exc.message, status=CONNECTOR_STATUS[exc.code]) from None
+    screened, withheld = screened_answer(ctx, tool=name, arguments=args, answer=answer)
+    return {**screened, "withheld": withheld}
 
 
 def _agent_schema(name: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -89,6 +96,15 @@ def _agent_schema(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     schema["properties"].pop("workspace", None)
     schema["required"] = [key for key in schema.get("required", []) if key != "workspace"]
     return schema
+
+
+def _agent_output(schema: dict[str, Any]) -> dict[str, Any]:
+    """The connector's output schema plus the screen's list of withheld parts."""
+    return {
+        **schema,
+        "properties": {**schema.get("properties", {}), "withheld": WITHHELD_SCHEMA},
+        "required": [*schema.get("required", []), "withheld"],
+    }
 
 
 def _description(name: str, spec: ToolSpec) -> str:
@@ -110,8 +126,8 @@ def _declare(name: str, spec: ToolSpec) -> None:
         roles=Role.ALL_AGENTS,
         description=_description(name, spec),
         input_schema=_agent_schema(name, spec.input_schema),
-        output_schema=spec.output_schema,
-        errors=CONNECTOR_ERRORS + (("no_workspace",) if name in WORKSPACE_TOOLS else ()),
+        output_schema=_agent_output(spec.output_schema),
+        errors=CONNECTOR_ERRORS + ("seal_broken",) + (("no_workspace",) if name in WORKSPACE_TOOLS else ()),
     )(handler)
 
 
