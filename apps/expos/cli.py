@@ -11,6 +11,7 @@ schema into flags, so the CLI can never drift from the server it talks to. Usage
     expos worker_finalize --summary "..." --experiments exp_0001 --if-match '"<etag>"'
     expos main_optimizer_update --json '{"claims": [{"key": "lr", "text": "..."}]}'
     expos reviewer_submit_review --json @report.json
+    expos worker_add_data --file rows.jsonl --generator "gen.py" --idempotency-key rows-v1
     expos mcp                                     # the same tools as an MCP server on stdio
 
 Answers are printed as JSON on stdout. A refusal prints the error JSON on stderr, its message on
@@ -23,6 +24,7 @@ it serves the token's tools to a harness that launches an MCP server (docs/harne
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -33,6 +35,8 @@ from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_SECONDS = 120
+# A tool whose input has these takes ``--file PATH`` (worker_add_data: data the agent made).
+UPLOAD_FIELDS = {"content", "sha256", "size_bytes"}
 
 
 class CliError(Exception):
@@ -93,6 +97,13 @@ def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParse
     )
     parser.add_argument("--idempotency-key", dest="_idempotency_key", help="makes a create safe to retry")
     parser.add_argument("--if-match", dest="_if_match", help="the ETag you read; a stale one gets 412")
+    if set(parameters.get("properties", {})) >= UPLOAD_FIELDS:
+        parser.add_argument(
+            "--file",
+            dest="_file",
+            metavar="PATH",
+            help="upload this file: sends its text as content with its sha256 and size_bytes (name: its stem)",
+        )
     for name, schema in parameters.get("properties", {}).items():
         flags = sorted({f"--{name.replace('_', '-')}", f"--{name}"})
         help_text = (schema.get("description") or "") + (" (required)" if name in required else "")
@@ -134,10 +145,24 @@ def arguments_from(namespace: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(loaded, dict):
             raise CliError("--json must be a JSON object", code=2)
         args.update(loaded)
+    if values.get("_file"):
+        args.update(_file_upload(values["_file"]))
     for name, value in values.items():
         if not name.startswith("_") and value is not None:
             args[name] = value
     return args
+
+
+def _file_upload(path: str) -> dict[str, Any]:
+    """A file as an upload's arguments: its text, and the sha256 and size of its bytes."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{path} is not UTF-8 text (byte {exc.start + 1})", code=2) from None
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return {"content": content, "sha256": hashlib.sha256(data).hexdigest(), "size_bytes": len(data), "name": stem}
 
 
 def _print(value: Any, stream: Any = None) -> None:
