@@ -63,6 +63,9 @@ class ToolContext:
     # has written it (PendingEvent.written), the view does not append another.
     success_event: Callable[[str], PendingEvent] | None = None
     success_pending: PendingEvent | None = None
+    # Fields the view adds to this call's live answer only, after storing what is kept of it
+    # (the idempotency record, the transcript turn): a secret shown once, such as a new node's token.
+    shown_once: dict[str, Any] = field(default_factory=dict)
 
     @property
     def recorded(self) -> bool:

@@ -568,6 +568,8 @@ class ToolCallView(APIView):
                 ),
                 status.HTTP_500_INTERNAL_SERVER_ERROR,
             )
+        if ctx.shown_once:
+            result = {**result, **ctx.shown_once}  # in this answer alone: never stored, never replayed
         return _Answer(result, code, {} if ctx.etag_node is None else {"ETag": etag_value(ctx.etag_node)})
 
     @staticmethod
