@@ -49,7 +49,9 @@ class CliError(Exception):
 def request(method: str, url: str, token: str, *, body: Any = None, headers: dict[str, str] | None = None) -> Any:
     """One HTTP call; returns the decoded JSON answer or raises CliError with the server's message."""
     data = None if body is None else json.dumps(body).encode("utf-8")
-    all_headers = {"Authorization": f"Bearer {token}", "Accept": "application/json", **(headers or {})}
+    all_headers = {"Accept": "application/json", **(headers or {})}
+    if token:
+        all_headers["Authorization"] = f"Bearer {token}"
     if data is not None:
         all_headers["Content-Type"] = "application/json"
     req = urllib.request.Request(url, data=data, method=method, headers=all_headers)  # noqa: S310 - URL is the user's
@@ -165,6 +167,33 @@ def _file_upload(path: str) -> dict[str, Any]:
     return {"content": content, "sha256": hashlib.sha256(data).hexdigest(), "size_bytes": len(data), "name": stem}
 
 
+MCP_HELP = """usage: expos mcp
+
+Serve this token's Experiment OS tools as an MCP server on stdin/stdout (for harnesses that launch a
+command: Codex's `command`, Claude Code's "type": "stdio"). Reads RSI_URL and RSI_TOKEN (or --url and
+--token before `mcp`). Needs the `mcp` SDK and httpx; docs/harnesses.md."""
+
+
+def _public_help(base: str, tool: str, prog: str) -> int:
+    """``expos <tool> --help`` without a token: the flags from the server's public OpenAPI document."""
+    try:
+        document = request("GET", f"{base}/schema/?format=json", "")
+        operation = document["paths"][f"/api/v1/tools/{tool}"]["post"]
+    except CliError as exc:
+        _say(f"expos: {exc}", sys.stderr)
+        return exc.code
+    except (KeyError, TypeError):
+        _say(f"expos: no tool {tool!r} on this server (with a token, 'expos tools' lists yours)", sys.stderr)
+        return 2
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    definition = {"function": {"name": tool, "description": operation["description"], "parameters": schema}}
+    try:
+        tool_parser(definition, prog).parse_args(["--help"])
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return 0
+
+
 def _print(value: Any, stream: Any = None) -> None:
     _say(json.dumps(value, indent=2, ensure_ascii=False), stream or sys.stdout)
 
@@ -185,7 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parsed = parser.parse_args(argv)
     rest = parsed.rest
+    wants_help = bool({"-h", "--help"} & set(rest))
+    if parsed.tool == "mcp" and wants_help:
+        _say(MCP_HELP)
+        return 0
     if not parsed.token:
+        if wants_help and parsed.tool != "tools":
+            return _public_help(parsed.url.rstrip("/") + "/api/v1", parsed.tool, parser.prog)
         _say("expos: set RSI_TOKEN (or --token) to your agent token", sys.stderr)
         return 2
     if parsed.tool == "mcp":

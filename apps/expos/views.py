@@ -489,7 +489,8 @@ class ToolCallView(APIView):
         tool_call_record(
             ctx=ctx, tool=tool.name, arguments=args, status=200, replayed=True, idempotency_key=ctx.idempotency_key
         )
-        return _Answer(record.response, status.HTTP_200_OK, {"Idempotent-Replayed": "true"})
+        body = {**record.response, "replayed": True} if isinstance(record.response, dict) else record.response
+        return _Answer(body, status.HTTP_200_OK, {"Idempotent-Replayed": "true"})
 
     def _execute(self, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> _Answer:
         code = status.HTTP_201_CREATED if tool.idempotent_create else status.HTTP_200_OK

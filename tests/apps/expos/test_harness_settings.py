@@ -73,6 +73,8 @@ def test_a_parallel_harness_run_hands_new_workers_tokens_once_and_runs_two_worke
     replay = _call(base, main, "state_add_new_worker", {"task": "second branch"}, **{"Idempotency-Key": "w2"})
     assert replay.status_code == 200
     assert "token" not in replay.json()
+    assert replay.json()["replayed"] is True  # the body says so, not only a header
+    assert "replayed" not in second
     assert replay.json()["handle"] == second["handle"]
     assert token not in str(IdempotencyRecord.objects.get(key="w2").response)
     assert not any(token in str(t.calls) + str(t.tool_messages) for t in TranscriptTurn.objects.filter(run=run))

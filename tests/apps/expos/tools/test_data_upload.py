@@ -238,6 +238,7 @@ def test_an_idempotent_retry_returns_the_same_record(live_call, live_world):
     assert first.status_code in (200, 201), first.text
     assert again.status_code in (200, 201), again.text
     assert again.json()["entry"] == first.json()["entry"]
+    assert again.json()["replayed"] is True
     assert DataEntry.objects.filter(sha256=args["sha256"]).count() == 1
     assert Event.objects.filter(type="data.registered", arguments__sha256=args["sha256"]).count() == 1
 
@@ -275,3 +276,25 @@ def test_cli_uploads_a_file(live_server, live_world, tmp_path):
     entry = json.loads(done.stdout)["entry"]
     assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert entry["source"]["generator"] == "gen.py"
+
+
+def test_help_needs_no_token(live_server, db):
+    env = {k: v for k, v in os.environ.items() if k not in ("RSI_TOKEN", "RSI_URL")}
+    env["RSI_URL"] = live_server.url
+
+    def expos(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "apps.expos.cli", *args], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    tool = expos("worker_add_data", "--help")
+    assert tool.returncode == 0, tool.stderr
+    for flag in ("--file", "--content", "--sha256", "--generator", "--idempotency-key"):
+        assert flag in tool.stdout
+    assert f"{MAX_UPLOAD_CHARS:,}" in tool.stdout
+    mcp = expos("mcp", "--help")
+    assert mcp.returncode == 0, mcp.stderr
+    assert mcp.stdout.startswith("usage: expos mcp")
+    unknown = expos("no_such_tool", "--help")
+    assert unknown.returncode == 2
+    assert "no tool 'no_such_tool'" in unknown.stderr
+    assert expos("public_check_quota").returncode == 2  # a call still needs the token
