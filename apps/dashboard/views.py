@@ -53,11 +53,11 @@ from apps.dojo.models import AgentSuite
 from apps.dojo.suite_stats import suite_stats
 from apps.dojo.suites import ablation_suite_create, suite_launch
 from apps.flows.bundle import bundle_archive, export_run_bundle
+from apps.flows.reports import report_payload
 from apps.jobs.selectors import job_attempts
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
 from apps.research.selectors import run_ablation, run_job_health
-from apps.reviews.selectors import report_payload
 from apps.reviews.services import LIST_FIELDS
 
 

@@ -25,6 +25,7 @@ class SourceKind(models.TextChoices):
     JOB = "job"
     HUB = "hub"
     EXPORT = "export"  # trajectories exported from recorded transcripts (apps.dojo.export)
+    AGENT = "agent"  # bytes an agent made and sent in the call (worker_add_data content)
 
 
 class DataEntry(UUIDModel):

@@ -41,7 +41,7 @@ from apps.core.transient import DB_TRANSIENT_ERRORS, REDIS_TRANSIENT_ERRORS, Ser
 from apps.experiments.events import event_append
 from apps.expos.models import AgentToken
 from apps.expos.registry import Role
-from apps.research.choices import RUN_TERMINAL_STATES, NodeKind
+from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, RunStatus
 from apps.research.models import ResearchNode, Run
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,14 @@ LAST_USED_RESOLUTION = timedelta(seconds=60)
 
 # The role a token may carry for each kind of research node: a token acts as its node.
 _ROLE_FOR_KIND = {NodeKind.MAIN: Role.MAIN, NodeKind.WORKER: Role.WORKER, NodeKind.REVIEWER: Role.REVIEWER}
+
+
+# How a 401 names the end of a token's run.
+_ENDED: dict[str, str] = {
+    RunStatus.FINISHED: "finished (the final evaluation is done)",
+    RunStatus.FAILED: "failed",
+    RunStatus.STOPPED: "been stopped by a person",
+}
 
 
 def token_digest(plaintext: str) -> str:
@@ -131,7 +139,8 @@ def agent_token_resolve(plaintext: str) -> AgentToken:
         raise exceptions.AuthenticationFailed(f"Agent token {token.prefix}… expired at {token.expires_at.isoformat()}.")
     if token.run.status in RUN_TERMINAL_STATES:
         raise exceptions.AuthenticationFailed(
-            f"Agent token {token.prefix}… expired with its run, which is {token.run.status}."
+            f"Agent token {token.prefix}… expired with its run: the run has {_ENDED[token.run.status]}, so its agents "
+            "no longer act (its result is for the run's people)."
         )
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         # Conditional update: concurrent calls of one token write it once, and never a full save.

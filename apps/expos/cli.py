@@ -11,6 +11,7 @@ schema into flags, so the CLI can never drift from the server it talks to. Usage
     expos worker_finalize --summary "..." --experiments exp_0001 --if-match '"<etag>"'
     expos main_optimizer_update --json '{"claims": [{"key": "lr", "text": "..."}]}'
     expos reviewer_submit_review --json @report.json
+    expos worker_add_data --file rows.jsonl --generator "gen.py" --idempotency-key rows-v1
     expos mcp                                     # the same tools as an MCP server on stdio
 
 Answers are printed as JSON on stdout. A refusal prints the error JSON on stderr, its message on
@@ -23,6 +24,7 @@ it serves the token's tools to a harness that launches an MCP server (docs/harne
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -33,6 +35,8 @@ from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_SECONDS = 120
+# A tool whose input has these takes ``--file PATH`` (worker_add_data: data the agent made).
+UPLOAD_FIELDS = {"content", "sha256", "size_bytes"}
 
 
 class CliError(Exception):
@@ -45,7 +49,9 @@ class CliError(Exception):
 def request(method: str, url: str, token: str, *, body: Any = None, headers: dict[str, str] | None = None) -> Any:
     """One HTTP call; returns the decoded JSON answer or raises CliError with the server's message."""
     data = None if body is None else json.dumps(body).encode("utf-8")
-    all_headers = {"Authorization": f"Bearer {token}", "Accept": "application/json", **(headers or {})}
+    all_headers = {"Accept": "application/json", **(headers or {})}
+    if token:
+        all_headers["Authorization"] = f"Bearer {token}"
     if data is not None:
         all_headers["Content-Type"] = "application/json"
     req = urllib.request.Request(url, data=data, method=method, headers=all_headers)  # noqa: S310 - URL is the user's
@@ -93,6 +99,13 @@ def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParse
     )
     parser.add_argument("--idempotency-key", dest="_idempotency_key", help="makes a create safe to retry")
     parser.add_argument("--if-match", dest="_if_match", help="the ETag you read; a stale one gets 412")
+    if set(parameters.get("properties", {})) >= UPLOAD_FIELDS:
+        parser.add_argument(
+            "--file",
+            dest="_file",
+            metavar="PATH",
+            help="upload this file: sends its text as content with its sha256 and size_bytes (name: its stem)",
+        )
     for name, schema in parameters.get("properties", {}).items():
         flags = sorted({f"--{name.replace('_', '-')}", f"--{name}"})
         help_text = (schema.get("description") or "") + (" (required)" if name in required else "")
@@ -134,10 +147,51 @@ def arguments_from(namespace: argparse.Namespace) -> dict[str, Any]:
         if not isinstance(loaded, dict):
             raise CliError("--json must be a JSON object", code=2)
         args.update(loaded)
+    if values.get("_file"):
+        args.update(_file_upload(values["_file"]))
     for name, value in values.items():
         if not name.startswith("_") and value is not None:
             args[name] = value
     return args
+
+
+def _file_upload(path: str) -> dict[str, Any]:
+    """A file as an upload's arguments: its text, and the sha256 and size of its bytes."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{path} is not UTF-8 text (byte {exc.start + 1})", code=2) from None
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return {"content": content, "sha256": hashlib.sha256(data).hexdigest(), "size_bytes": len(data), "name": stem}
+
+
+MCP_HELP = """usage: expos mcp
+
+Serve this token's Experiment OS tools as an MCP server on stdin/stdout (for harnesses that launch a
+command: Codex's `command`, Claude Code's "type": "stdio"). Reads RSI_URL and RSI_TOKEN (or --url and
+--token before `mcp`). Needs the `mcp` SDK and httpx; docs/harnesses.md."""
+
+
+def _public_help(base: str, tool: str, prog: str) -> int:
+    """``expos <tool> --help`` without a token: the flags from the server's public OpenAPI document."""
+    try:
+        document = request("GET", f"{base}/schema/?format=json", "")
+        operation = document["paths"][f"/api/v1/tools/{tool}"]["post"]
+    except CliError as exc:
+        _say(f"expos: {exc}", sys.stderr)
+        return exc.code
+    except (KeyError, TypeError):
+        _say(f"expos: no tool {tool!r} on this server (with a token, 'expos tools' lists yours)", sys.stderr)
+        return 2
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    definition = {"function": {"name": tool, "description": operation["description"], "parameters": schema}}
+    try:
+        tool_parser(definition, prog).parse_args(["--help"])
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    return 0
 
 
 def _print(value: Any, stream: Any = None) -> None:
@@ -160,7 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parsed = parser.parse_args(argv)
     rest = parsed.rest
+    wants_help = bool({"-h", "--help"} & set(rest))
+    if parsed.tool == "mcp" and wants_help:
+        _say(MCP_HELP)
+        return 0
     if not parsed.token:
+        if wants_help and parsed.tool != "tools":
+            return _public_help(parsed.url.rstrip("/") + "/api/v1", parsed.tool, parser.prog)
         _say("expos: set RSI_TOKEN (or --token) to your agent token", sys.stderr)
         return 2
     if parsed.tool == "mcp":

@@ -1,8 +1,9 @@
 """A harness run: an external agent harness (Claude Code, Codex) plays a run's Worker through MCP.
 
 The paper's "framework + ExpOS" setting. The run is an ``external`` run (no agent loop of ours
-drives it); at start it gets its single Worker node, and optionally the harness plays the Main Agent
-too. The operator gets one token per node and ready-to-paste MCP configuration for each harness
+drives it); at start it gets its first Worker node, and optionally the harness plays the Main Agent
+too, creating more Workers (up to the run's ``--parallel``) and Reviewers whose tokens come back in
+the creating call's answer. The operator gets one token per node and ready-to-paste MCP configuration for each harness
 (``manage.py start_run --harness``; docs/harnesses.md). Everything the harness does goes through
 the ExpOS tools, so it is recorded like any agent's calls.
 """
@@ -16,8 +17,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from apps.core.errors import ApplicationError
 from apps.expos.auth import agent_token_issue
 from apps.expos.mcp_server import MCP_PATH
+from apps.expos.registry import ToolContext
 from apps.flows.runs import run_start
 from apps.research.choices import AgentMode, NodeKind
 from apps.research.models import ResearchNode, Run
@@ -55,9 +58,20 @@ def harness_run_start(
     accelerator_seconds: int,
     reserved_final_seconds: int,
     plays_main: bool = False,
+    parallel: int = 2,
+    seed: int = 0,
+    gate: bool = False,
+    reviewer: bool = True,
     actor: str = "cli",
 ) -> HarnessRun:
-    """Create and start an external run with one Worker; tokens for the Worker (and the Main Agent)."""
+    """Create and start an external run with one Worker; tokens for the Worker (and the Main Agent).
+
+    The run's settings are those of our own loops (``run_launch``): ``parallel`` Workers at most at
+    once (the Main Agent adds the others, each with its token in the answer), the training gate,
+    Reviewers or not, and the run's ``seed`` in its policy, where every agent reads it.
+    """
+    if parallel < 1:
+        raise ApplicationError("invalid_parallel", f"parallel is at least 1, got {parallel}.")
     run = run_create(
         name=name or f"{benchmark.name} harness",
         benchmark=benchmark,
@@ -66,10 +80,16 @@ def harness_run_start(
         budget_wall_seconds=wall_seconds,
         budget_accelerator_seconds=accelerator_seconds,
         budget_llm_tokens=0,
-        max_parallel_workers=1,
+        max_parallel_workers=parallel,
         reserved_final_seconds=reserved_final_seconds,
         agent_mode=AgentMode.EXTERNAL,
-        policy={"harness": {"plays_main": plays_main}},
+        policy={
+            "harness": {"plays_main": plays_main},
+            "training_gate": gate,
+            "reviewers": reviewer,
+            "serial_workers": parallel == 1,
+            "seed": seed,
+        },
     )
     run = run_start(run=run, actor=actor)
     task = task or f"Improve the target capability: {run.target_capability}"
@@ -83,6 +103,20 @@ def harness_run_start(
         for node in nodes
     ]
     return HarnessRun(run=run, seats=seats)
+
+
+def harness_seat_token(*, run: Run, node: ResearchNode, actor: str) -> str | None:
+    """A token for a Worker or Reviewer the harness's Main Agent just created, or None.
+
+    In an external run no loop of ours plays a node the harness's Main Agent creates, so the
+    harness must: the token is minted now, in the creating call's transaction, and shown once in
+    its answer (only the digest is stored; an idempotent replay does not show it again). Scoped
+    as any token: its run, its node, the node's role, and :data:`TOKEN_DAYS`.
+    """
+    if run.agent_mode != AgentMode.EXTERNAL or node.kind == NodeKind.MAIN:
+        return None
+    expires = timezone.now() + timedelta(days=TOKEN_DAYS)
+    return agent_token_issue(run=run, node=node, role=node.kind, expires_at=expires, actor=actor)[0]
 
 
 def claude_code_config(*, api_url: str, seats: list[HarnessSeat]) -> dict[str, Any]:
@@ -104,3 +138,10 @@ def codex_config(*, api_url: str, seats: list[HarnessSeat]) -> str:
         env = f"{{ RSI_URL = {json.dumps(api_url.rstrip('/'))}, RSI_TOKEN = {json.dumps(seat.token)} }}"
         blocks.append(f'[mcp_servers.{seat.server_name}]\ncommand = "expos"\nargs = ["mcp"]\nenv = {env}\n')
     return "\n".join(blocks)
+
+
+def seat_token_show(ctx: ToolContext, node: ResearchNode) -> None:
+    """Put a harness run's new node's token in the creating call's answer (ToolContext.shown_once)."""
+    token = harness_seat_token(run=ctx.run, node=node, actor=ctx.actor)
+    if token is not None:
+        ctx.shown_once["token"] = token

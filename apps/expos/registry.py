@@ -63,6 +63,9 @@ class ToolContext:
     # has written it (PendingEvent.written), the view does not append another.
     success_event: Callable[[str], PendingEvent] | None = None
     success_pending: PendingEvent | None = None
+    # Fields the view adds to this call's live answer only, after storing what is kept of it
+    # (the idempotency record, the transcript turn): a secret shown once, such as a new node's token.
+    shown_once: dict[str, Any] = field(default_factory=dict)
 
     @property
     def recorded(self) -> bool:
@@ -162,7 +165,7 @@ def tool(
             roles=frozenset(roles),
             description=description,
             input_schema=input_schema or obj(),
-            output_schema=output_schema or {"type": "object"},
+            output_schema=_with_replayed(output_schema) if idempotent_create else output_schema or {"type": "object"},
             handler=handler,
             idempotent_create=idempotent_create,
             errors=errors,
@@ -174,6 +177,21 @@ def tool(
         return handler
 
     return register
+
+
+REPLAYED = {
+    "type": "boolean",
+    "description": "true when this is the stored answer of an earlier call with the same Idempotency-Key: nothing "
+    "new was created, and the fields are as they were then (read the record again for its current state).",
+}
+
+
+def _with_replayed(schema: dict[str, Any] | None) -> dict[str, Any]:
+    """A creating tool's answer says in its body whether it is a replay (a copy: schemas are shared)."""
+    schema = schema or {"type": "object"}
+    if schema.get("type") != "object" or "properties" not in schema:
+        return schema
+    return {**schema, "properties": {**schema["properties"], "replayed": REPLAYED}}
 
 
 def tools_for_role(role: str) -> list[Tool]:

@@ -112,6 +112,15 @@ NODE = closed(
     }
 )
 
+# A harness run's new Worker or Reviewer: its agent token, in the creating call's answer alone.
+SEAT_TOKEN = string(
+    100,
+    description="Harness (external) runs only: the new node's agent token, shown once in this answer — an "
+    "idempotent replay does not repeat it (only its digest is stored). Give it to the sub-agent that plays the "
+    "node (RSI_TOKEN, or a Bearer header).",
+)
+NEW_NODE = closed({**NODE["properties"], "token": SEAT_TOKEN}, optional=("token",))
+
 EXPERIMENT_BRIEF = closed(
     {
         "handle": string(32),

@@ -538,7 +538,8 @@ class ToolCallView(APIView):
         tool_call_record(
             ctx=ctx, tool=tool.name, arguments=args, status=200, replayed=True, idempotency_key=ctx.idempotency_key
         )
-        return _Answer(record.response, status.HTTP_200_OK, {"Idempotent-Replayed": "true"})
+        body = {**record.response, "replayed": True} if isinstance(record.response, dict) else record.response
+        return _Answer(body, status.HTTP_200_OK, {"Idempotent-Replayed": "true"})
 
     def _execute(self, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> _Answer:
         code = status.HTTP_201_CREATED if tool.idempotent_create else status.HTTP_200_OK
@@ -617,6 +618,8 @@ class ToolCallView(APIView):
                 ),
                 status.HTTP_500_INTERNAL_SERVER_ERROR,
             )
+        if ctx.shown_once:
+            result = {**result, **ctx.shown_once}  # in this answer alone: never stored, never replayed
         return _Answer(result, code, {} if ctx.etag_node is None else {"ETag": etag_value(ctx.etag_node)})
 
     @staticmethod

@@ -30,7 +30,8 @@ from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES, ExperimentStatus,
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Event, Experiment
 from apps.flows.pipeline import evaluation_spec, experiment_on_job_transition
-from apps.integrity.selectors import best_accepted_experiment, selectable_experiments
+from apps.flows.result_selection import result_select
+from apps.integrity.selectors import selectable_experiments
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import ACCELERATOR_QUEUE, engine_config, job_enqueue, job_request_cancel, jobs_reap_stale
@@ -500,14 +501,15 @@ def run_advance(
 def run_final_eval_start(*, run: Run, actor: str = SYSTEM) -> Run:
     """Evaluate θ0, the reference and the accepted candidates on the final split (paid from the reserve).
 
-    The returned checkpoint is fixed now: the accepted experiment with the best *feedback* score.
+    The returned checkpoint is fixed now (apps.flows.result_selection): the Main Agent's
+    nomination if still accepted, else the accepted experiment with the best *feedback* score.
     The other accepted candidates are evaluated too, to be shown, never to select.
     """
     with transaction.atomic():
         locked = Run.objects.select_for_update().select_related("benchmark", "base_checkpoint").get(pk=run.pk)
         if locked.status != RunStatus.STOPPING:
             return locked
-        best = best_accepted_experiment(locked)
+        best, chosen_by = result_select(locked)
         # One evaluation per checkpoint, with every role it plays (the best may be θ0 itself).
         targets: dict[int, dict[str, Any]] = {}
 
@@ -537,7 +539,8 @@ def run_final_eval_start(*, run: Run, actor: str = SYSTEM) -> Run:
             jobs.append({"roles": target["roles"], "checkpoint": checkpoint.handle, "job": str(job.uuid),
                          "experiment": target["experiment"]})  # fmt: skip
         event_append(run=locked, type="run.final_eval_started", actor=actor, role=SYSTEM,
-                     arguments={"best": best.handle if best is not None else None, "jobs": jobs})  # fmt: skip
+                     arguments={"best": best.handle if best is not None else None, "chosen_by": chosen_by,
+                                "jobs": jobs})  # fmt: skip
         return run_set_status(run=locked, status=RunStatus.FINAL_EVAL, actor=actor,
                               reason=f"final evaluation of {len(jobs)} checkpoints")  # fmt: skip
 

@@ -47,6 +47,7 @@ class DecisionKind(models.TextChoices):
     BRANCH = "branch"
     REVISE = "revise"
     STOP = "stop"
+    NOMINATE = "nominate"  # the checkpoint the run returns (apps.flows.nominations)
 
 
 class Trigger(models.TextChoices):

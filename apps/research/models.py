@@ -56,6 +56,9 @@ def default_policy() -> dict:
         # failed, the run says so (page, event) and wakes the Main Agent with the failures.
         "job_failure_window": 4,
         "job_failure_threshold": 3,
+        # Data an agent uploads (worker_add_data content): the most rows and bytes of one upload.
+        "upload_max_rows": 200_000,
+        "upload_max_bytes": 4 * 1024 * 1024,
     }
 
 

@@ -23,9 +23,9 @@ from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Ev
 from apps.experiments.selectors import experiment_parent_handles
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import event_arguments_for, score_for
+from apps.flows.reports import report_payload
 from apps.research.models import ResearchNode, Run
 from apps.reviews.models import ReviewReport
-from apps.reviews.selectors import report_payload
 
 
 def _caller(serializer: serializers.Serializer) -> Any:

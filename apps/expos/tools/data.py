@@ -20,9 +20,12 @@ from apps.datapool.models import AGENT_FORMATS, DataEntry, DataUsage, SourceKind
 from apps.datapool.selectors import data_entry_get, data_entry_list, data_readme, data_rows
 from apps.datapool.services import (
     CATALOG_NAME_PATTERN,
+    MAX_DATA_BYTES,
+    SHA256_PATTERN,
     data_readme_append,
     data_register_from_catalog,
     data_register_from_workspace,
+    data_register_upload,
 )
 from apps.expos.registry import Category, Role, ToolContext, obj, tool
 from apps.expos.schemas import alternatives
@@ -31,8 +34,12 @@ from apps.expos.tools.discovery import connector_config
 from apps.expos.visibility import visible_experiments
 from apps.expos.workspaces import workspace_path
 from apps.integrity.overlap import data_overlap, over_tolerance, sealed_scanner
+from apps.integrity.upload_review import upload_review
+from apps.research.models import Run
 
 MAX_SAMPLE_ROWS = 50
+# An upload's content, in characters: under the default 2 MiB request limit with room for escaping.
+MAX_UPLOAD_CHARS = 1_000_000
 WITHHELD = "[withheld: matches a sealed evaluation item]"
 # Columns that carry answers; a Reviewer sees the prompt of a row matching a sealed item but not
 # these, because for a copied item they are the reference answer (DESIGN.md "Sealed evaluation").
@@ -215,20 +222,52 @@ ADD_IN = obj(
             "run's allowed teachers.",
         },
         "note": {"type": "string", "maxLength": 20_000, "description": "Provenance text for the readme."},
+        "content": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_UPLOAD_CHARS,
+            "description": f"Data you made, sent in the call: the JSONL text itself (at most {MAX_UPLOAD_CHARS:,} "
+            "characters, and the whole request at most 2 MiB by default; split a bigger file into several "
+            "entries). Needs sha256, size_bytes and generator. Refused, with nothing registered, when it does not "
+            "match them, is malformed, exceeds the run's upload_max_rows / upload_max_bytes, or matches sealed "
+            "evaluation items beyond the run's tolerance (the lines are named). Send an Idempotency-Key to retry "
+            "safely. CLI: expos worker_add_data --file rows.jsonl --generator ...",
+        },
+        "sha256": {
+            "type": "string",
+            "pattern": SHA256_PATTERN,
+            "description": "With content: the sha256 (lowercase hex) of content's UTF-8 bytes.",
+        },
+        "size_bytes": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_UPLOAD_CHARS * 4,
+            "description": "With content: the length of content's UTF-8 bytes.",
+        },
+        "generator": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "With content: who or what made the rows (e.g. 'claude-code session, script gen.py'); "
+            "a model whose outputs the rows are goes in teacher as well.",
+        },
     }
 )
-# Exactly one source; teacher and format describe a workspace file (a catalog dataset carries its own).
+_UPLOAD_FIELDS = ["content", "sha256", "size_bytes", "generator"]
+# Exactly one source; teacher and format describe a workspace file or an upload (a catalog dataset
+# carries its own); the upload's fields come together, and only with content.
 ADD_IN.update(
     alternatives(
-        {"required": ["path"], "not": {"required": ["catalog"]}},
+        {"required": ["path"], "not": {"anyOf": [{"required": [f]} for f in ["catalog", *_UPLOAD_FIELDS]]}},
         {
             "required": ["catalog"],
-            "not": {"anyOf": [{"required": ["path"]}, {"required": ["format"]}]},
+            "not": {"anyOf": [{"required": [f]} for f in ["path", "format", *_UPLOAD_FIELDS]]},
             "properties": {"teacher": {"maxLength": 0}},
         },
+        {"required": _UPLOAD_FIELDS, "not": {"anyOf": [{"required": ["path"]}, {"required": ["catalog"]}]}},
         code="invalid_source",
-        message="Give exactly one of path (a file in your workspace) or catalog (a catalog dataset name); "
-        "teacher and format are for workspace files only.",
+        message="Give exactly one of path (a file in your workspace), catalog (a catalog dataset name) or content "
+        "(data you made, with sha256, size_bytes and generator); teacher and format are not for catalog datasets.",
     )
 )
 ADD_OUT = obj({"entry": ENTRY, "created": {"type": "boolean"}}, required=["entry", "created"])
@@ -427,9 +466,11 @@ def _usage(ctx: ToolContext, entry: DataEntry) -> dict[str, Any]:
     roles={Role.WORKER},
     description=(
         "Register data in the datapool: a JSONL file in your workspace (path; e.g. a discovery download "
-        "materialized there) or a local catalog dataset (catalog). The bytes are copied into the "
+        "materialized there), a local catalog dataset (catalog), or data you made yourself (content, with its "
+        "sha256, size_bytes and generator; source 'agent'). The bytes are copied into the "
         "content-addressed store with their sha256, rows, schema, source and teacher; identical bytes return "
-        "the existing entry. Only registered data can be trained on."
+        "the existing entry. An upload is checked for sealed evaluation items before it is registered; any "
+        "data is checked again when a submission trains on it. Only registered data can be trained on."
     ),
     input_schema=ADD_IN,
     output_schema=ADD_OUT,
@@ -438,16 +479,21 @@ def _usage(ctx: ToolContext, entry: DataEntry) -> dict[str, Any]:
         "invalid_source", "invalid_path", "absolute_path", "path_escape", "symlink_in_path", "not_found",
         "not_a_file", "unreadable", "file_too_large", "empty_file", "blank_line", "malformed_jsonl", "bad_value",
         "not_an_object", "unknown_format", "missing_columns", "bad_column_type", "invalid_name",
+        "size_mismatch", "sha256_mismatch", "too_many_rows", "invalid_generator", "data_contaminated",
+        "contamination_unchecked",
     ),
 )  # fmt: skip
 def worker_add_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    path, catalog = args.get("path"), args.get("catalog")
-    if (path is None) == (catalog is None):
+    path, catalog, content = args.get("path"), args.get("catalog"), args.get("content")
+    if sum(x is not None for x in (path, catalog, content)) != 1:
         raise ApplicationError(
-            "invalid_source", "Give exactly one of path (a file in your workspace) or catalog (a catalog dataset name)."
+            "invalid_source",
+            "Give exactly one of path (a file in your workspace), catalog (a catalog dataset name) or content.",
         )
     started = timezone.now()
-    if path is not None:
+    if content is not None:
+        entry = _upload(ctx, args, content)
+    elif path is not None:
         entry = data_register_from_workspace(
             workspace=workspace_path(run=ctx.run, node=ctx.node),
             path=path,
@@ -475,6 +521,31 @@ def worker_add_data(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         )
     ctx.result_ref = f"data:{entry.uuid}"
     return {"entry": entry_summary(entry), "created": entry.created_at >= started}
+
+
+def _upload(ctx: ToolContext, args: dict[str, Any], content: str) -> DataEntry:
+    """Data the agent made: the same registration as a file's, reviewed for sealed items first."""
+    # The policy as it is now: the token's resolved run may be a few seconds old (apps.expos.auth).
+    policy = Run.objects.filter(pk=ctx.run.pk).values_list("policy", flat=True).first() or {}
+    # What a refusal records of the call: its arguments, the content by its digest alone.
+    recorded = {key: value for key, value in args.items() if key != "content"}
+    return data_register_upload(
+        content=content.encode("utf-8"),
+        sha256=args["sha256"],
+        size=args["size_bytes"],
+        name=args.get("name") or f"upload-{args['sha256'][:12]}",
+        generator=args["generator"],
+        run=ctx.run,
+        node=ctx.node,
+        format=args.get("format"),
+        teacher=args.get("teacher", ""),
+        note=args.get("note", ""),
+        max_bytes=int(policy.get("upload_max_bytes") or MAX_DATA_BYTES),
+        max_rows=policy.get("upload_max_rows"),
+        scan=lambda rows, sha256: upload_review(
+            run=ctx.run, node=ctx.node, rows=rows, sha256=sha256, policy=policy, request=recorded
+        ),
+    )
 
 
 def _catalog_root() -> Path:

@@ -9,6 +9,7 @@ from apps.core.errors import ApplicationError, PermissionDenied
 from apps.experiments.comparisons import aligned_correctness, paired_bootstrap
 from apps.experiments.selectors import metric_history, metric_keys
 from apps.experiments.services import metric_points_log_at_once, metric_points_log_owned
+from apps.expos.harness import seat_token_show
 from apps.expos.payloads import (
     decision_refused,
     job_brief,
@@ -24,6 +25,7 @@ from apps.expos.schemas import (
     EXPERIMENT_BRIEF,
     JOB,
     NODE,
+    SEAT_TOKEN,
     TIMESTAMP,
     UUID,
     WORKER,
@@ -55,7 +57,8 @@ ALL = Role.ALL_AGENTS
     category=Category.OURS,
     roles={Role.MAIN},
     description="Request a review: a new Reviewer with a question and a scope — a list of Worker handles "
-    '(several = a cross-Worker review) or "all_completed" for every finalized Worker.',
+    '(several = a cross-Worker review) or "all_completed" for every finalized Worker. In a harness run the '
+    "answer carries the new Reviewer's token (once): hand it to the sub-agent that plays the Reviewer.",
     input_schema=closed(
         {
             "question": text(4000),
@@ -69,7 +72,9 @@ ALL = Role.ALL_AGENTS
         },
         optional=("decision",),
     ),
-    output_schema=closed({"reviewer": NODE, "scope": array(string(32), max_items=1000)}),
+    output_schema=closed(
+        {"reviewer": NODE, "scope": array(string(32), max_items=1000), "token": SEAT_TOKEN}, optional=("token",)
+    ),
     idempotent_create=True,
     errors=("unknown_worker", "empty_scope", "run_not_active", "unknown_decision"),
     after_refusal=decision_refused,
@@ -94,6 +99,7 @@ def state_add_new_reviewer(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     )
     ctx.result_ref = f"node:{node.uuid}"
     ctx.etag_node = node
+    seat_token_show(ctx, node)
     return {"reviewer": node_payload(node), "scope": scope_handles(node)}
 
 

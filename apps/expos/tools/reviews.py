@@ -30,12 +30,12 @@ from apps.expos.schemas import (
     text,
 )
 from apps.expos.visibility import visible_experiments
+from apps.flows.reports import report_payload
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.services import reviewer_adjudicate
 from apps.jobs.models import Job
 from apps.research.choices import NodeKind, NodeStatus
 from apps.reviews.models import ReviewReport
-from apps.reviews.selectors import report_payload
 from apps.reviews.services import LIST_FIELDS, review_finalize, review_submit
 
 REVIEWER_ROLE = {Role.REVIEWER}

@@ -10,12 +10,14 @@ from typing import Any
 from apps.core.errors import NotFound
 from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES
 from apps.experiments.models import Event
+from apps.expos.harness import seat_token_show
 from apps.expos.payloads import decision_refused, node_payload, run_decision, run_node, run_workers
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
     EXPERIMENT,
     EXPERIMENT_BRIEF,
     MAX_TEXT,
+    NEW_NODE,
     NODE,
     TIMESTAMP,
     UUID,
@@ -61,7 +63,8 @@ def _worker_arg(ctx: ToolContext, args: dict[str, Any]) -> ResearchNode:
     category=Category.EXECUTION,
     roles=MAIN,
     description="Create a research branch: a new Worker with a task, within the run's parallel-Worker limit; "
-    "its predecessors pass it their experiments and summaries as context.",
+    "its predecessors pass it their experiments and summaries as context. In a harness run the answer carries "
+    "the new Worker's token (once): hand it to the sub-agent that plays the Worker.",
     input_schema={
         **closed(
             {
@@ -72,7 +75,7 @@ def _worker_arg(ctx: ToolContext, args: dict[str, Any]) -> ResearchNode:
             optional=("predecessors", "decision"),
         ),
     },
-    output_schema=NODE,
+    output_schema=NEW_NODE,
     idempotent_create=True,
     errors=("worker_limit", "run_not_active", "unknown_worker", "unknown_decision"),
     after_refusal=decision_refused,
@@ -87,6 +90,7 @@ def state_add_new_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, An
     )
     ctx.result_ref = f"node:{node.uuid}"
     ctx.etag_node = node
+    seat_token_show(ctx, node)
     return node_payload(node)
 
 
@@ -294,7 +298,11 @@ def _event_payload(ctx: ToolContext, event: Event) -> dict[str, Any]:
     category=Category.EXECUTION,
     roles=MAIN,
     description="Request the run's end: no new work, running jobs finish, then the final evaluation. Refused "
-    "while the final evaluation is pending, when the run has ended, or while a person has it paused.",
+    "while the final evaluation is pending, when the run has ended, or while a person has it paused. The run "
+    "returns the checkpoint of your nomination (main_nominate_result, before this call) if it is still accepted, "
+    "else of the accepted experiment with the best feedback score (run_result_policy states the rule). "
+    "Afterwards run_result_policy still answers (run status, whether the final evaluation finished; never its "
+    "score) until the run has finished; then tokens answer 401 saying the run finished.",
     input_schema=closed({"reason": text(4000)}),
     output_schema=closed(
         {"run_status": enum("created", "running", "paused", "stopping", "final_eval", "finished", "failed", "stopped")}

@@ -29,7 +29,7 @@ def test_idempotent_retry_replays_instead_of_creating_twice(api, world):
     again = api.call("main", "state_add_new_worker", {"task": "try dpo"}, key)
     assert first.status_code == 201
     assert again.status_code == 200
-    assert again.json() == first.json()
+    assert again.json() == {**first.json(), "replayed": True}  # the stored answer, saying it is a replay
     assert again.headers["Idempotent-Replayed"] == "true"
     assert ResearchNode.objects.filter(run=world.run, kind=NodeKind.WORKER, task="try dpo").count() == 1
     mismatch = api.call("main", "state_add_new_worker", {"task": "try sft"}, key)

@@ -57,6 +57,12 @@ MATRIX: dict[str, tuple[Callable[[World], dict[str, Any]], dict[str, Any]]] = {
     "events_tail": (lambda w: {"limit": 10}, ALL_AGENTS_OK),
     "stop_loop": (lambda w: {"reason": "budget spent"}, only({"main": OK})),
     "public_check_quota": (lambda w: {}, ALL_AGENTS_OK),
+    "run_result_policy": (lambda w: {}, ALL_AGENTS_OK),
+    "main_nominate_result": (
+        # The world's experiments are pending review: none can be nominated yet.
+        lambda w: {"experiment": w.exp["own1"].handle, "rationale": "best", "evidence": [w.exp["own1"].handle]},
+        only({"main": (409, "not_accepted")}),
+    ),
     # --- research & evidence --------------------------------------------------------------------
     "main_optimizer_read": (lambda w: {}, only({"main": OK})),
     "main_optimizer_update": (
@@ -195,6 +201,7 @@ READS = (
     "state_sync_results",
     "events_tail",
     "public_check_quota",
+    "run_result_policy",
     "main_optimizer_read",
     "research_candidates_read",
     "main_prediction_read",

@@ -51,8 +51,17 @@ def _cases() -> list[tuple[str, tuple[Any, ...]]]:
     for name, tool in sorted(load_all().items()):
         sample = _sample(tool.input_schema)
         if jsonschema.Draft202012Validator(tool.input_schema).is_valid(sample):
-            cases += [(name, path) for path in _integer_paths(tool.input_schema)]
+            # Present in the sample: of alternatives (worker_add_data's path / catalog / content), the first that fits.
+            cases += [(name, path) for path in _integer_paths(tool.input_schema) if _has(sample, path)]
     return cases
+
+
+def _has(value: Any, path: tuple[Any, ...]) -> bool:
+    try:
+        _at(value, path)
+    except (KeyError, IndexError, TypeError):
+        return False
+    return True
 
 
 CASES = _cases()

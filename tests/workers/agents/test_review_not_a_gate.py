@@ -15,9 +15,9 @@ import pytest
 from django.utils import timezone
 
 from apps.experiments.models import Event
+from apps.flows.runs import run_launch, run_stop
 from apps.research.choices import RunStatus
 from apps.research.models import Decision, ResearchNode, Run
-from apps.flows.runs import run_launch, run_stop
 from tests.fakes.openai_chat import Reply, Script, last_tool_answers
 from tests.workers.agents.stack import run_status, wait_for
 from tests.workers.agents.test_llm_run import opening_turns, short_sft_worker, use_fake_llm

@@ -6,9 +6,12 @@ service as the dashboard's "Start a run" form (``apps.flows.runs.run_launch``). 
 ablation switches reproduce the paper's ablation shape: ``--no-reviewer`` (the Main Agent
 decides from Worker summaries alone) and ``--serial-workers`` (one Worker at a time).
 
-``--harness`` starts an external run whose single Worker (and, with ``--harness-main``, whose Main
+``--harness`` starts an external run whose first Worker (and, with ``--harness-main``, whose Main
 Agent) an external harness plays through MCP: it prints the token(s) and ready-to-paste MCP
-configuration for Claude Code and Codex (docs/harnesses.md).
+configuration for Claude Code and Codex (docs/harnesses.md). ``--parallel``, ``--serial-workers``,
+``--seed``, ``--gate``, ``--no-reviewer`` and the budgets apply as for our own loops; the flags of
+our loops alone (``--policy``, ``--llm-*``, ``--max-workers``, ``--screen-steps``,
+``--train-steps``) are refused with a message rather than dropped.
 """
 
 from __future__ import annotations
@@ -46,14 +49,26 @@ def wait_for_result(run: Any, *, poll: float = 2.0, timeout: float | None = None
         time.sleep(poll)
 
 
+# Flags of our own agent loops (name: default), which a harness run cannot honour.
+OUR_LOOPS_ONLY: dict[str, Any] = {
+    "policy": "heuristic",
+    "llm_profile": DEFAULT_PROFILE,
+    "llm_tokens": 0,
+    "max_workers": 4,
+    "screen_steps": 60,
+    "train_steps": 200,
+    "search_policy": DEFAULT_SEARCH_POLICY,
+}
+
+
 class Command(BaseCommand):
     help = "Start a research run (heuristic or LLM agents) on a benchmark."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--benchmark", default="minibench/arithmetic", help="name, name@version or uuid")
-        parser.add_argument("--policy", choices=("heuristic", "llm"), default="heuristic")
+        parser.add_argument("--policy", choices=("heuristic", "llm"), default=None, help="default heuristic")
         parser.add_argument(
-            "--llm-profile", default=DEFAULT_PROFILE, help="llm policy: endpoint profile (README, RSI_LLM_PROFILES)"
+            "--llm-profile", default=None, help="llm policy: endpoint profile (README, RSI_LLM_PROFILES)"
         )
         parser.add_argument("--seed", type=int, default=0, help="first training seed of the heuristic's recipes")
         parser.add_argument(
@@ -62,17 +77,17 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="")
         parser.add_argument("--wall-seconds", type=int, default=3600, help="wall-clock budget")
         parser.add_argument("--accelerator-seconds", type=int, default=3600, help="accelerator-seconds budget")
-        parser.add_argument("--llm-tokens", type=int, default=0, help="LLM token budget (llm policy)")
+        parser.add_argument("--llm-tokens", type=int, default=None, help="LLM token budget (llm policy)")
         parser.add_argument("--parallel", type=int, default=2, help="most Workers active at once")
-        parser.add_argument("--max-workers", type=int, default=4, help="most Workers over the run (heuristic)")
-        parser.add_argument("--screen-steps", type=int, default=60, help="heuristic: steps of a screening run")
-        parser.add_argument("--train-steps", type=int, default=200, help="heuristic: steps of a full run")
+        parser.add_argument("--max-workers", type=int, default=None, help="most Workers over the run (heuristic: 4)")
+        parser.add_argument("--screen-steps", type=int, default=None, help="heuristic: steps of a screening run (60)")
+        parser.add_argument("--train-steps", type=int, default=None, help="heuristic: steps of a full run (200)")
         parser.add_argument(
             "--search-policy",
             choices=SEARCH_POLICIES,
-            default=DEFAULT_SEARCH_POLICY,
-            help="the Main Agent's search policy over the research DAG (greedy: expand the best line; uct: "
-            "upper confidence bound with stagnation detection)",
+            default=None,
+            help=f"the Main Agent's search policy over the research DAG (default {DEFAULT_SEARCH_POLICY}; greedy: "
+            "expand the best line; uct: upper confidence bound with stagnation detection)",
         )
         parser.add_argument("--gate", action="store_true", help="hold training for the Main Agent's approval")
         parser.add_argument("--no-reviewer", action="store_true", help="ablation: no Reviewers")
@@ -87,6 +102,7 @@ class Command(BaseCommand):
         if options["harness"]:
             self._harness(options)
             return
+        options = {**options, **{k: v for k, v in OUR_LOOPS_ONLY.items() if options[k] is None}}
         try:
             run = run_launch(
                 benchmark=options["benchmark"], policy=options["policy"], llm_profile=options["llm_profile"],
@@ -115,6 +131,19 @@ class Command(BaseCommand):
         return found
 
     def _harness(self, options: dict[str, Any]) -> None:
+        # A harness run honours the run's settings; what only our own loops have is refused, not dropped.
+        given = [f"--{name.replace('_', '-')}" for name in OUR_LOOPS_ONLY if options[name] is not None]
+        if given:
+            raise CommandError(
+                f"{', '.join(given)} cannot be honoured by a harness run: the harness is the agents' policy "
+                "(no LLM or heuristic loop of ours runs its agents). Drop them; --parallel, --serial-workers, "
+                "--seed, --gate, --no-reviewer and the budgets apply."
+            )
+        if not options["harness_main"] and options["gate"]:
+            raise CommandError(
+                "--gate holds training for the Main Agent's approval; with --harness the Main Agent is played by "
+                "the harness only with --harness-main. Add --harness-main or drop --gate."
+            )
         try:
             started = harness_run_start(
                 benchmark=benchmark_resolve(options["benchmark"]),
@@ -123,11 +152,15 @@ class Command(BaseCommand):
                 accelerator_seconds=options["accelerator_seconds"],
                 reserved_final_seconds=min(FINAL_EVAL_SECONDS * 3, options["accelerator_seconds"] // 4),
                 plays_main=options["harness_main"],
+                parallel=1 if options["serial_workers"] else options["parallel"], seed=options["seed"],
+                gate=options["gate"], reviewer=not options["no_reviewer"],
             )  # fmt: skip
         except ApplicationError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
         url = options["api_url"] or settings.RSI_API_URL
-        self.stdout.write(f"run {started.run.uuid} started (external harness)")
+        self.stdout.write(
+            f"run {started.run.uuid} started (external harness, {started.run.max_parallel_workers} parallel)"
+        )
         for seat in started.seats:
             self.stdout.write(f"token for {seat.node.handle} ({seat.node.kind}): {seat.token}")
         self.stdout.write("--- Claude Code: .mcp.json ---")

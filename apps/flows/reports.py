@@ -1,0 +1,109 @@
+"""A Reviewer report as the API returns it, and the Main Agent's redacted view of it.
+
+A read model across apps: the report (apps.reviews), the sealed-item screen every agent read
+passes (apps.integrity.screen) over the run's benchmark (apps.benchmarks) and its model outputs
+(apps.experiments), so it sits in the process layer rather than in the reviews app below them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db.models import Count, Max
+
+from apps.benchmarks.services import SealBroken
+from apps.experiments.models import EvaluationSample
+from apps.integrity.contamination import ContaminationScanner
+from apps.integrity.screen import SampleIdFinder, benchmark_screen, items_scanner
+from apps.reviews.models import LIST_FIELDS, ReviewReport
+from apps.reviews.selectors import SEALED_MARK
+
+# Model outputs of at least this many canonical tokens are redacted where a report quotes them.
+MIN_OUTPUT_TOKENS = 4
+_OUTPUT_SCANNERS: dict[tuple[int, int, int], ContaminationScanner | None] = {}
+_MAX_OUTPUT_SCANNERS = 16
+
+
+def _output_scanner(report: ReviewReport) -> ContaminationScanner | None:
+    """The run's per-sample model outputs as items to find (cached until the run has new outputs)."""
+    samples = EvaluationSample.objects.filter(evaluation__run_id=report.run_id)
+    stats = samples.aggregate(count=Count("pk"), last=Max("pk"))
+    key = (report.run_id, stats["count"] or 0, stats["last"] or 0)
+    if key not in _OUTPUT_SCANNERS:
+        outputs = dict(samples.order_by("pk").values_list("output", "sample_id"))
+        if len(_OUTPUT_SCANNERS) >= _MAX_OUTPUT_SCANNERS:
+            _OUTPUT_SCANNERS.pop(next(iter(_OUTPUT_SCANNERS)))
+        _OUTPUT_SCANNERS[key] = items_scanner(
+            [{"id": sample_id, "prompt": output} for output, sample_id in outputs.items()],
+            min_tokens=MIN_OUTPUT_TOKENS,
+        )
+    return _OUTPUT_SCANNERS[key]
+
+
+def main_scrub(report: ReviewReport) -> Callable[[Any], Any]:
+    """How the Main Agent's view cleans a report's free text: sealed sample ids in any disguise,
+    sealed items' text (the screen every agent read passes) and the run's model outputs become
+    :data:`SEALED_MARK`. Fails closed: when the benchmark's sealed items cannot be checked, every
+    free text is withheld."""
+    benchmark = report.run.benchmark
+    ids = benchmark.sample_ids or {}
+    finder = SampleIdFinder(str(i) for split in ids.values() if isinstance(split, list) for i in split)
+    try:
+        screen = benchmark_screen([benchmark], marker=SEALED_MARK)
+    except SealBroken:
+        screen = None
+    if screen is not None:
+        outputs = _output_scanner(report)
+        if outputs is not None:
+            screen.scanners.append(outputs)
+
+    def scrub(text: Any) -> Any:
+        if not isinstance(text, str) or not text:
+            return text
+        if screen is None:
+            return SEALED_MARK
+        return finder.redact(screen.text(text)[0], SEALED_MARK)
+
+    return scrub
+
+
+def report_payload(report: ReviewReport, *, redacted: bool) -> dict[str, Any]:
+    """A report as the API returns it.
+
+    Redacted (the Main Agent's view): evidence attached to observations is removed, and every free
+    text passes :func:`main_scrub`, so the Main learns what was found, not which sealed instances
+    or outputs showed it (DESIGN.md, "Roles and what each may see").
+    """
+    scrub = main_scrub(report) if redacted else _unchanged
+
+    observations = []
+    for item in report.observations or []:
+        entry = {
+            "experiment": item.get("experiment", ""),
+            "subcategory": item.get("subcategory", ""),
+            "observation": item.get("observation", ""),
+            "note": scrub(item.get("note", "")),
+        }
+        if redacted:
+            entry["evidence_redacted"] = bool(item.get("evidence"))
+        else:
+            entry["evidence"] = item.get("evidence", {})
+        observations.append(entry)
+    payload: dict[str, Any] = {
+        "uuid": str(report.uuid),
+        "reviewer": report.reviewer.handle,
+        "status": report.status,
+        "summary": scrub(report.summary),
+        "experiments": sorted(e.handle for e in report.experiments.all()),
+        "observations": observations,
+        "created_at": report.created_at.isoformat(),
+        "redacted": redacted,
+    }
+    for name in LIST_FIELDS:
+        payload[name] = [scrub(x) for x in getattr(report, name) or []]
+    return payload
+
+
+def _unchanged(text: Any) -> Any:
+    return text
