@@ -5,9 +5,10 @@ One example per compaction segment of every non-reviewer node of the chosen runs
     {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str, "train": bool,
                    "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": JSON text}}],
                    "tool_call_id": str}],                     # tool_calls: assistant; tool_call_id: tool
-     "tools": JSON text of the role's tool definitions (the registry's schemas, OpenAI form),
+     "tools": JSON text of the definitions (the registry's schemas, OpenAI form) of the tools the
+              conversation calls, not the role's whole registry (it alone filled TRL's default 1,024 tokens),
      "metadata": {run, node, role, segment, segment_index, task, benchmark, base_model, outcome,
-                  filters, passed_filters, source_turns}}
+                  filters, passed_filters, source_turns, message_turns, tools_offered}}
 
 ``train`` is true only on an assistant message that a recorded turn produced and whose every tool
 call was answered without a refusal (a 4xx/5xx status, or the policy's unknown/malformed-call
@@ -280,13 +281,29 @@ def _outcome(run: Run, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _tool_name(definition: dict[str, Any]) -> str:
+    function = definition.get("function")
+    return str((function if isinstance(function, dict) else definition).get("name", ""))
+
+
+def _called_tools(messages: list[dict[str, Any]], definitions: list[dict[str, Any]]) -> str:
+    """The JSON text of the definitions of the tools the conversation calls, in the registry's order.
+
+    The role's whole registry (some 33k characters) on every row would fill TRL's default 1,024
+    tokens before the conversation starts; a definition the conversation never uses teaches nothing.
+    """
+    called = {c["function"]["name"] for m in messages for c in m.get("tool_calls", [])}
+    kept = [d for d in definitions if _tool_name(d) in called]
+    return json.dumps(kept, ensure_ascii=False, sort_keys=True)
+
+
 def _examples(
     run: Run,
     *,
     verdicts: list[dict[str, Any]],
     passed: bool,
     tool_definitions: Callable[[str], list[dict[str, Any]]],
-    tools_text: dict[str, str],
+    tools_text: dict[str, list[dict[str, Any]]],
     counts: dict[str, int],
 ) -> list[dict[str, Any]]:
     turns, needed, blobs = _run_turns(run)
@@ -311,7 +328,7 @@ def _examples(
         node = node_turns[0].node
         counts["nodes"] += 1
         if node.kind not in tools_text:
-            tools_text[node.kind] = json.dumps(tool_definitions(node.kind), ensure_ascii=False, sort_keys=True)
+            tools_text[node.kind] = tool_definitions(node.kind)
         for index, segment in enumerate(_node_segments(node_turns, needed, blobs)):
             counts["segments"] += 1
             try:
@@ -342,7 +359,9 @@ def _examples(
                     for t in segment.turns
                 ],
             })  # fmt: skip
-            out.append({"messages": messages, "tools": tools_text[node.kind], "metadata": metadata})
+            tools = _called_tools(messages, tools_text[node.kind])
+            metadata["tools_offered"] = len(tools_text[node.kind])
+            out.append({"messages": messages, "tools": tools, "metadata": metadata})
     return out
 
 
@@ -489,7 +508,7 @@ def trajectory_export(
     counts["reviewer_turns_excluded"] = reviewers.count()
     rows: list[dict[str, Any]] = []
     selected: list[str] = []
-    tools_text: dict[str, str] = {}
+    tools_text: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         verdicts = report["verdicts"][str(run.uuid)]
         passed = all(v["passed"] for v in verdicts if f"{v['detector']}@{v['version']}" in applied)

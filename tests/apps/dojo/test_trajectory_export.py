@@ -164,8 +164,13 @@ def test_the_export_is_one_masked_conversation_per_segment_with_tools_and_metada
         ("tool", False)]  # fmt: skip
     assert llm1["messages"][1]["content"].startswith("Summary so far")
 
-    # The tools column is the registry's schemas for the node's role, as JSON text (one Arrow type).
-    assert json.loads(llm1["tools"]) == tool_definitions("worker")
+    # The tools column is the registry's schemas of the tools the conversation calls, as JSON text (one
+    # Arrow type), not the role's whole registry.
+    registry = {d["function"]["name"]: d for d in tool_definitions("worker")}
+    assert json.loads(llm1["tools"]) == [registry["worker_submit"]]
+    assert [d["function"]["name"] for d in json.loads(by_key[("worker_0001", 0)]["tools"])] == [
+        name for name in registry if name in {"worker_show_datapool", "worker_add_data", "worker_submit"}]  # fmt: skip
+    assert llm1["metadata"]["tools_offered"] == len(registry)
     meta = llm1["metadata"]
     run = world.run
     assert (meta["run"], meta["role"], meta["segment"], meta["segment_index"]) == (str(run.uuid), "worker", 1, 1)
