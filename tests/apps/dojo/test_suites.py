@@ -24,6 +24,7 @@ from django.utils import timezone
 from apps.benchmarks.services import benchmark_register
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.hashing import sha256_text
+from apps.dojo.filters import Trajectory, trajectory_verdicts
 from apps.dojo.models import AgentSuite, SuiteCell
 from apps.dojo.suite_stats import stats_csv, suite_stats
 from apps.dojo.suites import ablation_suite_create, suite_advance, suite_advance_once, suite_create, suite_launch
@@ -388,6 +389,25 @@ def test_stats_per_cell_and_per_agent_follow_from_the_records(finished_suite):
     # No PostTrainBench weight for a local task: the cell is reported as the unweighted mean.
     assert by_agent["heuristic"]["posttrainbench_weighted"] is None
     assert by_agent["heuristic"]["posttrainbench_unweighted_mean"] == 0.55
+
+
+@pytest.mark.parametrize(("best", "beats"), [(6, False), (12, True)])
+def test_beats_theta0_is_the_export_filters_rule_not_a_raw_comparison(world, best, beats):
+    """One item above θ0 (6/20 vs 5/20) is a higher score, not a gain: the suite and the export's outcome
+    filter answer the same, with the paired CI."""
+    suite = suite_launch(suite=suite_create(name="one rule", agents=["heuristic"], tasks=["test/addition"]))
+    [run] = [c.run for c in suite.cells.select_related("run")]
+    _plant(run, iterations=[0.4])
+    run = _finish(run, {"theta0": 5, "reference": 17, "best": best})
+    suite = suite_advance_once(suite=suite)
+    stats = suite_stats(suite)
+    [cell] = stats["cells"]
+    assert cell["score"] > cell["theta0"]
+    [verdict] = [v for v in trajectory_verdicts(Trajectory(run=run)) if v.detector == "outcome_beats_base"]
+    assert cell["beats_base"] is verdict.passed is beats
+    assert cell["beats_base_ci"] == [verdict.evidence["ci_low"], verdict.evidence["ci_high"]]
+    assert (cell["beats_base_ci"][0] > 0) is beats
+    assert stats["agents"][0]["settings_beat_base"] == int(beats)
 
 
 def test_csv_and_json_exports_carry_the_same_numbers(finished_suite):
