@@ -5,9 +5,10 @@ One example per compaction segment of every non-reviewer node of the chosen runs
     {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str, "train": bool,
                    "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": JSON text}}],
                    "tool_call_id": str}],                     # tool_calls: assistant; tool_call_id: tool
-     "tools": JSON text of the role's tool definitions (the registry's schemas, OpenAI form),
+     "tools": JSON text of the definitions (the registry's schemas, OpenAI form) of the tools the
+              conversation calls, not the role's whole registry (it alone filled TRL's default 1,024 tokens),
      "metadata": {run, node, role, segment, segment_index, task, benchmark, base_model, outcome,
-                  filters, passed_filters, source_turns}}
+                  filters, passed_filters, source_turns, message_turns, tools_offered}}
 
 ``train`` is true only on an assistant message that a recorded turn produced and whose every tool
 call was answered without a refusal (a 4xx/5xx status, or the policy's unknown/malformed-call
@@ -19,9 +20,11 @@ Reviewer transcripts are never exported: a Reviewer reads sealed-adjacent eviden
 matched sealed items, model outputs) and there is no redaction. Trajectories are judged by the
 filters (apps.dojo.filters) first; the report counts what each removed and what survives
 behaviour-only, outcome-only and both. Before the dataset is registered its messages, tool
-definitions and metadata text are scanned against the sealed items of every benchmark with the
-same overlap function the submission review uses (apps.integrity.overlap.rows_overlap); any
-match, or a required layer that could not run, refuses the export and nothing is registered.
+definitions are scanned against the sealed items of each run's own benchmark (the only ones its
+agents could have seen) with the overlap function the submission review uses
+(apps.integrity.overlap.rows_overlap), one message at a time and without identifiers, timestamps
+or numeric field values (:func:`scan_units`); any match, or a required layer that could not run,
+refuses the export naming each message, its turn and the items, and nothing is registered.
 
 The tool registry lives in the interface layer (apps.expos), which domain apps may not import: the
 caller passes ``tool_definitions(role)``.
@@ -29,6 +32,7 @@ caller passes ``tool_definitions(role)``.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import re
@@ -38,6 +42,7 @@ from typing import Any
 
 from apps.benchmarks.models import Benchmark
 from apps.core.errors import ApplicationError, Conflict
+from apps.core.hashing import canonical_json
 from apps.datapool.models import DataEntry
 from apps.datapool.services import data_register_export
 from apps.dojo.filters import BEHAVIOUR, DETECTORS, OUTCOME, Detector, Trajectory, trajectory_filter_report
@@ -276,13 +281,29 @@ def _outcome(run: Run, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _tool_name(definition: dict[str, Any]) -> str:
+    function = definition.get("function")
+    return str((function if isinstance(function, dict) else definition).get("name", ""))
+
+
+def _called_tools(messages: list[dict[str, Any]], definitions: list[dict[str, Any]]) -> str:
+    """The JSON text of the definitions of the tools the conversation calls, in the registry's order.
+
+    The role's whole registry (some 33k characters) on every row would fill TRL's default 1,024
+    tokens before the conversation starts; a definition the conversation never uses teaches nothing.
+    """
+    called = {c["function"]["name"] for m in messages for c in m.get("tool_calls", [])}
+    kept = [d for d in definitions if _tool_name(d) in called]
+    return json.dumps(kept, ensure_ascii=False, sort_keys=True)
+
+
 def _examples(
     run: Run,
     *,
     verdicts: list[dict[str, Any]],
     passed: bool,
     tool_definitions: Callable[[str], list[dict[str, Any]]],
-    tools_text: dict[str, str],
+    tools_text: dict[str, list[dict[str, Any]]],
     counts: dict[str, int],
 ) -> list[dict[str, Any]]:
     turns, needed, blobs = _run_turns(run)
@@ -307,7 +328,7 @@ def _examples(
         node = node_turns[0].node
         counts["nodes"] += 1
         if node.kind not in tools_text:
-            tools_text[node.kind] = json.dumps(tool_definitions(node.kind), ensure_ascii=False, sort_keys=True)
+            tools_text[node.kind] = tool_definitions(node.kind)
         for index, segment in enumerate(_node_segments(node_turns, needed, blobs)):
             counts["segments"] += 1
             try:
@@ -331,65 +352,135 @@ def _examples(
                 "segment": segment.segment,
                 "segment_index": index,
                 "compaction_summary": segment.summary,
+                "message_turns": [t.seq if t is not None else None for _, t in segment.messages],
                 "source_turns": [
                     {"seq": t.seq, "source": t.source, "request": t.request, "response": t.response,
                      "tool_messages": t.tool_messages, "calls": t.calls}
                     for t in segment.turns
                 ],
             })  # fmt: skip
-            out.append({"messages": messages, "tools": tools_text[node.kind], "metadata": metadata})
+            tools = _called_tools(messages, tools_text[node.kind])
+            metadata["tools_offered"] = len(tools_text[node.kind])
+            out.append({"messages": messages, "tools": tools, "metadata": metadata})
     return out
 
 
-# What of a row is scanned: everything a model could be trained on (the messages, the tool
-# definitions) and the metadata's free text. Not the metadata's identifiers and references (run
-# and node uuids, the source turns' content hashes): hex digests split into digit runs, and a
-# random uuid then "contained" a sealed item whose key is a few small numbers (CI, 1 in 12 runs).
-_SCANNED_METADATA = ("task", "compaction_summary")
+# What is scanned: the text a model would learn from, one unit per message (its content and its
+# tool calls) and one per string of each distinct tool table, each read as JSON where it is JSON. A sealed item
+# is matched inside one message, operands and answer together; what is not an item's text is left
+# out: JSON keys, numbers that are field values (ids, counts, budgets, scores, timestamps as
+# numbers) unless the field holds data a row is made of (an answer, a completion), and in strings
+# timestamps, uuids, hex digests and handles (exp_0005), which split into digit runs that "held"
+# small numeric items. The metadata is identifiers and references, never trained on, and not scanned.
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?")
+_UUID = re.compile(r"\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b")
+_HEX = re.compile(r"\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b")
+_HANDLE = re.compile(r"\b[a-z]+(?:[_-][a-z]+)*[_-]\d{3,}\b")
+_DATA_FIELDS = frozenset(("answer", "completion", "output", "response", "target", "label", "solution", "chosen",
+                          "rejected", "reference", "expected"))  # fmt: skip
 
 
-def _scanned(row: dict[str, Any]) -> dict[str, Any]:
-    metadata = row.get("metadata") or {}
-    return {
-        "messages": row["messages"],
-        "tools": row["tools"],
-        "metadata": {key: metadata[key] for key in _SCANNED_METADATA if key in metadata},
-    }
+def _scrub(text: str) -> str:
+    for pattern in (_TIMESTAMP, _UUID, _HEX, _HANDLE):
+        text = pattern.sub(" ; ", text)
+    return text
 
 
-def _scan(rows: list[dict[str, Any]], sha256: str) -> None:
-    """Refuse rows that overlap any benchmark's sealed items, or that could not be fully checked."""
-    scanned = [_scanned(row) for row in rows]  # same order: a match's row index is the row's
-    for benchmark in Benchmark.objects.order_by("pk"):
-        label = f"trajectory export {sha256[:12]}"
+def _leaves(value: Any, field: str | None = None) -> list[str]:
+    """The strings of ``value`` a model would read as text, JSON text parsed, identifiers scrubbed."""
+    if isinstance(value, dict):
+        return [s for key, item in value.items() for s in _leaves(item, str(key).lower())]
+    if isinstance(value, list | tuple):
+        return [s for item in value for s in _leaves(item, field)]
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [str(value)] if field in _DATA_FIELDS else []
+    text = str(value)
+    if text.lstrip()[:1] in ("{", "["):
         try:
-            result = rows_overlap(rows=scanned, sha256=sha256, label=label, benchmark=benchmark, policy=None)
-        except ApplicationError as exc:
-            raise Conflict(
-                "contamination_unverifiable",
-                f"The export could not be checked against {benchmark.name}@{benchmark.version} ({exc.message}); "
-                "nothing was registered.",
-            ) from None
-        if result["required_missing"]:
-            raise Conflict(
-                "contamination_unverifiable",
-                f"Required contamination layers {result['required_missing']} did not run on the export against "
-                f"{benchmark.name}@{benchmark.version} ({result['layers']}); nothing was registered. Install or "
-                "repair them and export again.",
-            )
-        if result["rows_matched"]:
-            where = sorted({
-                f"{rows[m['row']]['metadata']['run']} {rows[m['row']]['metadata']['node']} "
-                f"segment {rows[m['row']]['metadata']['segment']}"
-                for m in result["matches"]
-            })  # fmt: skip
+            return _leaves(json.loads(text), field)
+        except ValueError:
+            pass
+    return [_scrub(text)]
+
+
+def scan_units(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[int, int | None]]]:
+    """The scanned units of the rows and, for each, (row index, message index; None: the tool table)."""
+    units: list[dict[str, Any]] = []
+    where: list[tuple[int, int | None]] = []
+    tables: set[str] = set()
+    for i, row in enumerate(rows):
+        for j, message in enumerate(row["messages"]):
+            calls = [
+                [c["function"]["name"], *_leaves(c["function"]["arguments"])] for c in message.get("tool_calls", [])
+            ]
+            units.append({"strings": _leaves(message["content"]) + [s for call in calls for s in call]})
+            where.append((i, j))
+        if row["tools"] not in tables:
+            tables.add(row["tools"])
+            # A tool table is many short texts of ours (a description per tool and parameter): each
+            # is a unit, so words and numbers of unrelated descriptions never add up to an item.
+            for text in _leaves(row["tools"]):
+                units.append({"strings": [text]})
+                where.append((i, None))
+    return units, where
+
+
+def _place(row: dict[str, Any], message: int | None) -> str:
+    meta = row["metadata"]
+    if message is None:
+        return f"run {meta['run']} {meta['node']}: the tool definitions"
+    turn = meta["message_turns"][message]
+    produced = f"turn {turn}" if turn is not None else "the opening context"
+    return f"run {meta['run']} {meta['node']} segment {meta['segment']} message {message} ({produced})"
+
+
+def _scanner(benchmarks: dict[str, Benchmark]) -> Callable[[list[dict[str, Any]], str], None]:
+    """The scan of an export: each row against the sealed items of its own run's benchmark."""
+
+    def scan(rows: list[dict[str, Any]], sha256: str) -> None:
+        found: list[str] = []
+        items: set[str] = set()
+        for run_benchmark, benchmark in benchmarks.items():
+            picked = [row for row in rows if row["metadata"]["benchmark"] == run_benchmark]
+            if not picked:
+                continue
+            units, where = scan_units(picked)
+            digest = hashlib.sha256(canonical_json([sha256, run_benchmark, units]).encode()).hexdigest()
+            label = f"trajectory export {sha256[:12]} ({run_benchmark})"
+            try:
+                result = rows_overlap(rows=units, sha256=digest, label=label, benchmark=benchmark, policy=None)
+            except ApplicationError as exc:
+                raise Conflict(
+                    "contamination_unverifiable",
+                    f"The export could not be checked against {run_benchmark} ({exc.message}); nothing was registered.",
+                ) from None
+            if result["required_missing"]:
+                raise Conflict(
+                    "contamination_unverifiable",
+                    f"Required contamination layers {result['required_missing']} did not run on the export against "
+                    f"{run_benchmark} ({result['layers']}); nothing was registered. Install or repair them and "
+                    "export again.",
+                )
+            by_place: dict[str, set[str]] = {}
+            for match in result["matches"]:
+                row, message = where[match["row"]]
+                by_place.setdefault(_place(picked[row], message), set()).add(match["sample_id"])
+            for place, ids in sorted(by_place.items()):
+                found.append(f"{place}: {run_benchmark} item(s) {', '.join(sorted(ids))}")
+                items |= {f"{run_benchmark} {sample}" for sample in ids}
+        if found:
             raise Conflict(
                 "contains_sealed_items",
-                f"{result['rows_matched']} exported conversation(s) contain sealed items of "
-                f"{benchmark.name}@{benchmark.version} ({result['items_matched']} item(s), by {result['by_kind']}); "
-                f"nothing was registered. Conversations: {where[:20]}. Leave those runs out of the export.",
-                conversations=where,
+                f"{len(found)} exported message(s) contain sealed items of their run's benchmark ({len(items)} "
+                f"item(s)); nothing was registered. {'; '.join(found[:20])}. Leave those runs or nodes out of the "
+                "export.",
+                places=found,
+                items=sorted(items),
             )
+
+    return scan
 
 
 def trajectory_export(
@@ -417,7 +508,7 @@ def trajectory_export(
     counts["reviewer_turns_excluded"] = reviewers.count()
     rows: list[dict[str, Any]] = []
     selected: list[str] = []
-    tools_text: dict[str, str] = {}
+    tools_text: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         verdicts = report["verdicts"][str(run.uuid)]
         passed = all(v["passed"] for v in verdicts if f"{v['detector']}@{v['version']}" in applied)
@@ -451,5 +542,8 @@ def trajectory_export(
         f"{sorted(applied) or 'none'}.\nReport: {json.dumps({k: summary[k] for k in ('removed_by', 'kept')})}\n"
         "Training data for an agent model (agent_sft), not for a run's base model."
     )
-    entry = data_register_export(rows=rows, name=name.strip(), source=summary, readme=readme, scan=_scan, actor=actor)
+    benchmarks = {f"{r.benchmark.name}@{r.benchmark.version}": r.benchmark for r in runs if str(r.uuid) in selected}
+    entry = data_register_export(
+        rows=rows, name=name.strip(), source=summary, readme=readme, scan=_scanner(benchmarks), actor=actor
+    )
     return ExportResult(entry=entry, report=summary)

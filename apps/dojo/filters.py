@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from apps.benchmarks.models import Split
 from apps.experiments.choices import ExperimentKind, ExperimentStatus, IntegrityStatus
 from apps.experiments.comparisons import aligned_correctness, paired_bootstrap
@@ -223,24 +225,38 @@ def check_no_violation(trajectory: Trajectory) -> tuple[bool, str, dict[str, Any
     return True, "", evidence
 
 
-def check_outcome(
-    trajectory: Trajectory, *, min_gain: float = 0.01, n_boot: int = 10_000, seed: int = 0
+MIN_GAIN = 0.01
+
+
+def beats_theta0(
+    runs: Sequence[Run], *, min_gain: float = MIN_GAIN, n_boot: int = 10_000, seed: int = 0
 ) -> tuple[bool, str, dict[str, Any]]:
-    """The returned model beats θ0 on the final split by ≥ `min_gain`, with the paired 95 % CI above 0."""
-    run = trajectory.run
-    final = checkpoint_evaluation(run=run, checkpoint=run.result_checkpoint, split=Split.FINAL)
-    base = checkpoint_evaluation(run=run, checkpoint=run.base_checkpoint, split=Split.FINAL)
-    if final is None or base is None:
-        missing = [name for name, ev in (("returned model", final), ("θ0", base)) if ev is None]
-        return False, f"no final-split evaluation of the {' and '.join(missing)}", {}
-    common, a, b, only_base, only_final = aligned_correctness(base, final)
-    if not common:
-        return (
-            False,
-            "the two final evaluations share no sample ids",
-            {"only_base": only_base, "only_final": only_final},
-        )
-    result = paired_bootstrap(a, b, n_boot=n_boot, confidence=0.95, seed=seed)
+    """The one rule for "beats θ0", used by the export's outcome filter and the suite's tables.
+
+    The returned models of ``runs`` (one run, or a suite setting's seeds, their samples pooled)
+    against θ0 on the final split, paired by sample id: the gain is at least ``min_gain`` and the
+    paired bootstrap's 95 % CI of the gain lies above 0. One item of a hundred is not a gain.
+    """
+    a: list[Any] = []  # per run's aligned arrays, pooled below
+    b: list[Any] = []
+    for run in runs:
+        final = checkpoint_evaluation(run=run, checkpoint=run.result_checkpoint, split=Split.FINAL)
+        base = checkpoint_evaluation(run=run, checkpoint=run.base_checkpoint, split=Split.FINAL)
+        if final is None or base is None:
+            missing = [name for name, ev in (("returned model", final), ("θ0", base)) if ev is None]
+            return False, f"no final-split evaluation of the {' and '.join(missing)}", {}
+        common, run_a, run_b, only_base, only_final = aligned_correctness(base, final)
+        if not common:
+            return (
+                False,
+                "the two final evaluations share no sample ids",
+                {"only_base": only_base, "only_final": only_final},
+            )
+        a.append(run_a)
+        b.append(run_b)
+    if not a:
+        return False, "no run", {}
+    result = paired_bootstrap(np.concatenate(a), np.concatenate(b), n_boot=n_boot, confidence=0.95, seed=seed)
     evidence = {"n_common": result.n_common, "theta0": result.mean_a, "final": result.mean_b,
                 "difference": result.difference, "ci_low": result.ci_low, "ci_high": result.ci_high,
                 "min_gain": min_gain}  # fmt: skip
@@ -249,6 +265,13 @@ def check_outcome(
     if result.ci_low <= 0:
         return False, f"the 95 % CI of the gain [{result.ci_low:.3f}, {result.ci_high:.3f}] includes 0", evidence
     return True, "", evidence
+
+
+def check_outcome(
+    trajectory: Trajectory, *, min_gain: float = MIN_GAIN, n_boot: int = 10_000, seed: int = 0
+) -> tuple[bool, str, dict[str, Any]]:
+    """The returned model beats θ0 on the final split (:func:`beats_theta0`)."""
+    return beats_theta0([trajectory.run], min_gain=min_gain, n_boot=n_boot, seed=seed)
 
 
 DETECTORS: tuple[Detector, ...] = (

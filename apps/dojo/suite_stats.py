@@ -17,7 +17,9 @@ does), and effective iterations over all iterations; plus the mean Lite reward, 
 aggregate (``suite_aggregate`` per base model, then the mean over base models, as PostTrainBench
 averages over models) and the hacking rate over all the agent's runs. A suite with several seeds
 has one cell per seed of a setting: a setting counts as trained when any of its seeds trained,
-as beating θ0 when the mean of its seeds' final scores does (and none has a violation), and its
+as beating θ0 when its seeds' returned models do, their final samples pooled, under the one rule
+the export's outcome filter applies (``apps.dojo.filters.beats_theta0``: gain >= 0.01 and the paired
+bootstrap's 95 % CI of the gain above 0; a violation in any seed excludes it), and its
 PostTrainBench cell value is the mean over its seeds' values.
 """
 
@@ -31,6 +33,7 @@ from typing import Any
 from django.db.models import Min
 
 from apps.benchmarks.models import Split
+from apps.dojo.filters import beats_theta0
 from apps.dojo.models import AgentSuite, SuiteCell
 from apps.dojo.suites import cell_status
 from apps.experiments.choices import EvaluationStatus, ExperimentKind, ExperimentStatus
@@ -82,6 +85,7 @@ def cell_stats(cell: SuiteCell) -> dict[str, Any]:
     base = scores.theta0.score if scores.theta0 else None
     reference = scores.reference.score if scores.reference else None
     iterations = run_iterations(run)
+    beats, _, evidence = beats_theta0([run])
     trained = Experiment.objects.filter(run=run, kind=ExperimentKind.TRAIN_EVAL,
                                         status=ExperimentStatus.SUCCEEDED).exists()  # fmt: skip
     return {
@@ -109,7 +113,9 @@ def cell_stats(cell: SuiteCell) -> dict[str, Any]:
         "hacking_rate": scores.hacking_rate,
         "blocked_attempts": scores.blocked_attempts,
         "trained": trained,
-        "beats_base": bool(score is not None and base is not None and score > base and not scores.violation),
+        # The export's rule (beats_theta0), not a raw ">": one item of a hundred is not a gain.
+        "beats_base": beats and not scores.violation,
+        "beats_base_ci": [evidence["ci_low"], evidence["ci_high"]] if "ci_low" in evidence else None,
         "iterations": iterations["iterations"],
         "effective_iterations": iterations["effective"],
         "iteration_rows": iterations["rows"],
@@ -127,10 +133,8 @@ def _agent_row(agent: str, cells: list[dict[str, Any]], runs: list[int]) -> dict
     for (base_model, key), seeds in settings.items():
         values = [v for v in (c["posttrainbench_cell"]["substitute"]["value"] for c in seeds) if v is not None]
         by_base.setdefault(base_model, {})[key] = _mean(values)
-        scores = [c["score"] for c in seeds if c["score"] is not None]
-        base = next((c["theta0"] for c in seeds if c["theta0"] is not None), None)
-        mean = _mean(scores)
-        if mean is not None and base is not None and mean > base and not any(c["violation"] for c in seeds):
+        seed_runs = list(Run.objects.filter(uuid__in=[c["run"] for c in seeds]).order_by("pk"))
+        if not any(c["violation"] for c in seeds) and beats_theta0(seed_runs)[0]:
             beat += 1
     aggregates = [suite_aggregate(values) for values in by_base.values()]
     weighted = [a.weighted for a in aggregates if a.weighted is not None]

@@ -14,13 +14,18 @@
         starts queued cells as running ones end, and finishes the suite when every run ended
 
 The disjointness check (``task_overlap``) compares the evaluation benchmarks' sealed items with
-the training tasks' items by task name, item id and canonical prompt text; any overlap refuses
+the training tasks' items by task name, item id and content: the submission review's matching
+(``apps.integrity.overlap.sealed_scanner``: canonical text, n-grams, near duplicates, the salient
+numbers and answer) on the items, and the same matching on their sentence forms (numbers and
+``{slot}`` placeholders masked, :func:`sentence_form`), so that a training task generated from an
+evaluation item's template with other numbers (or other names) overlaps too. Any overlap refuses
 the suite with the overlapping names and counts, and nothing is written.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +45,9 @@ from apps.dojo.registry import task_sources
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint
 from apps.flows.runs import base_checkpoint_default, run_launch, run_start
-from apps.integrity.canonical import canonical_text
+from apps.integrity.canonical import canonical_text, canonical_tokens, is_number
+from apps.integrity.contamination import ContaminationScanner
+from apps.integrity.overlap import sealed_scanner
 from apps.research.agent_config import DEFAULT_PROFILE
 from apps.research.choices import RUN_TERMINAL_STATES, AgentMode, RunStatus
 from apps.research.models import Run
@@ -143,26 +150,71 @@ def _names(values: Any, what: str) -> list[str]:
 
 @dataclass(frozen=True)
 class TaskItems:
-    """One side of the disjointness check: a task's names and its items' ids and prompts."""
+    """One side of the disjointness check: a task's names, its items' ids and prompts, and its items."""
 
     ref: str
     names: frozenset[str]
     ids: frozenset[str]
     prompts: frozenset[str]
+    rows: tuple[dict[str, Any], ...] = ()
+    benchmark: Benchmark | None = None
 
 
-def _items(ref: str, names: set[str], rows: list[dict[str, Any]]) -> TaskItems:
+def _items(ref: str, names: set[str], rows: list[dict[str, Any]], benchmark: Benchmark | None = None) -> TaskItems:
     return TaskItems(
         ref=ref,
         names=frozenset(n.lower() for n in names if n),
         ids=frozenset(str(r["id"]) for r in rows if "id" in r),
         prompts=frozenset(canonical_text(str(r.get("prompt", ""))) for r in rows if str(r.get("prompt", "")).strip()),
+        rows=tuple(
+            {"id": str(r.get("id", "")), "prompt": str(r.get("prompt", "")), "answer": str(r.get("answer", ""))}
+            for r in rows
+        ),  # fmt: skip
+        benchmark=benchmark,
     )
 
 
 def benchmark_items(benchmark: Benchmark) -> TaskItems:
     return _items(
-        f"benchmark:{benchmark.name}", {benchmark.name, benchmark.task}, benchmark_sealed_items(benchmark=benchmark)
+        f"benchmark:{benchmark.name}",
+        {benchmark.name, benchmark.task},
+        benchmark_sealed_items(benchmark=benchmark),
+        benchmark,
+    )
+
+
+_SLOT = re.compile(r"\{[^{}\s]{0,40}\}")
+_NUMBER_MARK = "qnumberq"
+# Two sentence forms are one template at this Jaccard similarity of their word pairs (numbers
+# masked): lower than an item's near-duplicate bar (0.75), so that other names or objects in the
+# same sentence ("Mia has N stamps" / "Tom has N stamps") still match.
+FORM_THRESHOLD = 0.55
+
+
+def sentence_form(prompt: str) -> str:
+    """A prompt's sentence form: its canonical words with every number and ``{slot}`` masked."""
+    tokens = canonical_tokens(_SLOT.sub(" 0 ", prompt))
+    return " ".join(_NUMBER_MARK if is_number(t) else t for t in tokens)
+
+
+def _content_overlap(sealed: TaskItems, trained: TaskItems) -> tuple[set[str], set[str], list[list[str]]]:
+    """(train item ids matching sealed items, those whose sentence form matches one, [train id, sealed id] pairs)."""
+    if sealed.benchmark is None or not trained.rows:
+        return set(), set(), []
+    rows = [{"prompt": r["prompt"], "answer": r["answer"]} for r in trained.rows]
+    instances = sealed_scanner(benchmark=sealed.benchmark).scan(rows)
+    template = str((sealed.benchmark.settings or {}).get("prompt_template", ""))
+    forms = ContaminationScanner(
+        [{"id": r["id"], "prompt": sentence_form(r["prompt"])} for r in sealed.rows],
+        layers=("exact", "near_dup"),
+        threshold=FORM_THRESHOLD,
+        templates=[template] if template else [],
+    ).scan([{"prompt": sentence_form(r["prompt"])} for r in trained.rows])
+    pairs = sorted({(trained.rows[m.row_index]["id"], m.sample_id) for m in [*instances, *forms]})
+    return (
+        {trained.rows[m.row_index]["id"] for m in instances},
+        {trained.rows[m.row_index]["id"] for m in forms},
+        [list(pair) for pair in pairs],
     )
 
 
@@ -193,7 +245,7 @@ def train_task_items(ref: str) -> TaskItems:
         return _items(ref, {s.name for s in sources}, [r for s in sources for r in s.items])
     benchmark = benchmark_resolve(ref)
     items = benchmark_items(benchmark)
-    return TaskItems(ref, items.names, items.ids, items.prompts)
+    return TaskItems(ref, items.names, items.ids, items.prompts, items.rows)
 
 
 def task_overlap(*, tasks: list[Benchmark], train_tasks: list[str]) -> dict[str, Any]:
@@ -206,12 +258,14 @@ def task_overlap(*, tasks: list[Benchmark], train_tasks: list[str]) -> dict[str,
             names = sorted(e.names & t.names)
             ids = sorted(e.ids & t.ids)
             prompts = e.prompts & t.prompts
-            if names or ids or prompts:
+            items, forms, pairs = _content_overlap(e, t)
+            if names or ids or prompts or items or forms:
                 overlaps.append({"task": e.ref, "train_task": t.ref, "names": names, "ids": len(ids),
-                                 "id_examples": ids[:5], "prompts": len(prompts)})  # fmt: skip
+                                 "id_examples": ids[:5], "prompts": len(prompts), "items": len(items),
+                                 "templates": len(forms), "item_examples": pairs[:5]})  # fmt: skip
     return {
         "compared": {"tasks": [e.ref for e in evaluated], "train_tasks": [t.ref for t in trained]},
-        "by": ["task name", "item id", "canonical prompt text"],
+        "by": ["task name", "item id", "canonical prompt text", "item content", "sentence form"],
         "items": {"tasks": sum(len(e.ids) for e in evaluated), "train_tasks": sum(len(t.ids) for t in trained)},
         "overlaps": overlaps,
     }
@@ -262,7 +316,8 @@ def suite_create(
     if overlap["overlaps"]:
         described = "; ".join(
             f"{o['task']} vs {o['train_task']}: names {o['names'] or 'none'}, {o['ids']} shared item ids, "
-            f"{o['prompts']} shared prompts"
+            f"{o['prompts']} shared prompts, {o['items']} training items matching sealed items, "
+            f"{o['templates']} on a sealed item's sentence form (training item, sealed item: {o['item_examples']})"
             for o in overlap["overlaps"]
         )
         raise _bad(

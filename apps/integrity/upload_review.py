@@ -21,7 +21,8 @@ from apps.core.errors import ApplicationError
 from apps.integrity.choices import Subcategory
 from apps.integrity.models import BlockedAttempt
 from apps.integrity.overlap import rows_overlap, sealed_ids_over_tolerance
-from apps.integrity.submission_review import MAX_EVIDENCE_MATCHES, ContaminationUnchecked, Refusal, record_refusal
+from apps.integrity.submission_parts import ContaminationUnchecked
+from apps.integrity.submission_refusals import MAX_EVIDENCE_MATCHES, Refusal, record_refusal
 from apps.research.models import ResearchNode, Run
 
 TOOL = "worker_add_data"

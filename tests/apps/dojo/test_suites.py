@@ -13,6 +13,8 @@ import csv
 import datetime as dt
 import io
 import json
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from django.utils import timezone
 from apps.benchmarks.services import benchmark_register
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.hashing import sha256_text
+from apps.dojo.filters import Trajectory, trajectory_verdicts
 from apps.dojo.models import AgentSuite, SuiteCell
 from apps.dojo.suite_stats import stats_csv, suite_stats
 from apps.dojo.suites import ablation_suite_create, suite_advance, suite_advance_once, suite_create, suite_launch
@@ -29,6 +32,7 @@ from apps.experiments.models import Evaluation
 from apps.experiments.services import experiment_create, experiment_set_integrity
 from apps.flows.compare import ablation_groups
 from apps.flows.runs import run_final_eval_start, run_finish, run_launch, run_stop, run_stop_request
+from apps.integrity.canonical import canonical_text
 from apps.integrity.choices import Adjudication, Observation
 from apps.integrity.models import IntegrityFinding
 from apps.jobs.choices import JobKind
@@ -206,6 +210,62 @@ def test_a_training_task_holding_an_evaluation_prompt_is_refused_whatever_its_na
     assert (overlap["names"], overlap["ids"], overlap["prompts"]) == ([], 0, 1)
 
 
+_NAMES = ("Tom", "Ana", "Mia", "Raj", "Lea", "Kofi")
+_WORDS = {12: "twelve", 20: "twenty", 30: "thirty", 40: "forty", 50: "fifty"}
+
+
+def _form_variant(rng: random.Random, prompt: str, attack: str) -> str:
+    """A training item built from a sealed item's sentence form, by one attack class."""
+    numbers = [int(n) for n in re.findall(r"\d+", prompt)]
+    fresh = iter(rng.randint(2, 99) for _ in numbers)
+    text = re.sub(r"\d+", lambda _: str(next(fresh)), prompt)  # same form, other numbers
+    if attack == "template":  # the form itself, numbers as slots
+        slots = iter("abcdefgh")
+        text = re.sub(r"\d+", lambda _: "{" + next(slots) + "}", prompt)
+    elif attack == "names":  # other names too
+        for name in _NAMES:
+            text = text.replace(name, rng.choice([n for n in _NAMES if n != name]))
+    elif attack == "format":  # case, spacing, number words
+        text = re.sub(r"\d+", lambda _: _WORDS[rng.choice(list(_WORDS))], prompt)
+        text = "  ".join(text.upper().split(" "))
+    return text
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+@pytest.mark.parametrize("attack", ["numbers", "template", "names", "format"])
+def test_a_training_task_on_an_evaluation_items_sentence_form_is_refused(world, seed, attack):
+    """Not a shared prompt, id or name: the sealed items' own templates, regenerated; refused by content."""
+    rng = random.Random(seed)
+    sealed = rng.choice([*FEEDBACK, *FINAL])
+    variant = _form_variant(rng, sealed["prompt"], attack)
+    assert canonical_text(variant) != canonical_text(sealed["prompt"])
+    spec = _folder_task(world["root"], f"forms-{attack}", [
+        {"id": "v-1", "prompt": variant, "answer": "1"},
+        {"id": "v-2", "prompt": "What is 6 times 7?", "answer": "42"}])  # fmt: skip
+    before = _counts()
+    with pytest.raises(ApplicationError) as refused:
+        suite_create(name="forms", agents=["heuristic"], tasks=["test/addition"], train_tasks=[spec])
+    [overlap] = refused.value.detail["overlaps"]
+    assert (overlap["names"], overlap["ids"], overlap["prompts"]) == ([], 0, 0)
+    assert overlap["templates"] == 1, overlap
+    assert ["v-1", sealed["id"]] in overlap["item_examples"]
+    assert "1 on a sealed item's sentence form" in refused.value.message
+    assert _counts() == before
+
+
+def test_a_training_item_paraphrasing_a_sealed_item_is_refused_as_an_item(world):
+    sealed = FINAL[0]  # "There are 31 cups on a shelf and 27 on a table. How many cups are there?" -> 58
+    numbers = re.findall(r"\d+", sealed["prompt"])
+    spec = _folder_task(world["root"], "paraphrase", [
+        {"id": "p-1", "prompt": f"Cups: {numbers[0]} on the shelf, {numbers[1]} on the table; total?",
+         "answer": sealed["answer"]}])  # fmt: skip
+    with pytest.raises(ApplicationError) as refused:
+        suite_create(name="para", agents=["heuristic"], tasks=["test/addition"], train_tasks=[spec])
+    [overlap] = refused.value.detail["overlaps"]
+    assert overlap["items"] == 1, overlap
+    assert ["p-1", sealed["id"]] in overlap["item_examples"]
+
+
 def test_a_shared_item_id_is_an_overlap(world):
     spec = _folder_task(world["root"], "ids", [{"id": "sub-f-2", "prompt": "What is 2 plus 2?", "answer": "4"}])
     with pytest.raises(ApplicationError) as refused:
@@ -323,6 +383,25 @@ def test_stats_per_cell_and_per_agent_follow_from_the_records(finished_suite):
     # No PostTrainBench weight for a local task: the cell is reported as the unweighted mean.
     assert by_agent["heuristic"]["posttrainbench_weighted"] is None
     assert by_agent["heuristic"]["posttrainbench_unweighted_mean"] == 0.55
+
+
+@pytest.mark.parametrize(("best", "beats"), [(6, False), (12, True)])
+def test_beats_theta0_is_the_export_filters_rule_not_a_raw_comparison(world, best, beats):
+    """One item above θ0 (6/20 vs 5/20) is a higher score, not a gain: the suite and the export's outcome
+    filter answer the same, with the paired CI."""
+    suite = suite_launch(suite=suite_create(name="one rule", agents=["heuristic"], tasks=["test/addition"]))
+    [run] = [c.run for c in suite.cells.select_related("run")]
+    _plant(run, iterations=[0.4])
+    run = _finish(run, {"theta0": 5, "reference": 17, "best": best})
+    suite = suite_advance_once(suite=suite)
+    stats = suite_stats(suite)
+    [cell] = stats["cells"]
+    assert cell["score"] > cell["theta0"]
+    [verdict] = [v for v in trajectory_verdicts(Trajectory(run=run)) if v.detector == "outcome_beats_base"]
+    assert cell["beats_base"] is verdict.passed is beats
+    assert cell["beats_base_ci"] == [verdict.evidence["ci_low"], verdict.evidence["ci_high"]]
+    assert (cell["beats_base_ci"][0] > 0) is beats
+    assert stats["agents"][0]["settings_beat_base"] == int(beats)
 
 
 def test_csv_and_json_exports_carry_the_same_numbers(finished_suite):

@@ -17,31 +17,39 @@ from __future__ import annotations
 
 import io
 import json
+import random
+import uuid
 from pathlib import Path
 
 import datasets
 import pytest
 from django.core.management import CommandError, call_command
 
+from apps.benchmarks.services import benchmark_register
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.hashing import sha256_tree
 from apps.datapool.models import AGENT_FORMATS, DataEntry
 from apps.datapool.selectors import data_entry_list
 from apps.datapool.services import data_load_rows, data_register_export
 from apps.datapool.storage import artifact_store, checkpoint_key
-from apps.dojo.export import _scanned, trajectory_export
+from apps.dojo.export import scan_units, trajectory_export
 from apps.dojo.services import agent_sft_enqueue
 from apps.experiments.models import Checkpoint, Event
 from apps.experiments.services import checkpoint_register, manifest_digest
 from apps.expos.api.dojo import tool_definitions
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import visible_datapool
+from apps.integrity.overlap import sealed_scanner
 from apps.jobs.choices import JOB_TERMINAL_STATES
 from apps.jobs.models import Job
+from apps.research.choices import NodeKind
 from apps.research.models import TranscriptTurn
+from apps.research.services import node_create, run_set_status
 from apps.research.transcripts import turn_record
+from tests.apps.benchmarks.minibench_fixture import TASK_JSON, write_jsonl
 from tests.apps.dashboard.world import make_people
 from tests.apps.jobs.conftest import wait_for
+from tests.factories import CheckpointFactory, make_run
 from tests.support.bundles import sealed_finished_world
 from tests.support.tiny_chat import build_tiny_chat_model
 
@@ -156,8 +164,13 @@ def test_the_export_is_one_masked_conversation_per_segment_with_tools_and_metada
         ("tool", False)]  # fmt: skip
     assert llm1["messages"][1]["content"].startswith("Summary so far")
 
-    # The tools column is the registry's schemas for the node's role, as JSON text (one Arrow type).
-    assert json.loads(llm1["tools"]) == tool_definitions("worker")
+    # The tools column is the registry's schemas of the tools the conversation calls, as JSON text (one
+    # Arrow type), not the role's whole registry.
+    registry = {d["function"]["name"]: d for d in tool_definitions("worker")}
+    assert json.loads(llm1["tools"]) == [registry["worker_submit"]]
+    assert [d["function"]["name"] for d in json.loads(by_key[("worker_0001", 0)]["tools"])] == [
+        name for name in registry if name in {"worker_show_datapool", "worker_add_data", "worker_submit"}]  # fmt: skip
+    assert llm1["metadata"]["tools_offered"] == len(registry)
     meta = llm1["metadata"]
     run = world.run
     assert (meta["run"], meta["role"], meta["segment"], meta["segment_index"]) == (str(run.uuid), "worker", 1, 1)
@@ -325,17 +338,114 @@ def test_agent_sft_trains_on_an_exported_entry_on_a_gpu_worker(artifact_root, tm
                                  "sha256": entry.sha256}]  # fmt: skip
 
 
-def test_the_scan_reads_what_a_model_could_learn_not_identifiers():
-    """Hex identifiers split into digit runs: a random run uuid once "contained" a sealed item whose key
-    is a few small numbers. The scan reads the messages, the tools and the metadata's free text."""
-    row = {
-        "messages": [{"role": "user", "content": "the task"}],
-        "tools": "[]",
-        "metadata": {"run": "3e4377f6-0b08-4cf5-ae8f-451f69258b8f", "node_uuid": "8f8e8d88-0000-4000-8000-000000000008",
-                     "source_turns": [{"request": "8" * 64}], "task": "add 8 and 8", "compaction_summary": "so far 8"},
+def _arithmetic_benchmark(root: Path, seed: int):
+    """A second benchmark, of word problems whose numbers are all they are (the kind that matched noise)."""
+    rng = random.Random(seed)
+    forms = ("What is {a} plus {b}?", "Mia has {a} stamps and buys {b} more. How many stamps does Mia have?",
+             "A shelf holds {a} books and a box {b}. How many books are there in all?")  # fmt: skip
+    items = []
+    for i in range(12):
+        a, b = rng.randint(11, 59), rng.randint(11, 39)
+        items.append({"id": f"arith-{i:03d}", "prompt": rng.choice(forms).format(a=a, b=b), "answer": str(a + b),
+                      "numbers": (a, b)})  # fmt: skip
+    task = root / "arith"
+    (task).mkdir(parents=True)
+    (task / "task.json").write_text(json.dumps({**TASK_JSON, "name": "arith"}), encoding="utf-8")
+    public = [{k: v for k, v in item.items() if k != "numbers"} for item in items]
+    write_jsonl(task / "feedback.jsonl", public[:4])
+    write_jsonl(task / "final.jsonl", public[4:])
+    benchmark = benchmark_register(
+        name="test/arith", task_dir=task, reference_checkpoint=CheckpointFactory(is_reference=True)
+    )
+    return benchmark, items
+
+
+def _run_noise(rng: random.Random, a: int, b: int) -> dict:
+    """A tool answer as a real run returns it, the item's numbers (and sum) in its timestamps, ids, budgets, metrics."""
+    c = a + b
+    tail = uuid.UUID(int=rng.getrandbits(128)).hex[:12]
+    started = f"2026-12-0{b % 9 + 1} {a:02d}:{b:02d}:{c % 60:02d}"
+    return {
+        "experiment": {"handle": f"exp_{a:04d}", "uuid": f"{a:08x}-00{b}-4000-8000-{tail}",
+                       "created_at": f"2026-{1 + a % 12:02d}-{b % 28 + 1:02d}T{c % 24:02d}:{a:02d}:{b:02d}Z"},
+        "budget": {"accelerator_seconds_left": a, "llm_tokens_used": b, "experiments": c},
+        "metrics": {"score": a, "steps": b, "eval_loss": c},
+        "message": f"exp_{a:04d} step {b} of run started {started}; sha {rng.getrandbits(64):016x}",
     }  # fmt: skip
-    assert _scanned(row) == {
-        "messages": row["messages"],
-        "tools": "[]",
-        "metadata": {"task": "add 8 and 8", "compaction_summary": "so far 8"},
+
+
+def _noisy_heuristic(run, node, items, rng, *, start_step: int = 1) -> None:
+    for step, item in enumerate(items, start=start_step):
+        body = _run_noise(rng, *item["numbers"])
+        call = _call(f"n{step}", "worker_show_experiment")
+        opening = [{"role": "system", "content": "heuristic"}, {"role": "user", "content": node.task}]
+        recorded = [{"name": "worker_show_experiment", "arguments": {}, "result": {"status": 200, "data": body}}]
+        turn_record(run=run, node=node, source="heuristic", step=step, index=0, messages=opening,
+                    tools=tool_definitions("worker")[:2], response=call, tool_messages=[_answer(f"n{step}", body)],
+                    calls=recorded, model="heuristic", finish_reason="tool_calls")  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_real_runs_register_and_a_quoted_sealed_item_is_refused_naming_its_turn(world, tmp_path, seed):
+    """Runs' timestamps, ids, budgets and metrics carry numbers; a word problem is those numbers. Both runs
+    (one per benchmark) register; a conversation quoting an item of its own run's benchmark is refused."""
+    rng = random.Random(seed)
+    arith, items = _arithmetic_benchmark(tmp_path / "tasks", seed)
+    # The noise is hostile: read as one text, as the scan used to read a row, it holds the items.
+    scanner = sealed_scanner(benchmark=arith)
+    noise = [json.dumps(_run_noise(random.Random(seed), *item["numbers"])) for item in items]
+    assert {m.sample_id for m in scanner.scan([{"text": t} for t in noise])} == {item["id"] for item in items}
+
+    _noisy_heuristic(world.run, world.nodes["w3"], items, rng)  # a run on test/export, noise of test/arith
+    second = make_run(name="arith run", benchmark=arith)
+    second = run_set_status(
+        run=run_set_status(run=second, status="running", actor="test"), status="stopped", actor="test"
+    )
+    node = node_create(run=second, kind=NodeKind.WORKER, task="SFT on arithmetic")
+    _noisy_heuristic(second, node, items, rng)
+    result = trajectory_export(runs=[world.run, second], name="real", filters="none", tool_definitions=tool_definitions)
+    assert result.entry.rows == 5  # world: 3 segments and w3's; the second run: one heuristic segment
+    assert {r["metadata"]["benchmark"] for r in data_load_rows(entry=result.entry)} == {"test/export@1", "test/arith@1"}
+
+    # The second run's agent quotes a sealed item (as a preview of a honeypot would show it): refused.
+    leaked = rng.choice(items)
+    quote = {
+        "rows": [{"question": leaked["prompt"], "answer": int(leaked["answer"])}],
+        "created_at": "2026-12-07T08:00:00Z",
     }
+    sys_msg = {"role": "system", "content": "You are worker_0002."}
+    turn_record(run=second, node=node, source="llm", step=len(items) + 1, index=0, messages=[sys_msg],
+                tools=tool_definitions("worker")[:2], response=_call("q1", "worker_inspect_data", data="data_0001"),
+                tool_messages=[_answer("q1", quote)], calls=[], model="tiny-llm", finish_reason="tool_calls",
+                segment=1)  # fmt: skip
+    entries = DataEntry.objects.count()
+    with pytest.raises(Conflict) as caught:
+        trajectory_export(runs=[world.run, second], name="leak", filters="none", tool_definitions=tool_definitions)
+    assert caught.value.code == "contains_sealed_items"
+    message = caught.value.message
+    assert f"run {second.uuid} {node.handle} segment 1 message 2 (turn " in message, message
+    assert f"test/arith@1 item(s) {leaked['id']}" in message
+    assert caught.value.detail["items"] == [f"test/arith@1 {leaked['id']}"]
+    assert DataEntry.objects.count() == entries
+
+
+def test_the_scan_reads_what_a_model_could_learn_not_identifiers():
+    """One unit per message: its text and calls, JSON keys, ids, timestamps, numeric field values left out."""
+    row = {
+        "messages": [
+            {"role": "user", "content": "add 8 and 8 (run 3e4377f6-0b08-4cf5-ae8f-451f69258b8f, exp_0088)",
+             "train": False},
+            {**_call("c", "calc", a=8, text="8 + 8"), "train": True},
+            {"role": "tool", "tool_call_id": "c", "train": False,
+             "content": '{"answer": 16, "score": 88, "at": "2026-08-08T08:08:08Z", "sha": "' + "8e" * 32 + '"}'},
+        ],
+        "tools": "[]",
+        "metadata": {"run": "3e4377f6", "task": "add 8 and 8", "message_turns": [None, 1, 1]},
+    }  # fmt: skip
+    units, where = scan_units([row])
+    assert where == [(0, 0), (0, 1), (0, 2)]  # an empty tool table has no text
+    texts = [" ".join(u["strings"]).split() for u in units]
+    assert texts[0][:4] == ["add", "8", "and", "8"]
+    assert not any("3e4377f6" in t or "0088" in t for t in texts[0])
+    assert texts[1] == ["calc", "8", "+", "8"]
+    assert [t for t in texts[2] if t != ";"] == ["16"]
