@@ -131,10 +131,14 @@ def main() -> None:
     written = time.perf_counter() - started
     print(f"recorded {args.workers * args.turns + 40} turns in {written:.1f} s")
     # Cold start (the embedding model and the sealed items' index load once per process), apart.
-    from apps.dojo.export import _scan
+    from apps.dojo.export import _scanner
 
     started = time.perf_counter()
-    _scan([{"messages": [{"role": "user", "content": "warm up", "train": False}], "tools": "[]"}], "0" * 64)
+    bench = runs[0].benchmark
+    key = f"{bench.name}@{bench.version}"
+    warm = {"messages": [{"role": "user", "content": "warm up", "train": False}], "tools": "[]",
+            "metadata": {"benchmark": key}}  # fmt: skip
+    _scanner({key: bench})([warm], "0" * 64)
     print(f"contamination scanner cold start {time.perf_counter() - started:.1f} s (not in the figures below)")
     results = [("half", timed_export(runs[:1], "bench half", tool_definitions)),
                ("all", timed_export(runs, "bench all", tool_definitions))]  # fmt: skip

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 
 from apps.core.queues import Queue, TaskName
+from apps.flows.runs import run_start
 from apps.research.choices import NodeKind
 from apps.research.models import AgentLoop
-from apps.research.services import run_start
 from rsiweb.celery import app as celery_app
 from tests.factories import make_run
 from tests.workers.agents.stack import wait_for

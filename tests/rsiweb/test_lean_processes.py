@@ -19,7 +19,7 @@ import httpx
 import pytest
 from django.conf import settings
 
-from apps.core.management.commands.demo import Stack
+from apps.flows.management.commands.demo import Stack
 from tests.support.procs import ROOT, child_env
 from tests.workers.agents.stack import free_port
 

@@ -16,9 +16,10 @@ from django.core.management import CommandError, call_command
 from apps.experiments.models import Event, Experiment
 from apps.experiments.services import experiment_set_integrity
 from apps.expos.models import IdempotencyRecord
+from apps.flows.runs import run_final_eval_start
 from apps.research.choices import RunStatus
 from apps.research.models import Decision, ResearchNode, Run, TranscriptTurn
-from apps.research.services import run_final_eval_start, run_set_status
+from apps.research.services import run_set_status
 from tests.support.mcp_client import command_sections
 
 

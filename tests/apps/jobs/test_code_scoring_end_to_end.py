@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from apps.experiments.pipeline import experiment_start
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -28,6 +27,7 @@ from apps.core.hashing import sha256_tree
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample
 from apps.experiments.services import checkpoint_register, experiment_create, manifest_digest
+from apps.flows.pipeline import experiment_start
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
 from apps.ml import evaluators
