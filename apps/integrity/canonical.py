@@ -179,7 +179,7 @@ def join_digit_runs(text: str) -> str:
 
 
 # Single digits separated by single spaces: "5 9" is 59 (step 4b).
-_SPELLED_DIGITS = re.compile(r"(?<![\w.,:/-])\d(?: \d)+(?![\w.,:/-])")
+_SPELLED_DIGITS = re.compile(r"(?<![\w/-])(?<!\d[.,:])\d(?: \d)+(?![\w/-]|[.,:]\d)")
 
 # Numbers with separators first: "1,234,567", "1_234", "1 234" (a space-grouped number only when
 # every group after the first has exactly three digits), then plain digits; optional fraction.
