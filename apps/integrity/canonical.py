@@ -17,12 +17,28 @@ order, for each string:
    "ρ", "α" read as Latin. The table is built once from the package data, never by hand.
 4. Every Unicode decimal digit (``unicodedata.decimal``: Arabic-Indic, Devanagari, ...) becomes
    its ASCII digit; then case folding.
+4b. Separators inside a number go (:func:`join_digit_runs`, step 0, on the raw text): between two
+   digits of any script, a run of characters that are not ASCII and that Unicode classes as a
+   space separator (Zs: thin, narrow no-break, figure, ideographic spaces...), a format character
+   (Cf), a modifier letter or symbol (Lm, Sk: tatweel, modifier primes), a mark (Mn, Me), other
+   punctuation (Po: middle dot, hyphenation point, bullet, Arabic thousands separator) or other
+   symbol (So: braille blank), mixed with ASCII spaces or not, is removed: "4\u20095" and "4 · 5"
+   read as 45. Kept: ASCII characters alone (an ASCII space between numbers is a separate number,
+   except single digits below), line and paragraph separators, dashes (Pd: "5–9" is a range),
+   maths and currency symbols, brackets, and characters whose compatibility form is ASCII
+   punctuation (a fullwidth comma is a comma); a decimal separator by its Unicode name is a point.
+   Single digits separated by single ASCII spaces ("5 9", "1 2 3") are one number, as a digit-by-
+   digit spelling is: a number of one digit next to another by one space is, in running text, a
+   number spelled out, while honest separate numbers have a word, a comma or a line between them
+   (``group_spaces=False`` keeps them apart, for a caller that tries both readings).
 5. Tokens: runs of letters, and numbers with their separators. Numbers are normalised: thousands
    separators ("1,234", "1_234", "1 234") dropped, leading zeros dropped, a zero fraction dropped
    ("12.0" is "12", "12.50" is "12.5"), but a clock's minutes keep theirs ("3:05" is not "3:5",
    though "03:05" is "3:05"); digits glued to letters come apart ("12apples"); a token
    of digits mixed with the look-alike letters o/l/i ("l2", "1O5") is read as a number.
 6. Number words become digits: "forty-two", "one hundred and five", "two thousand three hundred",
+   mixed with digits ("fifty 9", "fifty-9", "5 hundred and 9", "2 thousand"): a round tens word
+   takes a following single digit, a number below 1000 takes a following scale word;
    and digit words glued together ("sixzero", as a zero-width joiner between "six" and "zero"
    leaves them) read digit by digit.
 
@@ -95,10 +111,12 @@ class _Fold(dict[int, str | None]):
         value: str | None
         if category in ("Cf", "Mn", "Me") or code in _IGNORABLE_EXTRA:
             value = None
-        elif (digit := unicodedata.decimal(char, None)) is not None:
+        elif (digit := unicodedata.decimal(char, unicodedata.digit(char, None))) is not None:
             value = str(digit)
-        elif category == "Zs" or char in "\u2028\u2029\x85":
+        elif category == "Zs":
             value = " "
+        elif char in _LINE_BREAKS:
+            value = "\n"
         else:
             value = confusable_table().get(code, char)
         self[code] = value
@@ -106,6 +124,62 @@ class _Fold(dict[int, str | None]):
 
 
 _FOLD = _Fold()
+
+# Categories of a non-ASCII character that, between two digits, is a separator or an invisible
+# mark rather than content (see the module docstring, step 4b).
+_SEPARATOR_CATEGORIES = frozenset({"Zs", "Cf", "Lm", "Sk", "Mn", "Me", "Po", "So", "Cc", "Co", "Cn"})
+_LINE_BREAKS = frozenset("\x85\u2028\u2029")
+
+
+def _is_digit(char: str) -> bool:
+    return char.isdigit() if char.isascii() else unicodedata.digit(char, None) is not None
+
+
+@cache
+def _separator_kind(char: str) -> str:
+    """ "sep" (drop between digits), "point" (a decimal separator), "space" (ASCII) or "" (content)."""
+    if char == " ":
+        return "space"
+    if char.isascii() or char in _LINE_BREAKS:
+        return ""
+    if "DECIMAL SEPARATOR" in unicodedata.name(char, ""):
+        return "point"
+    if unicodedata.category(char) not in _SEPARATOR_CATEGORIES:
+        return ""
+    plain = unicodedata.normalize("NFKC", char)
+    if plain.isascii() and plain.strip():
+        return ""  # a compatibility form of ASCII punctuation ("，" is ","): the tokenizer reads it
+    return "sep"
+
+
+def join_digit_runs(text: str) -> str:
+    """Remove separators between two digits (step 4b of the module docstring); ASCII text is unchanged."""
+    if text.isascii():
+        return text
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        out.append(char)
+        i += 1
+        if not _is_digit(char):
+            continue
+        j, kinds = i, set()
+        while j < n and (kind := _separator_kind(text[j])):
+            kinds.add(kind)
+            j += 1
+        if j > i and j < n and _is_digit(text[j]) and kinds - {"space"}:
+            if "point" in kinds:
+                if kinds == {"point"} and j == i + 1:
+                    out.append(".")
+                else:
+                    continue
+            i = j
+    return "".join(out)
+
+
+# Single digits separated by single spaces: "5 9" is 59 (step 4b).
+_SPELLED_DIGITS = re.compile(r"(?<![\w/-])(?<!\d[.,:])\d(?: \d)+(?![\w/-]|[.,:]\d)")
 
 # Numbers with separators first: "1,234,567", "1_234", "1 234" (a space-grouped number only when
 # every group after the first has exactly three digits), then plain digits; optional fraction.
@@ -150,6 +224,7 @@ def is_number(token: str) -> bool:
 
 
 def _fold_text(text: str) -> str:
+    text = join_digit_runs(text)
     if text.isascii():
         return text.lower()
     # Look-alikes first: compatibility decomposition would turn some into other letters (the
@@ -163,12 +238,20 @@ def _fold_text(text: str) -> str:
     return folded
 
 
+def _small_integer(token: str) -> int | None:
+    """A digit token below 1000 ("9", "250"), which number words around it may extend."""
+    return int(token) if token.isdigit() and len(token) <= 3 else None
+
+
 def _number_words(raw: list[str]) -> list[str]:
     out: list[str] = []
     i = 0
     n = len(raw)
     while i < n:
-        if raw[i] not in _NUMBER_WORDS:
+        leading = _small_integer(raw[i])
+        if leading is not None and not (i + 1 < n and raw[i + 1] in _SCALES):
+            leading = None  # a digit token starts a number only before a scale word: "5 hundred"
+        if raw[i] not in _NUMBER_WORDS and leading is None:
             word = raw[i]
             if len(word) >= 6 and _GLUED_DIGITS.fullmatch(word):
                 word = canonical_number("".join(_DIGIT_WORDS[d] for d in _DIGIT_WORD.findall(word)))
@@ -183,12 +266,21 @@ def _number_words(raw: list[str]) -> list[str]:
         j = i
         while j < n:
             word = raw[j]
+            digit = _small_integer(word)
             if word in _SMALL and word != "zero":
                 value, last = _SMALL[word], current % 100
                 # "forty two" is one number; "five six", "twenty thirty", "ten three" are two.
                 if last and not (last >= 20 and last % 10 == 0 and value < 10):
                     break
                 current += value
+            elif digit is not None and j == i:
+                current = digit  # "5 hundred", "250 thousand"
+            elif digit is not None and current == 0 and total and raw[j - 1] in _SCALES:
+                current = digit  # "1 thousand 5 hundred"
+            elif digit is not None and 0 < digit < 10 and current % 100 >= 20 and current % 10 == 0:
+                current += digit  # "fifty 9", "fifty-9": a round tens word takes one digit
+            elif digit is not None and 0 < digit < 100 and current and current % 100 == 0 and raw[j - 1] == "and":
+                current += digit  # "five hundred and 9"
             elif word == "hundred":
                 if current % 1000 >= 100:
                     break
@@ -196,7 +288,12 @@ def _number_words(raw: list[str]) -> list[str]:
             elif word in _SCALES:
                 total += (current or 1) * _SCALES[word]
                 current = 0
-            elif not (word == "and" and raw[j - 1] in _SCALES and j + 1 < n and raw[j + 1] in _SMALL):
+            elif not (
+                word == "and"
+                and raw[j - 1] in _SCALES
+                and j + 1 < n
+                and (raw[j + 1] in _SMALL or (_small_integer(raw[j + 1]) or 0) in range(1, 100))
+            ):
                 break  # "one hundred and five" keeps its "and"; other words end the number
             j += 1
         out.append(str(total + current))
@@ -213,6 +310,8 @@ def canonical_tokens(text: str, *, group_spaces: bool = True) -> list[str]:
     folded = _fold_text(text)
     if "o" in folded or "l" in folded or "i" in folded:
         folded = _LOOKALIKE_NUMBER.sub(lambda m: m.group(0).translate(_LOOKALIKE_DIGITS), folded)
+    if group_spaces:
+        folded = _SPELLED_DIGITS.sub(lambda m: m.group(0).replace(" ", ""), folded)
     pattern = _TOKEN_SPACES if group_spaces else _TOKEN_NO_SPACES
     raw = [
         t if not t[0].isdigit() or m.lastgroup == "clock" else canonical_number(t)

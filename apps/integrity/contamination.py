@@ -37,6 +37,7 @@ import xxhash
 from datasketch import MinHash, MinHashLSH
 
 from apps.integrity.canonical import canonical_tokens, is_number
+from apps.ml.row_format import training_texts
 
 MatchKind = Literal["exact", "ngram", "near_dup", "salient"]
 LAYERS: tuple[MatchKind, ...] = ("exact", "ngram", "near_dup", "salient")
@@ -54,15 +55,11 @@ def normalize_tokens(text: str) -> list[str]:
 
 
 def row_strings(value: Any) -> Iterator[str]:
-    """Every string inside a row (values of dicts, items of lists), in order; keys are skipped."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from row_strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from row_strings(item)
+    """The row's texts as the trainer reads them: by field name, in training order
+    (:func:`apps.ml.row_format.training_texts`: SFT prompt then completion, DPO prompt with chosen
+    and prompt with rejected, chat messages in order), then the fields it does not read. A row
+    written ``{"completion": .., "prompt": ..}`` is scanned prompt first, as it is trained."""
+    yield from training_texts(value)
 
 
 def _template_affixes(template: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:

@@ -523,4 +523,4 @@ def judge_scan(
 def _row_text(row: Any) -> str:
     if isinstance(row, str):
         return row
-    return json.dumps(row, ensure_ascii=False, sort_keys=True)
+    return "\n".join(row_strings(row))  # the trained text, in training order

@@ -26,6 +26,7 @@ from apps.core.jsonsafe import first_bad_value
 from apps.core.jsonsafe import loads as jsonsafe_loads
 from apps.ml.checkpoints import TOKENIZER_FILES, load_checkpoint
 from apps.ml.hparams import TrainConfig
+from apps.ml.row_format import FORMAT_KEYS
 
 # Progress goes through TrainHooks; dataset-map progress bars would only clutter job logs.
 datasets.disable_progress_bar()
@@ -78,7 +79,7 @@ def _read_jsonl(paths: Sequence[Path]) -> list[dict[str, Any]]:
     return rows
 
 
-_FORMAT_KEYS = {"sft": ("prompt", "completion"), "dpo": ("prompt", "chosen", "rejected")}
+_FORMAT_KEYS = FORMAT_KEYS  # the fields by name, shared with the contamination scanner
 
 
 def _check_rows(rows: list[dict[str, Any]], recipe: str) -> None:

@@ -21,7 +21,8 @@ from tests.apps.benchmarks.minibench_fixture import FEEDBACK, FINAL
 def test_nfkc_compatibility_forms_read_as_plain_letters_and_digits():
     assert canonical_tokens("Ｔｏｍ ｈａｓ １２ ａｐｐｌｅｓ") == ["tom", "has", "12", "apples"]  # fullwidth
     assert canonical_tokens("𝐓𝐨𝐦 𝐡𝐚𝐬 𝟏𝟐 𝒂𝒑𝒑𝒍𝒆𝒔") == ["tom", "has", "12", "apples"]  # mathematical
-    assert canonical_tokens("ﬁle ① ²") == ["file", "1", "2"]  # ligature, circled and superscript digits
+    assert canonical_tokens("ﬁle ① and ²") == ["file", "1", "and", "2"]  # ligature, circled, superscript digits
+    assert canonical_tokens("ﬁle ① ²") == ["file", "12"]  # single digits one space apart: one number
 
 
 @pytest.mark.parametrize(
@@ -243,7 +244,9 @@ def test_stacked_variants_too():
 
 def test_different_content_stays_different():
     assert canonical_tokens("Tom has 12 apples") != canonical_tokens("Tom has 21 apples")
-    assert canonical_tokens("Tom has 12 apples") != canonical_tokens("Tom has 1 2 apples")
+    # Single digits one space apart are one number (issue 33); a comma, a word or a line keeps them apart.
+    for apart in ("Tom has 1, 2 apples", "Tom has 1 and 2 apples", "Tom has 1\n2 apples", "Tom has 1 – 2 apples"):
+        assert canonical_tokens("Tom has 12 apples") != canonical_tokens(apart), apart
     assert canonical_tokens("12.5") != canonical_tokens("125")
     assert canonical_tokens("forty two") != canonical_tokens("four two")
 
