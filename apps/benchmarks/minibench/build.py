@@ -82,6 +82,7 @@ def source_digest() -> str:
         apps_dir / "ml" / "checkpoints.py",
         apps_dir / "ml" / "training.py",
         apps_dir / "ml" / "hparams.py",
+        apps_dir / "ml" / "row_format.py",  # the fields by name that training reads
     ]
     digest = hashlib.sha256()
     for path in files:
