@@ -31,7 +31,8 @@ def attacks(sealed: list[dict], rng: random.Random) -> list[dict]:
     for cls in number_forms.CLASSES:
         for item in sealed:
             a, b = (int(x) for x in re.findall(r"\d+", item["prompt"])[:2])
-            q = f"Ines stacked {number_forms.disguise(a, cls, rng)} crates, then {number_forms.disguise(b, cls, rng)} more."
+            first, second = number_forms.disguise(a, cls, rng), number_forms.disguise(b, cls, rng)
+            q = f"Ines stacked {first} crates, then {second} more."
             answer = " " + number_forms.disguise(int(item["answer"]), cls, rng)
             rows.append({"completion": answer, "prompt": PROMPT_TEMPLATE.replace("{question}", q)})
     return rows
