@@ -249,7 +249,10 @@ def salient_key(item: dict[str, Any], index: int, evaluator: str | None = None) 
         if number is None or not numbers:
             return None
         content = frozenset(t for t in tokens if not is_number(t) and t not in _STOPWORDS)
-        return _Key(kind, index, numbers=numbers, answer=(number,), content=content, span=" ".join(numbers))
+        first = next(k for k, t in enumerate(tokens) if is_number(t))
+        own = len(tokens) - first + 1  # from the first operand to the answer, as the sealed item writes it
+        return _Key(kind, index, numbers=numbers, answer=(number,), content=content, span=" ".join(numbers),
+                    reach=2 * own + 4)  # fmt: skip
     if kind == "multiple_choice":
         stem, options = _parse_options(prompt)
         if len(options) < 2:
@@ -268,6 +271,7 @@ def salient_key(item: dict[str, Any], index: int, evaluator: str | None = None) 
         return _Key(
             kind,
             index,
+            reach=2 * len(prompt_tokens) + 4,
             options=tuple(texts.values()),
             answer=chosen,
             answer_count=max(1, _count_runs(chosen, prompt_tokens)),
@@ -329,6 +333,25 @@ def _values_in_order(values: Sequence[tuple[str, ...]], tokens: Sequence[str], l
         start = first + 1
 
 
+def _within_window(needles: Sequence[Sequence[str]], tokens: Sequence[str], limit: int) -> bool:
+    """Every needle occurs as a contiguous run inside one window of ``limit`` tokens (any order):
+    an item's parts together in one item's span, not scattered over a document."""
+    starts = sorted({at for needle in needles for at in _run_positions(needle, tokens)})
+    for start in starts:
+        window = tokens[start : start + limit]
+        if all(_find_run(needle, window) >= 0 for needle in needles):
+            return True
+    return False
+
+
+def _run_positions(needle: Sequence[str], tokens: Sequence[str]) -> list[int]:
+    found, at = [], _find_run(needle, tokens)
+    while at >= 0:
+        found.append(at)
+        at = _find_run(needle, tokens, at + 1)
+    return found
+
+
 def _numbers_run(key: _Key, numbers: Sequence[str], i: int) -> tuple[int, ...] | None:
     """Positions of the key's numbers from ``numbers[i]`` on (at most ``_NUMBER_GAPS`` other
     numbers among them, the row's strings read as one), when the answer follows them closely."""
@@ -345,7 +368,7 @@ def _numbers_run(key: _Key, numbers: Sequence[str], i: int) -> tuple[int, ...] |
         at += 1
     # After them, not before: "76 crayons, 36 given away, 40 left" is another problem than 36 + 40.
     if key.answer[0] in numbers[at : at + _ANSWER_REACH]:
-        return tuple(used)
+        return (*used, numbers.index(key.answer[0], at))
     return None
 
 
@@ -539,12 +562,25 @@ class ContaminationScanner:
         """Positions in ``self._keys`` whose key content the row carries."""
         found: set[int] = set()
         if self._numeric_pairs or self._numeric_single:
-            numbers = [t for t in tokens if is_number(t)]
-            found |= self._salient_numeric(numbers, tokens)
+            # Lines: a line break inside a text ends a note of a list; the boundary between two
+            # texts (prompt and completion, chat turns) does not.
+            lines = [(line_no, line) for text in texts for line_no, line in enumerate(text.split("\n"))]
+            readings = [True]
             if any(_SPACED_DIGITS.search(text) for text in texts):
-                # "67 112" may be one number or two: try the reading without space grouping too.
-                split = [t for text in texts for t in canonical_tokens(text, group_spaces=False)]
-                found |= self._salient_numeric([t for t in split if is_number(t)], tokens)
+                readings.append(False)  # "67 112" may be one number or two: try both readings
+            for group_spaces in readings:
+                numbers: list[str] = []
+                where: list[tuple[int, int]] = []  # (token position, line) of each number
+                position = 0
+                line_id = 0
+                for k, (line_no, line) in enumerate(lines):
+                    line_id += 1 if k and line_no else 0
+                    for token in canonical_tokens(line, group_spaces=group_spaces):
+                        if is_number(token):
+                            numbers.append(token)
+                            where.append((position, line_id))
+                        position += 1
+                found |= self._salient_numeric(numbers, tokens, where)
         if self._by_token:
             row_set = set(tokens)
             row_set.add("")
@@ -565,11 +601,13 @@ class ContaminationScanner:
                 if key.kind == "multiple_choice":
                     if self._choice_match(key, tokens, row_set):
                         found.add(position)
-                elif self._call_match(key, per_string, row_set):
+                elif self._call_match(key, texts, per_string, row_set):
                     found.add(position)
         return found
 
-    def _salient_numeric(self, numbers: Sequence[str], tokens: Sequence[str]) -> set[int]:
+    def _salient_numeric(
+        self, numbers: Sequence[str], tokens: Sequence[str], where: Sequence[tuple[int, int]]
+    ) -> set[int]:
         runs: dict[int, set[tuple[int, ...]]] = {}
         count = len(numbers)
         row_set: set[str] | None = None
@@ -577,8 +615,15 @@ class ContaminationScanner:
         for i in range(count):
             for j in range(i + 1, min(count, i + 2 + _NUMBER_GAPS)):
                 for position in self._numeric_pairs.get((numbers[i], numbers[j]), ()):
-                    run = _numbers_run(self._keys[position], numbers, i)
-                    if run is not None:
+                    key = self._keys[position]
+                    run = _numbers_run(key, numbers, i)
+                    # Within one item's span: operands to answer no wider than the sealed item's
+                    # own span, or twice that and four tokens with the operands on one line (a line
+                    # break between them is where one note of a list ends and the next begins).
+                    width = where[run[-1]][0] - where[run[0]][0] if run is not None else 0
+                    if run is not None and (
+                        width < (key.reach - 4) // 2 or (where[run[0]][1] == where[run[-2]][1] and width < key.reach)
+                    ):
                         runs.setdefault(position, set()).add(run)
             if self._numeric_single:
                 for j in (i - 1, i + 1):
@@ -610,19 +655,31 @@ class ContaminationScanner:
         for option in key.options:
             if not set(option) <= row_set or _find_run(option, tokens) < 0:
                 return False
-        return _count_runs(key.answer, tokens) >= key.answer_count
+        # ... and together, within one item's span (twice the sealed prompt and four tokens):
+        # practice notes that name these options across several items are not this item.
+        needles = [*key.options, *((t,) for t in key.entity)]
+        for start in sorted({at for needle in needles for at in _run_positions(needle, tokens)}):
+            window = tokens[start : start + key.reach]
+            if all(_find_run(n, window) >= 0 for n in needles) and _count_runs(key.answer, window) >= key.answer_count:
+                return True
+        return False
 
     @staticmethod
-    def _call_match(key: _Key, per_string: Sequence[list[str]], row_set: set[str]) -> bool:
+    def _call_match(key: _Key, texts: Sequence[str], per_string: Sequence[list[str]], row_set: set[str]) -> bool:
         if not set(key.name) <= row_set or not all(set(v) <= row_set for v in key.values):
             return False
         limit = key.reach
         orders = [key.values, tuple(key.values[k] for k in key.prompt_order)]
         for tokens in per_string:
-            if all(_find_run(pair, tokens) >= 0 for pair in key.pairs):
+            # "city Bangkok ... day tonight" next to each other, not in two calls of a list.
+            if _within_window(key.pairs, tokens, sum(len(p) for p in key.pairs) + len(key.pairs)):
                 return True
-            if any(_values_in_order(order, tokens, limit) for order in orders):
-                return True
+        # The values alone, in order and close: within one line (a line break ends one note of a list).
+        for text in texts:
+            for line in text.split("\n"):
+                tokens = canonical_tokens(line)
+                if any(_values_in_order(order, tokens, limit) for order in orders):
+                    return True
         return False
 
     # ------------------------------------------------------------------ scanning
