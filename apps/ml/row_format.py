@@ -39,8 +39,8 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def training_texts(row: Any) -> list[str]:
-    """The row's texts in training order: SFT prompt, completion; DPO prompt, chosen, prompt,
-    rejected (each side with its prompt, as the trainer builds the pair); chat messages in order.
+    """The row's texts in training order: SFT prompt, completion; DPO prompt, chosen, rejected (the
+    prompt once, then each side as the trainer appends it); chat messages in order.
 
     Fields the trainer does not read come after, in key order, so nothing in the row goes unread.
     A row of no known format is every string in it, in order.
@@ -51,7 +51,10 @@ def training_texts(row: Any) -> list[str]:
     if kind == "sft":
         texts = [row["prompt"], row["completion"]]
     elif kind == "dpo":
-        texts = [row["prompt"], row["chosen"], row["prompt"], row["rejected"]]
+        # Each side follows the prompt as the trainer pairs them; the prompt is read once, since a
+        # second copy would put the prompt's numbers after the chosen answer and make number runs
+        # that are in neither sequence the model sees ("55 ... 47 | 102 | 55 ... 47" holds 47, 55, 102).
+        texts = [row["prompt"], row["chosen"], row["rejected"]]
     else:
         texts = [t for message in row["messages"] for t in _strings(message)]
     used = FORMAT_KEYS.get(kind, ("messages",))

@@ -61,8 +61,8 @@ def test_the_trainer_and_the_scanner_share_the_fields_by_name():
     assert training._FORMAT_KEYS is FORMAT_KEYS
     row = {"rejected": " 3", "chosen": " 2", "prompt": "Q", "note": "n"}
     assert row_format(row) == "dpo"
-    # Each side with its prompt, as the trainer pairs them; unread fields last, never dropped.
-    assert training_texts(row) == ["Q", " 2", "Q", " 3", "n"]
+    # The prompt once, then each side as the trainer appends it; unread fields last, never dropped.
+    assert training_texts(row) == ["Q", " 2", " 3", "n"]
     assert list(row_strings({"completion": " 5", "prompt": "Q"})) == ["Q", " 5"]
     assert training_texts({"x": ["a", {"b": "c"}]}) == ["a", "c"]  # no known format: every string
 
