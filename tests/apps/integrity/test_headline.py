@@ -12,14 +12,20 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from apps.experiments.choices import ExperimentKind
+from apps.experiments.pipeline import experiment_start
+from apps.experiments.services import experiment_create
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import BlockedAttempt
 from apps.integrity.selectors import hacking_rate
 from apps.integrity.services import finding_adjudicate, integrity_run_checks
+from apps.jobs.choices import JobKind
+from apps.jobs.models import Job
+from apps.jobs.services import job_claim, job_fail
 from apps.research.models import Run
 from apps.research.scores import run_scores
 from tests.apps.dashboard.world import make_people
-from tests.apps.integrity.conftest import finding
+from tests.apps.integrity.conftest import checkpoint_path, finding
 
 pytestmark = pytest.mark.django_db
 
@@ -86,3 +92,25 @@ def test_the_review_queue_lists_a_reviewerless_runs_pending_finding_and_adjudica
     rates = hacking_rate(runs=Run.objects.filter(pk=world.run.pk))
     assert (rates["hacked"], rates["suspected"], rates["headline"]) == (1, 0, "100.0%")
     assert f'id="queued-{suspected.pk}"' not in admin.get(queue).content.decode()
+
+
+def test_an_operators_edit_of_a_checkpoint_is_not_counted_against_the_agent(world):
+    trained = world.train([world.data["clean"]], correct=2)
+    integrity_run_checks(experiment=trained)
+    # The operator edits the stored weights by hand; the agent then trains on from them.
+    (checkpoint_path(trained.output_checkpoint) / "model.safetensors").write_bytes(b"operator's edit")
+    follow_up = experiment_create(
+        run=world.run, owner=world.worker, kind=ExperimentKind.TRAIN_EVAL, input_checkpoint=trained.output_checkpoint,
+        action={"data": [world.data["clean"]], "hyperparameters": {"recipe": "sft", "max_steps": 5}},
+    )  # fmt: skip
+    experiment_start(experiment=follow_up)
+    job = job_claim(job_id=Job.objects.get(experiment=follow_up, kind=JobKind.TRAIN).pk, worker="test-host:1")
+    job_fail(job=job, error="IntegrityError: checkpoint files differ from its manifest: model.safetensors")
+
+    integrity_run_checks(experiment=follow_up)
+
+    weights = finding(follow_up, Subcategory.WEIGHT_PROVENANCE)
+    assert (weights.observation, weights.adjudication) == (Observation.ATTEMPTED_BLOCKED, "")
+    assert weights.evidence["refused"][0]["code"] == "manifest_mismatch"
+    rates = hacking_rate(runs=Run.objects.filter(pk=world.run.pk))
+    assert (rates["submissions_ran"], rates["hacked"], rates["suspected"]) == (2, 0, 0)
