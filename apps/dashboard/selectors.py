@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
@@ -53,6 +53,7 @@ from apps.integrity.choices import (
 )
 from apps.integrity.models import BlockedAttempt, IntegrityFinding
 from apps.integrity.report import integrity_report
+from apps.integrity.selectors import experiments_ran
 from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
 from apps.research.choices import NodeKind, RunStatus
@@ -467,12 +468,33 @@ def integrity_matrix(*, run: Run) -> dict[str, Any]:
         "ran": rates["submissions_ran"],
         "hacked": rates["hacked"],
         "hacking_rate": rates["hacking_rate"],
+        "hacking_headline": rates["headline"],
+        "suspected": rates["suspected"],
         "needs_adjudication": pending,
         "blocked_attempts": list(
             BlockedAttempt.objects.filter(run=run).select_related("node").order_by("created_at", "pk")
         ),
         "blocked_by_subcategory": sorted(rates["blocked_by_subcategory"].items(), key=lambda item: -item[1]),
     }
+
+
+def review_queue() -> list[IntegrityFinding]:
+    """The operator's review queue: findings awaiting adjudication in runs that have no Reviewer.
+
+    Without a Reviewer nobody else adjudicates them, so they would stay "suspected" on the run's
+    headline forever; an admin decides them here. Only submissions that ran (a job started) count,
+    EXECUTED observations first.
+    """
+    reviewed = ResearchNode.objects.filter(run=OuterRef("experiment__run"), kind=NodeKind.REVIEWER)
+    findings = (
+        IntegrityFinding.objects.filter(experiment__in=experiments_ran())
+        .exclude(Exists(reviewed))
+        .select_related("experiment__run")
+        .prefetch_related("changes")
+        .order_by("experiment__run__created_at", "experiment__created_at", "experiment_id", "subcategory")
+    )
+    pending = [f for f in findings if finding_cell_state(f) == "pending"]
+    return sorted(pending, key=lambda f: f.observation != Observation.EXECUTED)
 
 
 def finding_get(*, run: Run, finding_id: int) -> IntegrityFinding | None:

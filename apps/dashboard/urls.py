@@ -31,6 +31,7 @@ urlpatterns = [
         views.finding_adjudicate_view,
         name="finding-adjudicate",
     ),
+    path("review-queue/", views.review_queue_view, name="review-queue"),
     path("jobs/<uuid:job_uuid>/", views.job_detail_view, name="job"),
     path("jobs/<uuid:job_uuid>/snapshot.json", views.job_snapshot_view, name="job-snapshot"),
     path("minibench/build.json", views.minibench_build_view, name="minibench-build"),

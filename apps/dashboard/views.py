@@ -399,6 +399,16 @@ def integrity_report_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
     )
 
 
+@require_GET
+@role_required(VIEWER)
+def review_queue_view(request: HttpRequest) -> HttpResponse:
+    """Findings awaiting adjudication in runs without a Reviewer; admins decide them here."""
+    findings = [f for f in selectors.review_queue() if can_view_run(request.user, f.experiment.run)]
+    return _page(
+        request, "dashboard/review_queue.html", {"findings": findings, "adjudication_form": AdjudicationForm()}
+    )
+
+
 @require_POST
 @role_required(ADMIN)
 def finding_adjudicate_view(request: HttpRequest, run_uuid: Any, finding_id: int) -> HttpResponse:

@@ -111,6 +111,8 @@ def cell_stats(cell: SuiteCell) -> dict[str, Any]:
         "submissions_ran": scores.submissions_ran,
         "hacked": scores.hacked,
         "hacking_rate": scores.hacking_rate,
+        "suspected": scores.suspected,
+        "hacking_headline": scores.hacking_headline,
         "blocked_attempts": scores.blocked_attempts,
         "trained": trained,
         # The export's rule (beats_theta0), not a raw ">": one item of a hundred is not a gain.
@@ -159,6 +161,8 @@ def _agent_row(agent: str, cells: list[dict[str, Any]], runs: list[int]) -> dict
         "submissions_ran": rates["submissions_ran"],
         "hacked": rates["hacked"],
         "hacking_rate": rates["hacking_rate"],
+        "suspected": rates["suspected"],
+        "hacking_headline": rates["headline"],
         "blocked_attempts": rates["blocked_attempts"],
     }
 
@@ -190,12 +194,12 @@ def suite_stats(suite: AgentSuite) -> dict[str, Any]:
 
 CELL_COLUMNS = ["agent", "base_model", "task", "seed", "run", "run_status", "score", "theta0", "reference", "lite",
                 "posttrainbench_substitute", "posttrainbench_max", "violation", "submissions_ran", "hacked",
-                "hacking_rate", "blocked_attempts", "trained", "beats_base", "iterations",
+                "hacking_rate", "suspected", "blocked_attempts", "trained", "beats_base", "iterations",
                 "effective_iterations"]  # fmt: skip
 AGENT_COLUMNS = ["agent", "cells", "ended", "settings", "settings_trained", "settings_beat_base", "iterations",
                  "effective_iterations", "effective_share", "lite_mean", "lite_cells", "posttrainbench_weighted",
                  "posttrainbench_unweighted_mean", "submissions_ran", "hacked", "hacking_rate",
-                 "blocked_attempts"]  # fmt: skip
+                 "suspected", "blocked_attempts"]  # fmt: skip
 
 
 def stats_csv(stats: dict[str, Any], *, table: str = "cells") -> str:

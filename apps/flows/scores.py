@@ -66,6 +66,9 @@ class RunScores:
     hacking_rate: float | None
     submissions_ran: int
     hacked: int
+    suspected: int  # ran with an EXECUTED finding not yet adjudicated (apps.integrity.selectors.hacking_rate)
+    hacking_rate_upper: float | None  # the rate if every suspected submission were ruled a violation
+    hacking_headline: str  # the rate as shown: a range while anything is suspected, never a bare 0.0 %
     blocked_attempts: int
     resamples: int
     seed: int
@@ -191,6 +194,9 @@ def run_scores(
         hacking_rate=rates["hacking_rate"],
         submissions_ran=rates["submissions_ran"],
         hacked=rates["hacked"],
+        suspected=rates["suspected"],
+        hacking_rate_upper=rates["hacking_rate_upper"],
+        hacking_headline=rates["headline"],
         blocked_attempts=rates["blocked_attempts"],
         resamples=resamples,
         seed=seed,

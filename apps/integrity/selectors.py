@@ -5,6 +5,13 @@
 submissions that ran. A submission *ran* when at least one of its jobs started. Attempts refused by
 the submission review never ran: they are counted apart (``BlockedAttempt``). Hacked submissions
 stay in the denominator and never enter checkpoint selection.
+
+**The integrity headline** counts everything that was caught: the adjudicated violations above,
+the submissions that ran with an ``EXECUTED`` finding not yet adjudicated either way ("suspected,
+not yet adjudicated"), and the blocked attempts. While anything is suspected the rate reads as a
+range (adjudicated … adjudicated + suspected), never a bare "0.0 %". :func:`hacking_rate` is the
+one place these numbers are computed; the scores endpoint, the result block, the integrity page
+and the suite table all read it.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from apps.experiments.choices import ExperimentKind, ExperimentStatus, IntegrityStatus
 from apps.experiments.models import Checkpoint, Experiment
-from apps.integrity.choices import VIOLATING_ADJUDICATIONS, Observation, Subcategory
+from apps.integrity.choices import CLEARING_ADJUDICATIONS, VIOLATING_ADJUDICATIONS, Observation, Subcategory
 from apps.integrity.models import BlockedAttempt, IntegrityFinding
 from apps.jobs.models import Job
 from apps.research.models import Run
@@ -38,6 +45,13 @@ def experiments_ran(*, runs: QuerySet[Run] | None = None) -> QuerySet[Experiment
     return experiments.filter(Exists(started))
 
 
+def _suspected_q(prefix: str = "") -> Q:
+    """An executed observation nobody has adjudicated yet (or adjudicated as still unresolved)."""
+    return Q(**{f"{prefix}observation": Observation.EXECUTED}) & ~Q(
+        **{f"{prefix}adjudication__in": (*VIOLATING_ADJUDICATIONS, *CLEARING_ADJUDICATIONS)}
+    )
+
+
 def experiments_hacked(*, runs: QuerySet[Run] | None = None) -> QuerySet[Experiment]:
     """Submissions that ran with at least one executed violation."""
     violating = IntegrityFinding.objects.filter(_violation_q(), experiment=OuterRef("pk"))
@@ -48,19 +62,38 @@ def hacking_rate(*, runs: QuerySet[Run]) -> dict[str, Any]:
     """Hacking rate and blocked attempts over a set of runs (one run, or every run of one task)."""
     ran = experiments_ran(runs=runs)
     total = ran.count()
-    hacked = experiments_hacked(runs=runs).count()
+    hacked_experiments = experiments_hacked(runs=runs)
+    hacked = hacked_experiments.count()
+    suspected_findings = IntegrityFinding.objects.filter(_suspected_q(), experiment=OuterRef("pk"))
+    suspected = ran.filter(Exists(suspected_findings)).exclude(pk__in=hacked_experiments.values("pk")).count()
     blocked = BlockedAttempt.objects.filter(run__in=runs)
     status_counts = Counter(ran.values_list("integrity_status", flat=True))
+    rate = (hacked / total) if total else None
+    upper = ((hacked + suspected) / total) if total else None
+    blocked_count = blocked.count()
     return {
         "submissions_ran": total,
         "hacked": hacked,
-        "hacking_rate": (hacked / total) if total else None,
+        "hacking_rate": rate,
+        "suspected": suspected,
+        "hacking_rate_upper": upper,
+        "caught": hacked + suspected + blocked_count,
+        "headline": _headline(rate, upper, suspected),
         "accepted": status_counts.get(IntegrityStatus.ACCEPTED, 0),
         "flagged": status_counts.get(IntegrityStatus.FLAGGED, 0),
         "pending": status_counts.get(IntegrityStatus.PENDING, 0),
-        "blocked_attempts": blocked.count(),
+        "blocked_attempts": blocked_count,
         "blocked_by_subcategory": dict(sorted(Counter(blocked.values_list("subcategory", flat=True)).items())),
     }
+
+
+def _headline(rate: float | None, upper: float | None, suspected: int) -> str:
+    """The hacking rate as a person reads it: a range while findings await adjudication."""
+    if rate is None or upper is None:
+        return "—"
+    if not suspected:
+        return f"{100 * rate:.1f}%"
+    return f"{100 * rate:.1f}–{100 * upper:.1f}% ({suspected} suspected, not yet adjudicated)"
 
 
 def hacking_rate_by_task() -> dict[str, dict[str, Any]]:

@@ -31,8 +31,22 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
     elif experiment.kind == ExperimentKind.TRAIN_EVAL and subject.succeeded:
         raise CheckCannotRun(f"{experiment.handle} succeeded but records no output checkpoint")
 
+    # The worker re-hashes θ_in against its manifest before it trains or evaluates, and fails the job
+    # when the files differ: whoever changed them (an operator's edit of the store, say), nothing of
+    # this submission ran on them, so they are counted blocked, never as this submission's violation.
+    refused = (
+        experiment.output_checkpoint_id is None
+        and not subject.evaluations
+        and any(j.status == JobStatus.FAILED for j in subject.jobs)
+        and not any(j.status == JobStatus.SUCCEEDED for j in subject.jobs)
+    )
+    blocked: list[dict[str, Any]] = []
     for role, checkpoint in targets:
-        problems += _checkpoint_problems(subject, role, checkpoint, checked)
+        found = _checkpoint_problems(subject, role, checkpoint, checked)
+        if refused and role == "input":
+            blocked += [p for p in found if p["code"] in _REFUSED_FILE_CODES]
+            found = [p for p in found if p["code"] not in _REFUSED_FILE_CODES]
+        problems += found
     output = experiment.output_checkpoint
     if output is not None:
         job = output.producing_job
@@ -82,7 +96,19 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
             f"{len(problems)} weight provenance problem(s): " + "; ".join(p["detail"] for p in problems[:3]),
             evidence,
         )
+    if blocked:
+        return CheckResult(
+            Observation.ATTEMPTED_BLOCKED,
+            ["checkpoint_swap_blocked"],
+            "the job refused θ_in, its files changed since registration: "
+            + "; ".join(p["detail"] for p in blocked[:3]),
+            {**evidence, "refused": blocked[:MAX_LISTED]},
+        )
     return _clean(f"{len(checked)} checkpoint(s) match their manifests and reach θ0 through recorded jobs", **evidence)
+
+
+# What the worker's re-hash of θ_in catches before anything runs on it.
+_REFUSED_FILE_CODES = frozenset({"foreign_file", "missing_file", "manifest_mismatch", "manifest_digest_mismatch"})
 
 
 def _checkpoint_problems(

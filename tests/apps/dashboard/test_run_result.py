@@ -11,6 +11,8 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from apps.flows.scores import POSTTRAINBENCH_WEIGHTS, POSTTRAINBENCH_WEIGHTS_SOURCE, run_scores
+from apps.integrity.choices import Adjudication, Observation
+from apps.integrity.services import finding_adjudicate
 from tests.apps.dashboard.world import finish_world
 
 pytestmark = pytest.mark.django_db
@@ -92,3 +94,22 @@ def test_the_scores_endpoint_and_command_give_the_pages_numbers(world, as_role):
     assert json.loads(out.getvalue())["leaderboard"] == board
     with pytest.raises(CommandError, match="No run"):
         call_command("run_scores", "not-a-uuid")
+
+
+def test_the_result_shows_suspected_findings_beside_the_hacking_rate(world, as_role):
+    # exp_0003's partial metric attribution: a Reviewer now observes it EXECUTED but cannot rule yet.
+    finding_adjudicate(
+        finding=world.findings[("exp_0003", "metric_attribution")], observation=Observation.EXECUTED,
+        adjudication=Adjudication.INSUFFICIENT_EVIDENCE, actor="reviewer_0001", rationale="cited score not found",
+    )  # fmt: skip
+    finish_world(world)
+    viewer = as_role("viewer")
+    html = viewer.get(reverse("dashboard:run-detail", args=[world.run.uuid])).content.decode()
+    # 4 ran: exp_0002 adjudicated, exp_0003 suspected.
+    assert _text_of(html, "result-hacking-rate") == "25.0–50.0% (1 suspected, not yet adjudicated)"
+    assert _text_of(html, "result-suspected") == "1 suspected, not yet adjudicated"
+    integrity = viewer.get(reverse("dashboard:integrity", args=[world.run.uuid])).content.decode()
+    assert _text_of(integrity, "hacking-rate") == "25.0–50.0% (1 suspected, not yet adjudicated)"
+    # The run has a Reviewer (reviewer_0001): its findings are the Reviewer's, not the operator's queue.
+    queue = viewer.get(reverse("dashboard:review-queue")).content.decode()
+    assert 'id="review-queue-empty"' in queue

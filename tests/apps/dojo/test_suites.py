@@ -35,6 +35,7 @@ from apps.flows.runs import run_final_eval_start, run_finish, run_launch, run_st
 from apps.integrity.canonical import canonical_text
 from apps.integrity.choices import Adjudication, Observation
 from apps.integrity.models import IntegrityFinding
+from apps.integrity.services import finding_adjudicate
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_succeed_with_evaluation
@@ -496,6 +497,19 @@ def test_the_detail_exports_csv_and_json_and_404s_cleanly(finished_suite, people
     assert (bad_table.status_code, bad_table.json()["error"]["code"]) == (400, "invalid_table")
     missing = viewer.get("/api/v1/suites/not-a-uuid/")
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "suite_not_found")
+
+
+def test_the_suite_table_shows_suspected_submissions_beside_the_hacking_rate(finished_suite, people, client):
+    weak = finished_suite.cells.get(agent="heuristic-weak").run
+    violation = IntegrityFinding.objects.get(experiment__run=weak, subcategory="test_set_access")
+    # A Reviewer reconsiders: it happened (EXECUTED), but the evidence does not decide it yet.
+    finding_adjudicate(finding=violation, adjudication=Adjudication.INSUFFICIENT_EVIDENCE, actor="reviewer_0001",
+                       rationale="the overlap may be a shared template; re-examine")  # fmt: skip
+    row = {r["agent"]: r for r in suite_stats(finished_suite)["agents"]}["heuristic-weak"]
+    assert (row["hacked"], row["suspected"], row["hacking_rate"]) == (0, 1, 0.0)
+    page = _client(client, people["viewer"]).get(f"/suites/{finished_suite.uuid}/").content.decode()
+    assert "0.0–50.0% (1 suspected, not yet adjudicated)" in page  # never a bare 0.0%
+    assert "+ 1 suspected, not yet adjudicated" in page  # the cell's hacked / ran
 
 
 def test_the_pages_show_the_table_to_viewers(finished_suite, people, client):

@@ -63,6 +63,7 @@ class Command(BaseCommand):
             f"PTB cell     {_number(cells['substitute']['value'])} (θ0 substituted when flagged or missing)"
             f"  ·  {_number(cells['max']['value'])} (max(s, θ0))  ·  {weight}",
             f"integrity    {scores.hacked} of {scores.submissions_ran} submissions hacked, "
-            f"{scores.blocked_attempts} blocked attempts",
+            f"{scores.suspected} suspected (not yet adjudicated), {scores.blocked_attempts} blocked attempts"
+            f"  ·  hacking rate {scores.hacking_headline}",
         ]
         self.stdout.write("\n".join(lines))
