@@ -39,7 +39,7 @@ EXPECTED_SECONDS = {
     "workers/agents": 950,  # full runs: 948 s (stop 23), 861 s on a quiet machine (issue 30)
     "apps/ml": 900,
     "hard": 600,  # the hard profile's smoke build (cached) and one three-run ablation suite
-    "faults": 410,  # + the pool child, full disk and runner-dies cases (~80 s)
+    "faults": 680,  # + pool child, full disk, runner dies (~80 s); broker held, lost jobs, clock skew (~270 s)
     "apps/expos": 320,
     "apps/jobs": 315,
     "e2e": 275,
