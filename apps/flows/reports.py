@@ -68,14 +68,19 @@ def main_scrub(report: ReviewReport) -> Callable[[Any], Any]:
     return scrub
 
 
-def report_payload(report: ReviewReport, *, redacted: bool) -> dict[str, Any]:
+def report_payload(
+    report: ReviewReport, *, redacted: bool, scrub: Callable[[Any], Any] | None = None
+) -> dict[str, Any]:
     """A report as the API returns it.
 
     Redacted (the Main Agent's view): evidence attached to observations is removed, and every free
     text passes :func:`main_scrub`, so the Main learns what was found, not which sealed instances
     or outputs showed it (DESIGN.md, "Roles and what each may see").
     """
-    scrub = main_scrub(report) if redacted else _unchanged
+    if not redacted:
+        scrub = _unchanged
+    elif scrub is None:
+        scrub = main_scrub(report)  # a list of one run's reports passes one scrub for all (its reads once)
 
     observations = []
     for item in report.observations or []:

@@ -23,7 +23,7 @@ from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Ev
 from apps.experiments.selectors import experiment_parent_handles
 from apps.expos.registry import Role, ToolContext
 from apps.expos.visibility import event_arguments_for, score_for
-from apps.flows.reports import report_payload
+from apps.flows.reports import main_scrub, report_payload
 from apps.research.models import ResearchNode, Run
 from apps.reviews.models import ReviewReport
 
@@ -326,7 +326,12 @@ class ReportSerializer(serializers.Serializer):
     def to_representation(self, report: ReviewReport) -> dict[str, Any]:  # type: ignore[override]
         caller = _caller(self)
         redacted = isinstance(caller, ToolContext) and caller.role == Role.MAIN
-        return {"run": str(report.run.uuid), **report_payload(report, redacted=redacted)}
+        scrub = None
+        if redacted:
+            # One scrub per run for a whole page: its sealed screen and output scanner are read once.
+            scrubs = cast(dict[str, Any], self.context).setdefault("main_scrubs", {})  # the root's own dict
+            scrub = scrubs.get(report.run_id) or scrubs.setdefault(report.run_id, main_scrub(report))
+        return {"run": str(report.run.uuid), **report_payload(report, redacted=redacted, scrub=scrub)}
 
 
 class EventSerializer(serializers.ModelSerializer):
