@@ -9,11 +9,7 @@ Safety rules kept here rather than at each call site: weights load and save as s
 (never pickle), no `trust_remote_code`, and no network access to the Hub.
 """
 
-import os
-
-# The library must never reach the Hub: every model, tokenizer and dataset is a local path. Loads
-# also pass local_files_only=True; these cover whatever TRL or datasets import later. Set in the
-# package so they hold before any submodule imports transformers.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The Hub is turned off (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE) by apps.ml.offline, which every
+# module that loads transformers, TRL or datasets imports first. Not here: the light contracts of
+# this package (hparams, evaluators, row_format) are imported by the web server too, whose Hub
+# connector must reach a configured Hub.

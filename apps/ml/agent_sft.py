@@ -20,6 +20,9 @@ rate 1e-5 decaying (cosine) to 2e-6.
 
 from __future__ import annotations
 
+import apps.ml.offline  # noqa: F401 - before transformers: the Hub stays off
+
+# isort: split
 import dataclasses
 import json
 import os

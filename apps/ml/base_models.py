@@ -16,6 +16,9 @@ strings found in the vocabulary.
 
 from __future__ import annotations
 
+import apps.ml.offline  # noqa: F401 - before transformers: the Hub stays off
+
+# isort: split
 import hashlib
 import json
 import os

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import apps.ml.offline  # noqa: F401 - before transformers: the Hub stays off
+
+# isort: split
 from pathlib import Path
 
 import torch

@@ -14,6 +14,9 @@ Django-free: the gpu worker and the bench script call these directly.
 
 from __future__ import annotations
 
+import apps.ml.offline  # noqa: F401 - before transformers: the Hub stays off
+
+# isort: split
 import hashlib
 import json
 import random

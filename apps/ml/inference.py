@@ -3,6 +3,9 @@ seeds), retry failed generations with fewer max tokens, score each output."""
 
 from __future__ import annotations
 
+import apps.ml.offline  # noqa: F401 - before transformers: the Hub stays off
+
+# isort: split
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal

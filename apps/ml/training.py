@@ -6,6 +6,9 @@ import this module.
 
 from __future__ import annotations
 
+import apps.ml.offline  # noqa: F401 - before transformers: the Hub stays off
+
+# isort: split
 import json
 import os
 import shutil

@@ -3,6 +3,8 @@
 from django.conf import settings
 from django.db import migrations, models
 
+from apps.core.db import guard_table, on_sqlite_after_rebuild
+
 
 class Migration(migrations.Migration):
 
@@ -23,4 +25,6 @@ class Migration(migrations.Migration):
             model_name='run',
             constraint=models.CheckConstraint(condition=models.Q(('search_policy__in', ('greedy', 'uct'))), name='run_search_policy_valid'),
         ),
+        # SQLite rebuilt research_run for the new column and check, and the copy has no triggers.
+        on_sqlite_after_rebuild(guard_table("research_run", forbid=("DELETE",))),
     ]

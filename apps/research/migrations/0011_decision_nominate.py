@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+from apps.core.db import guard_table, on_sqlite_after_rebuild
+
 
 class Migration(migrations.Migration):
 
@@ -23,4 +25,6 @@ class Migration(migrations.Migration):
             model_name='decision',
             constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['continue', 'verify', 'branch', 'revise', 'stop', 'nominate'])), name='decision_kind_valid'),
         ),
+        # SQLite rebuilt research_decision for the changed check, and the copy has no triggers.
+        on_sqlite_after_rebuild(guard_table("research_decision", forbid=("UPDATE", "DELETE"))),
     ]

@@ -19,6 +19,7 @@ import pytest
 
 from apps.benchmarks.minibench.catalog import build_task_data
 from apps.benchmarks.minibench.task_specs import TASKS
+from apps.integrity.contamination import row_strings
 from apps.integrity.semantic import (
     EMBEDDING_WEIGHTS_SHA256,
     JUDGE_SYSTEM,
@@ -175,7 +176,7 @@ def _options_first(item: dict[str, Any]) -> dict[str, str]:
 
 
 def _sent(row: dict[str, str]) -> str:
-    return json.dumps(row, ensure_ascii=False, sort_keys=True)  # how a row reaches the judge
+    return "\n".join(row_strings(row))  # how a row reaches the judge: the trained text, in training order
 
 
 class Judge:
@@ -203,9 +204,7 @@ def test_the_judge_finds_rephrasings_the_embedding_rule_misses_and_sees_only_unm
     honest = info["honest"][:5]
     rows = [*planted, matched_elsewhere, *honest]
     assert index.scan(planted) == []  # the embedding layer alone misses them
-    sent_as = {
-        json.dumps(r, ensure_ascii=False, sort_keys=True): i["prompt"] for r, i in zip(planted, items, strict=True)
-    }
+    sent_as = {_sent(r): i["prompt"] for r, i in zip(planted, items, strict=True)}
     with FakeChatServer(Judge(sent_as)) as fake:
         monkeypatch.setenv("RSI_LLM_BASE_URL_JUDGE", fake.base_url)
         monkeypatch.setenv("RSI_LLM_MODEL_JUDGE", "judge-model")
