@@ -36,20 +36,20 @@ EXCLUDED: dict[str, str] = {}
 # Seconds each suite takes in a full run (2 cores, two lanes, warm caches): its budget, and the
 # order (the long ones start first). A suite not listed counts as a short one with no budget.
 EXPECTED_SECONDS = {
-    "workers/agents": 1150,  # 1,119 s (2026-12-07, with test_review_not_a_gate ~4 min); 861 s quiet before it
-    "apps/ml": 1000,  # 978 s (2026-12-07, two lanes)
-    "hard": 600,  # the hard profile's smoke build (cached) and one three-run ablation suite
-    "faults": 680,  # + pool child, full disk, runner dies (~80 s); broker held, lost jobs, clock skew (~270 s)
-    "apps/expos": 430,  # 427 s (2026-12-07: MCP screening, uploads, harness settings, sealed screen)
-    "apps/jobs": 315,
-    "e2e": 275,
-    "apps/benchmarks/inspect": 240,
-    "apps/integrity/redteam": 200,
-    "apps/integrity": 170,
-    "apps/dashboard": 160,
-    "apps/dojo": 150,  # + test_trajectory_export.py (about 50 s, a gpu worker)
-    "vllm": 200,  # + the Inspect adapter on vLLM (three formats)
-    "rsiweb": 120,  # 96 s and 88 s alone at load 8-9; the lean-process test ~50 s of it
+    "workers/agents": 1150,  # 1,135 s (CI 2026-12-07, two lanes); 861 s quiet before test_review_not_a_gate
+    "apps/ml": 900,  # 678 s (CI 2026-12-07, minibench cached); 978 s in a run that built it
+    "faults": 450,  # 373 s (CI 2026-12-07)
+    "apps/expos": 480,  # 438 s (CI 2026-12-07: MCP screening, uploads, harness settings, sealed screen)
+    "hard": 250,  # 109 s (CI 2026-12-07): the hard profile's smoke build (cached) and its checks
+    "apps/jobs": 260,  # 202 s
+    "e2e": 230,  # 171 s
+    "apps/integrity/redteam": 220,  # 183 s
+    "apps/integrity": 180,  # 144 s
+    "apps/dashboard": 180,  # 153 s
+    "apps/benchmarks/inspect": 150,  # 96 s
+    "apps/dojo": 130,  # 94 s, test_trajectory_export.py (about 50 s, a gpu worker) included
+    "vllm": 130,  # 86 s, the Inspect adapter on vLLM (three formats) included
+    "rsiweb": 80,  # 33 s; the lean-process test ~25 s of it
 }
 # Lane 0 keeps the test settings' database and Redis database; lane n adds n to both.
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/rsiweb"
