@@ -44,6 +44,7 @@ EXPECTED_SECONDS = {
     "apps/jobs": 260,  # 202 s
     "e2e": 230,  # 171 s
     "apps/integrity/redteam": 220,  # 183 s
+    "slurm": 200,  # 104 s alone on a loaded machine: a real single-node Slurm cluster, two trainings
     "apps/integrity": 180,  # 144 s
     "apps/dashboard": 180,  # 153 s
     "apps/benchmarks/inspect": 150,  # 96 s

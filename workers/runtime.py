@@ -43,10 +43,12 @@ from apps.jobs.services import (
     job_report,
     job_yields_turn,
     jobs_reap_stale,
+    jobs_reconcile_slurm,
     jobs_republish_unclaimed,
     jobs_resend_missing,
     scratch_root,
 )
+from apps.jobs.slurm import SlurmError, executor
 from apps.research.agent_loops import agent_messages_republish
 from rsiweb.celery import broker_server_id, broker_snapshot
 
@@ -412,19 +414,36 @@ class BrokerWatch:
                 self.server, self.rechecks = server, self.RECHECKS + 1
             if self.rechecks <= 0:
                 return []
-            snapshot = broker_snapshot(JOB_QUEUES)
+            snapshot = broker_snapshot(broker_queues())
         except Exception as exc:  # noqa: BLE001 - the broker is away: nothing to compare until it is back
             logger.info("broker watch: broker unreachable (%s)", exc)
             return []
         if snapshot is None or snapshot.server != self.server:
             return []  # restarted again meanwhile: the next sweep starts over
-        resent = jobs_resend_missing(on_broker=set(snapshot.task_ids), queues=JOB_QUEUES)
+        resent = jobs_resend_missing(on_broker=set(snapshot.task_ids), queues=broker_queues())
         # Counted once the comparison went through: a sweep that failed half-way tries again.
         self.rechecks -= 1
         return resent
 
 
 JOB_QUEUES = tuple(queue.value for queue in Queue)
+
+
+def broker_queues() -> tuple[str, ...]:
+    """The job queues whose messages the broker carries (under the Slurm executor, not ``gpu``)."""
+    return tuple(queue for queue in JOB_QUEUES if not (queue == Queue.GPU and executor() == "slurm"))
+
+
+def _reconcile_slurm() -> None:
+    try:
+        done = jobs_reconcile_slurm()
+    except SlurmError as exc:
+        logger.warning("reaper: Slurm did not answer (%s); next sweep", exc.message)
+        return
+    for job in done.resubmitted:
+        logger.warning("reaper: job %s's batch job was gone; submitted again", job.uuid)
+    for job in done.ended:
+        logger.warning("reaper: job %s attempt %s -> %s (Slurm)", job.uuid, job.attempt, job.status)
 
 
 def _reaper_loop(interval: float, stale_after: float, requeue_after: float) -> None:
@@ -435,6 +454,8 @@ def _reaper_loop(interval: float, stale_after: float, requeue_after: float) -> N
                 logger.warning("reaper: job %s was not on the restarted broker; message sent again", job.uuid)
             for job in jobs_reap_stale(stale_after_seconds=stale_after):
                 logger.warning("reaper: job %s attempt %s -> %s", job.uuid, job.attempt, job.status)
+            if executor() == "slurm":
+                _reconcile_slurm()
             if requeue_after > 0:
                 for job in jobs_republish_unclaimed(queued_after_seconds=requeue_after):
                     logger.warning("reaper: job %s still queued; message sent again (%s)", job.uuid, job.publishes)

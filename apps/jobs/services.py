@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,19 @@ from apps.jobs import hooks
 from apps.jobs.choices import JOB_TERMINAL_STATES, JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine, JobTransition
 from apps.jobs.selectors import job_payload
+from apps.jobs.slurm import (
+    LIVE_STATES,
+    SlurmError,
+    executor,
+    job_name,
+    runs_on_slurm,
+    slurm_cancel,
+    slurm_config,
+    slurm_harvest_output,
+    slurm_log,
+    slurm_states,
+    slurm_submit,
+)
 from apps.jobs.versions import versions_capture
 from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import job_group, run_group
@@ -166,7 +179,11 @@ def _lock_experiment(job: Job) -> None:
 
 
 def _send_message(job: Job, *, passes: int = 0) -> None:
-    """Put "look at job N" on the job's queue (the same task id every time it is sent)."""
+    """Put "look at job N" on the job's queue (the same task id every time it is sent), or, for an
+    accelerator job under the Slurm executor, submit its batch job unless Slurm holds it already."""
+    if runs_on_slurm(job):
+        slurm_submit(job)
+        return
     celery_app.send_task(
         TASK_NAMES[JobKind(job.kind)],
         kwargs={"job_id": job.pk, **({"passes": passes} if passes else {})},
@@ -185,6 +202,10 @@ def _send(job: Job) -> None:
         # No message means no worker will ever look at the row: fail it visibly, not silently.
         logger.exception("job %s: broker unreachable", job.uuid)
         job_fail(job=job, error=f"could not enqueue: broker unreachable ({exc})")
+    except SlurmError as exc:
+        # Not failed: the reconciler submits a queued job Slurm does not hold on its next sweep.
+        logger.exception("job %s: not submitted to Slurm", job.uuid)
+        slurm_log(job, f"slurm: not submitted ({exc.message}); the reaper tries again")
 
 
 def _create(
@@ -443,6 +464,9 @@ def job_request_cancel(*, job: Job, actor: str) -> Job:
             locked.cancel_requested = True
             locked.save(update_fields=["cancel_requested", "updated_at"])
             # The queued message stays in the broker; the claim will refuse it (status != queued).
+            # A batch job waiting in Slurm's queue is cancelled there too.
+            if runs_on_slurm(locked):
+                transaction.on_commit(lambda: slurm_cancel(locked))
             return _finish(
                 job=locked,
                 to_status=JobStatus.CANCELLED,
@@ -600,7 +624,7 @@ MAX_REQUEUE_DOUBLINGS = 6
 def _resend(job: Job, *, passes: int = 0) -> None:
     try:
         _send_message(job, passes=passes)
-    except OperationalError:
+    except (OperationalError, SlurmError):
         # Unlike a first send, not a reason to fail the job: the row still says queued, and the
         # next sweep after the back-off tries again.
         logger.warning("job %s: broker unreachable; re-send %s not delivered", job.uuid, job.publishes, exc_info=True)
@@ -620,9 +644,12 @@ def jobs_republish_unclaimed(*, queued_after_seconds: float) -> list[Job]:
     """
     now = db_now()
     cutoff = now - timedelta(seconds=queued_after_seconds)
+    queued = Job.objects.filter(status=JobStatus.QUEUED)
+    if executor() == "slurm":
+        # A batch job may wait in Slurm's queue for hours; jobs_reconcile_slurm asks Slurm instead.
+        queued = queued.exclude(queue=Queue.GPU)
     candidates = list(
-        Job.objects.filter(status=JobStatus.QUEUED)
-        .annotate(sent_at=Coalesce("published_at", "created_at"))
+        queued.annotate(sent_at=Coalesce("published_at", "created_at"))
         .filter(sent_at__lt=cutoff)
         .order_by("sent_at")  # longest unanswered first, so jobs backing off cannot crowd them out
         .values_list("pk", flat=True)[:100]
@@ -709,6 +736,91 @@ def _republish(pk: int, *, why: Callable[[Job], str | None]) -> Job | None:
         JobLogLine.objects.create(job=job, seq=seq, text=f"reaper: {reason}")
         transaction.on_commit(lambda: _resend(job))
     return job
+
+
+@dataclass
+class Reconciled:
+    """What one Slurm sweep did: rows submitted again, rows ended, leftover batch jobs cancelled."""
+
+    resubmitted: list[Job] = field(default_factory=list)
+    ended: list[Job] = field(default_factory=list)
+    cancelled: list[Job] = field(default_factory=list)
+
+
+# A row that ended this recently may still have its batch job finishing (writing its output).
+LEFTOVER_GRACE_SECONDS = 60.0
+
+
+def jobs_reconcile_slurm(*, max_attempts: int | None = None, max_submits: int | None = None) -> Reconciled:
+    """Bring the accelerator job rows and Slurm's queue into agreement (apps.jobs.slurm); idempotent.
+
+    Slurm's answer is read first, then each row under its lock: a row still active after Slurm
+    said its batch job ended really lost it. A queued row whose batch job is gone is submitted
+    again (``job.republished``), up to ``max_submits`` submissions, then failed; a running row
+    whose batch job ended is lost (attempt N+1 below ``max_attempts``) or, after Slurm's time
+    limit, failed; a batch job still alive for a row that ended is cancelled.
+    """
+    max_attempts = max_attempts or engine_config().max_attempts
+    max_submits = max_submits or slurm_config().max_submits
+    states = slurm_states()
+    done = Reconciled()
+    for job in Job.objects.filter(queue=Queue.GPU, status__in=(JobStatus.QUEUED, JobStatus.RUNNING)):
+        held = states.get(job_name(job))
+        if held is not None and held[1] in LIVE_STATES:
+            continue
+        state = f"batch job {held[0]} {held[1]}" if held else "no batch job Slurm knows"
+        if job.status == JobStatus.QUEUED and job.publishes < max_submits:
+
+            def why(row: Job, state: str = state) -> str | None:
+                return f"Slurm has {state} for it; submitted again"
+
+            if (again := _republish(job.pk, why=why)) is not None:
+                done.resubmitted.append(again)
+            continue
+        with transaction.atomic():
+            locked = (
+                Job.objects.select_for_update(skip_locked=True)
+                .filter(pk=job.pk, status__in=(JobStatus.QUEUED, JobStatus.RUNNING))
+                .first()
+            )
+            if locked is None:
+                continue  # it recorded its own end meanwhile, or another sweep holds it
+            _lock_experiment(locked)
+            if locked.status == JobStatus.QUEUED:
+                ended = _finish(
+                    job=locked,
+                    to_status=JobStatus.FAILED,
+                    actor="reaper",
+                    allowed_from=(JobStatus.QUEUED,),
+                    reason=f"submitted {locked.publishes} times, never claimed",
+                    error=f"Slurm ran it {locked.publishes} times and it never started ({state})",
+                )
+            elif held is not None and held[1] == "TIMEOUT":
+                ended = _finish(
+                    job=locked,
+                    to_status=JobStatus.FAILED,
+                    actor="reaper",
+                    reason="time limit exceeded",
+                    error=f"Slurm's time limit ended {state}",
+                )
+            else:
+                ended = _lose(locked, reason=f"{state} while it ran", actor="reaper", max_attempts=max_attempts)
+        slurm_harvest_output(ended, state=held[1] if held else "unknown to Slurm")
+        done.ended.append(ended)
+    alive = {name for name, (_, slurm_state) in states.items() if slurm_state in LIVE_STATES}
+    if alive:
+        now = db_now()
+        leftovers = Job.objects.filter(
+            queue=Queue.GPU,
+            status__in=JOB_TERMINAL_STATES,
+            finished_at__lt=now - timedelta(seconds=LEFTOVER_GRACE_SECONDS),
+            finished_at__gte=now - timedelta(days=1),
+        )
+        for job in leftovers:
+            if job_name(job) in alive:
+                slurm_cancel(job)
+                done.cancelled.append(job)
+    return done
 
 
 # --- job outputs: recorded together with the success, under the job's lock ----------------------
