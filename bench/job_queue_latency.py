@@ -13,6 +13,12 @@ Two phases, timestamps read back from the Job rows (one clock, one machine):
 * **gaps** — a burst queued at once: ``started_at[i+1] - finished_at[i]``, and how busy the slot
   was from the first start to the last finish (the target: over 95% with queued work).
 
+With ``--slurm-jobs N`` the latency phase runs a second time under the Slurm executor
+(``RSI_EXECUTOR=slurm``) on a real single-node Slurm cluster the bench starts itself
+(tests/support/slurm.py): each job is an ``sbatch`` batch job, so its enqueue-to-start is the
+submission, Slurm's scheduling and a fresh interpreter's start-up to the claim, where the Celery
+worker above is warm. Both rows print side by side, with their ratio.
+
     DATABASE_URL is ignored: the bench uses its own database (BENCH_DATABASE_URL, default
     postgres://postgres@127.0.0.1:5432/rsiweb_bench_jobs, dropped and re-created).
     REDIS_URL=redis://127.0.0.1:6379/4 .venv/bin/python bench/job_queue_latency.py --jobs 40
@@ -56,6 +62,7 @@ def start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=40, help="jobs per phase")
+    parser.add_argument("--slurm-jobs", type=int, default=0, help="jobs timed under the Slurm executor (0: none)")
     args = parser.parse_args()
 
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/4")
@@ -110,6 +117,8 @@ def main() -> None:
         os.killpg(worker.pid, signal.SIGTERM)
         worker.wait(timeout=30)
 
+    slurm_latencies = slurm_phase(args.slurm_jobs, workdir, enqueue, wait_all) if args.slurm_jobs else []
+
     gaps = [(b.started_at - a.finished_at).total_seconds() for a, b in zip(burst, burst[1:], strict=False)]
     busy = sum((j.finished_at - j.started_at).total_seconds() for j in burst)
     span = (burst[-1].finished_at - burst[0].started_at).total_seconds()
@@ -125,14 +134,38 @@ def main() -> None:
     print("| measure | n | median ms | p95 ms | max ms |")
     print("|---|---|---|---|---|")
     print(row("enqueue-to-start, idle worker", latencies))
+    if slurm_latencies:
+        print(row("enqueue-to-start, Slurm batch job (RSI_EXECUTOR=slurm)", slurm_latencies))
     print(row("idle gap between queued jobs", gaps))
     print(row("job body (claim to success)", bodies))
     print(f"slot busy over the burst: {100 * busy / span:.1f}% of {span:.1f}s "
           f"(with these {statistics.median(bodies) * 1000:.0f} ms bodies; a real training job is minutes)")  # fmt: skip
+    if slurm_latencies:
+        ratio = statistics.median(slurm_latencies) / statistics.median(latencies)
+        print(f"Slurm / Celery enqueue-to-start (medians): {ratio:.0f}x")
     # The gap is paid once per job, so with real jobs the slot's busy share is body / (body + gap).
     p95_gap = percentile(gaps, 0.95)
     for body in (10.0, 60.0):
         print(f"implied busy share for {body:.0f} s jobs at the p95 gap: {100 * body / (body + p95_gap):.2f}%")
+
+
+def slurm_phase(jobs: int, workdir: Path, enqueue, wait_all) -> list[float]:
+    """Enqueue-to-start of ``jobs`` jobs, one at a time, as batch jobs of a real Slurm cluster."""
+    from tests.support.slurm import slurm_cluster_running
+
+    (workdir / "slurm").mkdir()
+    with slurm_cluster_running(workdir / "slurm") as cluster:
+        os.environ.update(RSI_EXECUTOR="slurm", SLURM_CONF=str(cluster.conf), RSI_SLURM_GPUS="0",
+                          RSI_SLURM_DIR=str(workdir / "slurm-out"), PYTHONPATH=str(ROOT))  # fmt: skip
+        try:
+            wait_all([enqueue()])  # warm-up: the node's first interpreter reads the packages from disk
+            latencies = []
+            for _ in range(jobs):
+                (job,) = wait_all([enqueue()])
+                latencies.append((job.started_at - job.created_at).total_seconds())
+        finally:
+            os.environ["RSI_EXECUTOR"] = "celery"
+    return latencies
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     from apps.jobs.services import TASK_NAMES  # noqa: PLC0415
     from apps.jobs.slurm import slurm_harvest_output  # noqa: PLC0415
     from rsiweb.celery import app  # noqa: PLC0415
-    from workers.gpu import tasks  # noqa: F401, PLC0415 - registers the gpu tasks
     from workers.runtime import MAX_PASSES, worker_name  # noqa: PLC0415
 
     job = Job.objects.filter(pk=args.job_id).first()
@@ -46,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     logger.info(
         "slurm job %s: job %s (%s, attempt %s)", os.environ.get("SLURM_JOB_ID", "?"), job.uuid, job.kind, job.attempt
     )
+    app.loader.import_default_modules()  # the task modules a worker autodiscovers
     task = app.tasks[TASK_NAMES[JobKind(job.kind)]]
     result = task.apply(kwargs={"job_id": job.pk, "passes": MAX_PASSES}, task_id=job.celery_id, throw=False)
     sys.stdout.flush()
