@@ -147,7 +147,15 @@ def main() -> int:
             xml.unlink(missing_ok=True)
             started = time.monotonic()
             with open(log, "w") as out:
-                args = [sys.executable, "-m", "pytest", *session_args(suite, every), "-q", "--durations=8", f"--junitxml={xml}"]
+                args = [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    *session_args(suite, every),
+                    "-q",
+                    "--durations=8",
+                    f"--junitxml={xml}",
+                ]
                 code = subprocess.call(args, stdout=out, stderr=subprocess.STDOUT, env=env)
             seconds = time.monotonic() - started
             with printing:
