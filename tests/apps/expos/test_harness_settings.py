@@ -17,6 +17,8 @@ from apps.experiments.models import Event, Experiment
 from apps.experiments.services import experiment_set_integrity
 from apps.expos.models import AgentToken, IdempotencyRecord
 from apps.flows.runs import run_final_eval_start
+from apps.flows.supervisor import harness_reviews_request
+from apps.research.agent_loops import agent_loops_sync
 from apps.research.choices import RunStatus
 from apps.research.models import AgentLoop, Decision, ResearchNode, Run, TranscriptTurn
 from apps.research.selectors import run_held_nodes_last_seen
@@ -223,3 +225,24 @@ def test_a_nomination_no_longer_accepted_gives_way_to_the_rule(api, world):
         "nomination_set_aside": exp1.handle,
         "why": f"{exp1.handle} is no longer accepted (its integrity status changed after the nomination)",
     }
+
+
+@pytest.mark.parametrize(("flags", "reviewed"), [((), True), (("--harness-main",), False), (("--no-reviewer",), False)])
+def test_a_worker_only_harness_run_gets_our_review_of_each_finalized_worker(live_server, world, flags, reviewed):
+    run, tokens = _start(world, *flags)
+    done = _call(
+        live_server.url, tokens["worker_0001"], "worker_finalize", {"summary": "nothing worked", "experiments": []}
+    )
+    assert done.status_code == 200, done.text
+    added = harness_reviews_request(Run.objects.get(pk=run.pk))
+    if not reviewed:  # the harness's Main asks for reviews itself, or the run has none
+        assert added == []
+        return
+    (reviewer,) = added
+    assert reviewer.kind == "reviewer"
+    assert "worker_0001" in reviewer.task
+    # The same tick gives it our Reviewer loop; the harness holds nothing more.
+    assert [(loop.node_id, loop.policy) for loop in agent_loops_sync(run=Run.objects.get(pk=run.pk))] == [
+        (reviewer.pk, "heuristic")
+    ]
+    assert harness_reviews_request(Run.objects.get(pk=run.pk)) == []  # once per Worker
