@@ -254,9 +254,10 @@ def _last_line(error: str) -> str:
 
 
 def harness_plays(run: Run, node: ResearchNode) -> bool:
-    """Whether the harness of external ``run`` plays ``node``: every Worker, the Main Agent once it
-    holds a token, and Reviewers only when started with ``--harness-reviewers`` (by default our own
-    Reviewer loop reviews the harness's Workers, so the run needs no second harness)."""
+    """Whether the harness of external ``run`` may play ``node``: its Workers, its Main Agent (with a
+    token only under ``--harness-main``), and its Reviewers only when started with
+    ``--harness-reviewers`` (by default our own Reviewer loop reviews the harness's Workers, so the
+    run needs no second harness)."""
     if run.agent_mode != AgentMode.EXTERNAL:
         return False
     if node.kind == NodeKind.REVIEWER:
