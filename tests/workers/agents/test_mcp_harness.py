@@ -151,6 +151,10 @@ def test_a_harness_run_driven_over_mcp_finishes_and_exports_every_role(installed
         run = wait_for(lambda: Run.objects.filter(pk=run.pk, status__in=RUN_TERMINAL_STATES).first(),
                        timeout=600, what="the run's end (final evaluation)", stack=stack)  # fmt: skip
         assert run.status == RunStatus.FINISHED
+        # No nomination: the documented rule chose among the Workers' accepted experiments.
+        started = Event.objects.get(run=run, type="run.final_eval_started").arguments
+        assert started["chosen_by"]["by"] == "rule"
+        assert started["best"] in {w["experiment"] for w in played["workers"]}
     finally:
         if Run.objects.get(pk=run.pk).status not in RUN_TERMINAL_STATES:
             run_stop(run=run, actor="test", reason="test over", final_eval=False)
