@@ -1,10 +1,12 @@
 """A harness run: an external agent harness (Claude Code, Codex) plays a run's Worker through MCP.
 
 The paper's "framework + ExpOS" setting. The run is an ``external`` run (no agent loop of ours
-drives it); at start it gets its first Worker node, and optionally the harness plays the Main Agent
-too, creating more Workers (up to the run's ``--parallel``) and Reviewers whose tokens come back in
-the creating call's answer. The operator gets one token per node and ready-to-paste MCP configuration for each harness
-(``manage.py start_run --harness``; docs/harnesses.md). Everything the harness does goes through
+drives its Main Agent or Workers); at start it gets its first Worker node, and optionally the harness
+plays the Main Agent too, creating more Workers (up to the run's ``--parallel``) whose tokens come
+back in the creating call's answer, and Reviewers: played by our own Reviewer loop, or with
+``--harness-reviewers`` by the harness (their tokens come back as the Workers' do). The operator
+gets one token per node and ready-to-paste MCP configuration for each harness (``manage.py
+start_run --harness``; docs/harnesses.md). Everything the harness does goes through
 the ExpOS tools, so it is recorded like any agent's calls.
 """
 
@@ -22,8 +24,10 @@ from apps.expos.auth import agent_token_issue
 from apps.expos.mcp_server import MCP_PATH
 from apps.expos.registry import ToolContext
 from apps.flows.runs import run_start
+from apps.research.agent_loops import agent_loop_ensure
 from apps.research.choices import AgentMode, NodeKind
 from apps.research.models import ResearchNode, Run
+from apps.research.selectors import harness_plays
 from apps.research.services import run_create, worker_add
 
 SERVER_NAME = "rsiweb"
@@ -58,6 +62,7 @@ def harness_run_start(
     accelerator_seconds: int,
     reserved_final_seconds: int,
     plays_main: bool = False,
+    plays_reviewers: bool = False,
     parallel: int = 2,
     seed: int = 0,
     gate: bool = False,
@@ -68,10 +73,17 @@ def harness_run_start(
 
     The run's settings are those of our own loops (``run_launch``): ``parallel`` Workers at most at
     once (the Main Agent adds the others, each with its token in the answer), the training gate,
-    Reviewers or not, and the run's ``seed`` in its policy, where every agent reads it.
+    Reviewers or not, and the run's ``seed`` in its policy, where every agent reads it. The Reviewers
+    the Main Agent requests are played by our own Reviewer loop unless ``plays_reviewers``.
     """
     if parallel < 1:
         raise ApplicationError("invalid_parallel", f"parallel is at least 1, got {parallel}.")
+    if plays_reviewers and not (plays_main and reviewer):
+        raise ApplicationError(
+            "invalid_harness_reviewers",
+            "The harness plays Reviewers only when it plays the Main Agent (who requests them) and the run has "
+            "Reviewers.",
+        )
     run = run_create(
         name=name or f"{benchmark.name} harness",
         benchmark=benchmark,
@@ -84,7 +96,7 @@ def harness_run_start(
         reserved_final_seconds=reserved_final_seconds,
         agent_mode=AgentMode.EXTERNAL,
         policy={
-            "harness": {"plays_main": plays_main},
+            "harness": {"plays_main": plays_main, "plays_reviewers": plays_reviewers},
             "training_gate": gate,
             "reviewers": reviewer,
             "serial_workers": parallel == 1,
@@ -113,7 +125,7 @@ def harness_seat_token(*, run: Run, node: ResearchNode, actor: str) -> str | Non
     its answer (only the digest is stored; an idempotent replay does not show it again). Scoped
     as any token: its run, its node, the node's role, and :data:`TOKEN_DAYS`.
     """
-    if run.agent_mode != AgentMode.EXTERNAL or node.kind == NodeKind.MAIN:
+    if run.agent_mode != AgentMode.EXTERNAL or node.kind == NodeKind.MAIN or not harness_plays(run, node):
         return None
     expires = timezone.now() + timedelta(days=TOKEN_DAYS)
     return agent_token_issue(run=run, node=node, role=node.kind, expires_at=expires, actor=actor)[0]
@@ -141,7 +153,17 @@ def codex_config(*, api_url: str, seats: list[HarnessSeat]) -> str:
 
 
 def seat_token_show(ctx: ToolContext, node: ResearchNode) -> None:
-    """Put a harness run's new node's token in the creating call's answer (ToolContext.shown_once)."""
+    """Seat a node the harness's Main Agent just created in an external run.
+
+    The harness's own node gets its token in the creating call's answer (ToolContext.shown_once);
+    a Reviewer the harness does not play gets our Reviewer loop now, in the call's transaction (its
+    first step is sent on commit), rather than at the supervisor's next tick.
+    """
+    if ctx.run.agent_mode != AgentMode.EXTERNAL:
+        return
+    if node.kind == NodeKind.REVIEWER and not harness_plays(ctx.run, node):
+        agent_loop_ensure(node=node, policy=AgentMode.HEURISTIC)
+        return
     token = harness_seat_token(run=ctx.run, node=node, actor=ctx.actor)
     if token is not None:
         ctx.shown_once["token"] = token

@@ -125,7 +125,7 @@ def mcp_tool(function: dict[str, Any], summary: dict[str, Any]) -> types.Tool:
         ),
         IF_MATCH_ARGUMENT: (
             summary.get("if_match"),
-            "If-Match: the ETag you read (state_get_current_worker's answer carries it); if the node "
+            "If-Match: the ETag you read (your role's state_get_current_* answer carries it); if the node "
             "changed since, the call is refused (precondition_failed) and changes nothing.",
         ),
     }
@@ -193,7 +193,8 @@ def build_server(*, client: httpx.AsyncClient, credentials: Credentials) -> Serv
     server: Server[Any, Any] = Server(
         SERVER_NAME,
         instructions="The rsiweb Experiment OS: every tool is an ExpOS tool of your token's role. "
-        "Errors start with a stable code; state_get_current_worker or main_* tools tell you where you stand.",
+        "Errors start with a stable code; state_get_current_main, state_get_current_worker or "
+        "state_get_current_reviewer (your role's) tells you where you stand, with your node's ETag.",
     )
 
     async def get(path: str, headers: dict[str, Any]) -> Any:

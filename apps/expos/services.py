@@ -76,24 +76,37 @@ def tool_call_event(**fields: Unpack[ToolCallFields]) -> PendingEvent:
     )
 
 
-def harness_turn_record(*, ctx: ToolContext, tool: str, arguments: Any, status: int, answer: Any) -> None:
+def harness_turn_record(
+    *, ctx: ToolContext, tool: str, arguments: Any, status: int, answer: Any, replayed: bool = False
+) -> None:
     """For a node an external harness plays: the tool-call side of its turn, as the server saw it.
 
-    Only runs in external mode record here, and only for nodes without an agent loop of ours (our
-    loops record their own turns, model requests included). The call becomes an assistant message
-    with one tool call and a tool message with the answer the harness got (refusals included).
+    Only runs in external mode record here, and only for nodes no agent loop of ours steps (our
+    loops record their own turns, model requests included; the Main node of an external run has a
+    loop row of policy ``external`` that only numbers the supervisor's ticks, so its harness calls
+    are recorded here too). The call becomes an assistant message with one tool call and a tool
+    message with the answer the harness got (refusals included). An idempotent replay is a turn too,
+    marked ``"replayed": true`` in its call record (its answer says so as well).
     """
-    if ctx.run.agent_mode != AgentMode.EXTERNAL or AgentLoop.objects.filter(node=ctx.node).exists():
+    if ctx.run.agent_mode != AgentMode.EXTERNAL:
+        return
+    if AgentLoop.objects.filter(node=ctx.node).exclude(policy=AgentMode.EXTERNAL).exists():
         return
     args = arguments if isinstance(arguments, dict) else {}
     seq = TranscriptTurn.objects.filter(node=ctx.node).count() + 1
     call_id = f"call_harness_{seq}"
     body = answer if 200 <= status < 300 else {"status": status, **(answer if isinstance(answer, dict) else {})}
+    call: dict[str, Any] = {
+        "name": tool,
+        "arguments": storable(args),
+        "result": {"status": status, "data": storable(body)},
+    }
+    if replayed:
+        call["replayed"] = True
     turn_record(
         run=ctx.run, node=ctx.node, source="harness", step=0, index=seq, messages=[], tools=[],
         response={"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": {
             "name": tool, "arguments": canonical_json(storable(args))}}]},
         tool_messages=[{"role": "tool", "tool_call_id": call_id, "content": canonical_json(storable(body))}],
-        calls=[{"name": tool, "arguments": storable(args), "result": {"status": status, "data": storable(body)}}],
-        model="harness", finish_reason="tool_calls",
+        calls=[call], model="harness", finish_reason="tool_calls",
     )  # fmt: skip

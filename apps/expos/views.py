@@ -539,6 +539,7 @@ class ToolCallView(APIView):
             ctx=ctx, tool=tool.name, arguments=args, status=200, replayed=True, idempotency_key=ctx.idempotency_key
         )
         body = {**record.response, "replayed": True} if isinstance(record.response, dict) else record.response
+        harness_turn_record(ctx=ctx, tool=tool.name, arguments=args, status=200, answer=body, replayed=True)
         return _Answer(body, status.HTTP_200_OK, {"Idempotent-Replayed": "true"})
 
     def _execute(self, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> _Answer:

@@ -30,8 +30,9 @@ from apps.research.agent_loops import (
     run_supervisor_state_add,
     run_supervisor_state_get,
 )
-from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, NodeStatus, RunStatus
-from apps.research.models import ResearchNode, Run
+from apps.research.choices import RUN_TERMINAL_STATES, AgentMode, EdgeKind, NodeKind, NodeStatus, RunStatus
+from apps.research.models import ResearchEdge, ResearchNode, Run
+from apps.research.services import reviewer_add
 
 
 def run_supervise(*, run_id: int, tick: int) -> None:
@@ -46,6 +47,7 @@ def run_supervise(*, run_id: int, tick: int) -> None:
         return
     if run.status != RunStatus.PAUSED:
         run = runs.run_budget_enforce(run=run)
+        harness_reviews_request(run)
         agent_loops_sync(run=run)
         agent_loops_recover(run=run, config=config)
         agent_loops_wake_on_results(run=run)
@@ -58,6 +60,35 @@ def run_supervise(*, run_id: int, tick: int) -> None:
         agent_loops_close(run=run, reason=f"the run is {run.status}")
         return
     run_supervise_next(run=run, tick=tick + 1, countdown=config.supervise_seconds)
+
+
+def harness_reviews_request(run: Run) -> list[ResearchNode]:
+    """A Reviewer of ours for each finalized Worker of a Worker-only harness run.
+
+    With ``--harness-main`` the harness's Main Agent asks for reviews (and our Reviewer loop plays
+    them); without it no one would, so the supervisor asks for one per finalized Worker, as our
+    own Main Agent does (unless the run has no Reviewers, or the harness plays them).
+    """
+    harness = (run.policy or {}).get("harness") or {}
+    if (
+        run.agent_mode != AgentMode.EXTERNAL
+        or run.status != RunStatus.RUNNING
+        or harness.get("plays_main")
+        or harness.get("plays_reviewers")
+        or (run.policy or {}).get("reviewers") is False
+    ):
+        return []
+    reviewed = ResearchEdge.objects.filter(downstream__run=run, kind=EdgeKind.REVIEW_SCOPE).values("upstream_id")
+    finalized = ResearchNode.objects.filter(run=run, kind=NodeKind.WORKER, status=NodeStatus.FINALIZED).exclude(
+        pk__in=reviewed)  # fmt: skip
+    added = []
+    for worker in finalized.order_by("pk"):
+        experiments = list(Experiment.objects.filter(owner=worker).order_by("pk").values_list("handle", flat=True))
+        work = ", ".join(experiments) or "no experiments"
+        question = (f"Review {worker.handle}'s work ({work}): do the results hold up? Check data provenance "
+                    "and overlap with sealed items, and compare them.")  # fmt: skip
+        added.append(reviewer_add(run=run, question=question, scope=[worker], actor="supervisor"))
+    return added
 
 
 def _integrity_reconcile(run: Run, *, settle_seconds: float = 30.0) -> None:

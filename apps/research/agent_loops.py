@@ -54,6 +54,7 @@ from apps.research.choices import (
     RunStatus,
 )
 from apps.research.models import AgentLoop, ResearchNode, Run
+from apps.research.selectors import harness_plays
 from rsiweb.celery import app
 
 # Outcomes of a step (workers.agents.policies.Outcome.next): when the loop steps again.
@@ -142,12 +143,17 @@ def agent_loop_wake(*, node: ResearchNode, trigger: str, detail: dict[str, Any] 
 
 
 def agent_loops_sync(*, run: Run) -> list[AgentLoop]:
-    """Create loops for the run's active Workers and Reviewers that have none (the Main just spawned them)."""
-    if run.agent_mode == AgentMode.EXTERNAL:
-        return []
+    """Create loops for the run's active Workers and Reviewers that have none (the Main just spawned them).
+
+    In an external run the harness plays its Workers; its Reviewers are ours (the heuristic Reviewer)
+    unless the harness plays them too (``harness_plays``).
+    """
     missing = ResearchNode.objects.filter(
         run=run, kind__in=(NodeKind.WORKER, NodeKind.REVIEWER), status=NodeStatus.ACTIVE, agent_loop__isnull=True
     ).order_by("pk")
+    if run.agent_mode == AgentMode.EXTERNAL:
+        ours = [node for node in missing.filter(kind=NodeKind.REVIEWER) if not harness_plays(run, node)]
+        return [agent_loop_ensure(node=node, policy=AgentMode.HEURISTIC) for node in ours]
     return [agent_loop_ensure(node=node, policy=run.agent_mode) for node in missing]
 
 

@@ -253,6 +253,18 @@ def _last_line(error: str) -> str:
     return cut((error or "").strip().splitlines()[-1] if (error or "").strip() else "failed", 300)
 
 
+def harness_plays(run: Run, node: ResearchNode) -> bool:
+    """Whether the harness of external ``run`` may play ``node``: its Workers, its Main Agent (with a
+    token only under ``--harness-main``), and its Reviewers only when started with
+    ``--harness-reviewers`` (by default our own Reviewer loop reviews the harness's Workers, so the
+    run needs no second harness)."""
+    if run.agent_mode != AgentMode.EXTERNAL:
+        return False
+    if node.kind == NodeKind.REVIEWER:
+        return bool(((run.policy or {}).get("harness") or {}).get("plays_reviewers"))
+    return True
+
+
 def run_held_nodes_last_seen(run: Run) -> dict[str, datetime]:
     """The active nodes of ``run`` that an outside harness holds, each with its last sign of life.
 

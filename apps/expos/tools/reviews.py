@@ -8,10 +8,11 @@ from typing import Any
 from apps.core.errors import NotFound, PermissionDenied
 from apps.experiments.models import Evaluation, Experiment
 from apps.experiments.selectors import metric_summary
-from apps.expos.payloads import job_brief, node_payload, run_node
+from apps.expos.payloads import job_brief, node_payload, run_node, scope_handles
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
     EXPERIMENT,
+    EXPERIMENT_BRIEF,
     JOB,
     MAX_TEXT,
     NODE,
@@ -29,6 +30,7 @@ from apps.expos.schemas import (
     string,
     text,
 )
+from apps.expos.selectors import experiment_brief
 from apps.expos.visibility import visible_experiments
 from apps.flows.reports import report_payload
 from apps.integrity.choices import Adjudication, Observation, Subcategory
@@ -83,6 +85,32 @@ _DATA = closed(
         "purpose": string(16),
     }
 )
+
+
+@tool(
+    "state_get_current_reviewer",
+    category=Category.REVIEW,
+    roles=REVIEWER_ROLE,
+    description="The calling Reviewer: its question (task), status and ETag (send it as If-Match to "
+    "reviewer_finalize), the Workers of its scope, their experiments, and how many reports it has submitted.",
+    output_schema=closed(
+        {
+            "reviewer": NODE,
+            "scope": array(string(32), max_items=1000),
+            "experiments": array(EXPERIMENT_BRIEF, max_items=10_000),
+            "reports": integer(0),
+        }
+    ),
+)
+def state_get_current_reviewer(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    experiments = visible_experiments(ctx).select_related("owner").order_by("pk")
+    ctx.etag_node = ctx.node
+    return {
+        "reviewer": node_payload(ctx.node),
+        "scope": scope_handles(ctx.node),
+        "experiments": [experiment_brief(ctx, e) for e in experiments],
+        "reports": ReviewReport.objects.filter(reviewer=ctx.node).count(),
+    }
 
 
 @tool(

@@ -1,6 +1,6 @@
 """Execution & state tools (DESIGN.md "ExpOS tools"): the research branches and the run's state.
 
-worker_submit and the training gate live in execution.py; these are the other nine.
+worker_submit and the training gate live in execution.py; these are the others.
 """
 
 from __future__ import annotations
@@ -136,6 +136,27 @@ def state_get_current_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[str
 
 def _context_ids(ctx: ToolContext) -> set[int]:
     return owner_node_ids(ctx) or set()
+
+
+@tool(
+    "state_get_current_main",
+    category=Category.EXECUTION,
+    roles=MAIN,
+    description="The calling Main Agent: its node (task, status, ETag) and every Worker and Reviewer of the "
+    "run with its status, task, summary and ETag (state_inspect_worker and inspect_reviewer_report go deeper).",
+    output_schema=closed(
+        {"main": NODE, "workers": array(NODE, max_items=10_000), "reviewers": array(NODE, max_items=10_000)}
+    ),
+)
+def state_get_current_main(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    nodes = ResearchNode.objects.filter(run=ctx.run, kind__in=(NodeKind.WORKER, NodeKind.REVIEWER)).order_by("pk")
+    payloads = [node_payload(node) for node in nodes]
+    ctx.etag_node = ctx.node
+    return {
+        "main": node_payload(ctx.node),
+        "workers": [p for p in payloads if p["kind"] == NodeKind.WORKER],
+        "reviewers": [p for p in payloads if p["kind"] == NodeKind.REVIEWER],
+    }
 
 
 @tool(

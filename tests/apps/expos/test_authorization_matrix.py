@@ -47,6 +47,8 @@ MATRIX: dict[str, tuple[Callable[[World], dict[str, Any]], dict[str, Any]]] = {
     # --- execution & state: main_* / state_* are the Main Agent's ---------------------------
     "state_add_new_worker": (lambda w: {"task": "a new hypothesis"}, only({"main": CREATED})),
     "state_get_current_worker": (lambda w: {}, only({"own": OK, "other": OK})),
+    "state_get_current_main": (lambda w: {}, only({"main": OK})),
+    "state_get_current_reviewer": (lambda w: {}, only({"rin": OK, "rout": OK})),
     "state_inspect_worker": (lambda w: {"worker": w.nodes["own"].handle}, only({"main": OK})),
     "state_finalize_worker": (lambda w: {"worker": w.nodes["own"].handle, "reason": "enough"}, only({"main": OK})),
     "worker_finalize": (
@@ -197,6 +199,8 @@ def _check(api, world, tool_name: str) -> list[str]:
 # (each database flush costs seconds). The others get a fresh world each.
 READS = (
     "state_get_current_worker",
+    "state_get_current_main",
+    "state_get_current_reviewer",
     "state_inspect_worker",
     "state_sync_results",
     "events_tail",

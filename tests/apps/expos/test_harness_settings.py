@@ -15,10 +15,13 @@ from django.core.management import CommandError, call_command
 
 from apps.experiments.models import Event, Experiment
 from apps.experiments.services import experiment_set_integrity
-from apps.expos.models import IdempotencyRecord
+from apps.expos.models import AgentToken, IdempotencyRecord
 from apps.flows.runs import run_final_eval_start
+from apps.flows.supervisor import harness_reviews_request
+from apps.research.agent_loops import agent_loops_sync
 from apps.research.choices import RunStatus
-from apps.research.models import Decision, ResearchNode, Run, TranscriptTurn
+from apps.research.models import AgentLoop, Decision, ResearchNode, Run, TranscriptTurn
+from apps.research.selectors import run_held_nodes_last_seen
 from apps.research.services import run_set_status
 from tests.support.mcp_client import command_sections
 
@@ -97,14 +100,53 @@ def test_a_parallel_harness_run_hands_new_workers_tokens_once_and_runs_two_worke
     assert reviewer.json()["error"]["code"] == "reviewers_disabled"
 
 
-def test_a_harness_reviewer_gets_its_token_in_the_answer(live_server, world):
+def test_by_default_our_reviewer_loop_plays_a_reviewer_the_harness_main_requests(live_server, world):
     run, tokens = _start(world, "--harness-main")
     created = _call(live_server.url, tokens["main"], "state_add_new_reviewer",
                     {"question": "is it sound?", "scope": ["worker_0001"]})  # fmt: skip
     assert created.status_code == 201, created.text
-    me = _call(live_server.url, created.json()["token"], "events_tail", {"limit": 1})
+    assert "token" not in created.json()  # no second harness needed: nobody outside plays it
+    reviewer = ResearchNode.objects.get(run=run, handle=created.json()["reviewer"]["handle"])
+    assert AgentLoop.objects.get(node=reviewer).policy == "heuristic"
+    assert reviewer.handle not in run_held_nodes_last_seen(run)
+    assert not AgentToken.objects.filter(node=reviewer).exists()
+    # The Main sees its own node and ETag, and the Reviewer beside its Worker.
+    me = _call(live_server.url, tokens["main"], "state_get_current_main")
     assert me.status_code == 200, me.text
-    assert ResearchNode.objects.get(run=run, handle=created.json()["reviewer"]["handle"]).kind == "reviewer"
+    assert me.headers["ETag"] == me.json()["main"]["etag"]
+    assert [r["handle"] for r in me.json()["reviewers"]] == [reviewer.handle]
+    assert [w["handle"] for w in me.json()["workers"]] == ["worker_0001"]
+
+
+def test_with_harness_reviewers_the_harness_plays_them_with_the_token_in_the_answer(live_server, world):
+    run, tokens = _start(world, "--harness-main", "--harness-reviewers")
+    created = _call(live_server.url, tokens["main"], "state_add_new_reviewer",
+                    {"question": "is it sound?", "scope": ["worker_0001"]})  # fmt: skip
+    assert created.status_code == 201, created.text
+    token = created.json()["token"]
+    reviewer = ResearchNode.objects.get(run=run, handle=created.json()["reviewer"]["handle"])
+    assert not AgentLoop.objects.filter(node=reviewer).exists()
+    assert reviewer.handle in run_held_nodes_last_seen(run)
+    me = _call(live_server.url, token, "state_get_current_reviewer")
+    assert me.status_code == 200, me.text
+    body = me.json()
+    assert (body["reviewer"]["handle"], body["scope"], body["reports"]) == (reviewer.handle, ["worker_0001"], 0)
+    assert me.headers["ETag"] == body["reviewer"]["etag"]
+    # The harness's Reviewer is on record turn by turn like its Main and Workers.
+    assert [t.calls for t in TranscriptTurn.objects.filter(node=reviewer)]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [(("--harness-reviewers",), "needs --harness-main"),
+     (("--harness-main", "--harness-reviewers", "--no-reviewer"), "contradict")],
+)  # fmt: skip
+def test_start_run_refuses_harness_reviewers_it_cannot_honour(world, flags, says):
+    before = Run.objects.count()
+    with pytest.raises(CommandError) as excinfo:
+        call_command("start_run", "--harness", "--benchmark", str(world.run.benchmark.uuid), *flags)
+    assert says in str(excinfo.value)
+    assert Run.objects.count() == before
 
 
 def _accept(experiment: Experiment, score: float) -> None:
@@ -183,3 +225,24 @@ def test_a_nomination_no_longer_accepted_gives_way_to_the_rule(api, world):
         "nomination_set_aside": exp1.handle,
         "why": f"{exp1.handle} is no longer accepted (its integrity status changed after the nomination)",
     }
+
+
+@pytest.mark.parametrize(("flags", "reviewed"), [((), True), (("--harness-main",), False), (("--no-reviewer",), False)])
+def test_a_worker_only_harness_run_gets_our_review_of_each_finalized_worker(live_server, world, flags, reviewed):
+    run, tokens = _start(world, *flags)
+    done = _call(
+        live_server.url, tokens["worker_0001"], "worker_finalize", {"summary": "nothing worked", "experiments": []}
+    )
+    assert done.status_code == 200, done.text
+    added = harness_reviews_request(Run.objects.get(pk=run.pk))
+    if not reviewed:  # the harness's Main asks for reviews itself, or the run has none
+        assert added == []
+        return
+    (reviewer,) = added
+    assert reviewer.kind == "reviewer"
+    assert "worker_0001" in reviewer.task
+    # The same tick gives it our Reviewer loop; the harness holds nothing more.
+    assert [(loop.node_id, loop.policy) for loop in agent_loops_sync(run=Run.objects.get(pk=run.pk))] == [
+        (reviewer.pk, "heuristic")
+    ]
+    assert harness_reviews_request(Run.objects.get(pk=run.pk)) == []  # once per Worker

@@ -34,3 +34,26 @@ def test_each_call_of_a_harness_becomes_a_tool_call_turn_refusals_included():
     live = client.post("/api/v1/tools/public_check_quota", "{}", content_type="application/json").json()
     assert set(recorded) == set(live)
     assert len(node_turns(seat.node)) == 3
+
+
+def test_the_harness_main_agents_calls_and_idempotent_replays_are_turns():
+    harness = harness_run_start(benchmark=BenchmarkFactory(), base_checkpoint=CheckpointFactory(is_base=True),
+                                name="harness main transcript", task="Improve arithmetic.", wall_seconds=3600,
+                                accelerator_seconds=3600, reserved_final_seconds=60, plays_main=True)  # fmt: skip
+    main = next(seat for seat in harness.seats if seat.node.kind == "main")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {main.token}")
+    body = json.dumps({"task": "a second branch"})
+    for _ in range(2):
+        answer = client.post("/api/v1/tools/state_add_new_worker", body, content_type="application/json",
+                             HTTP_IDEMPOTENCY_KEY="w2")  # fmt: skip
+        assert answer.status_code in (200, 201), answer.content
+    assert client.post("/api/v1/tools/state_get_current_main", "{}", content_type="application/json").status_code == 200
+    turns = node_turns(main.node)
+    assert [t["calls"][0]["name"] for t in turns] == ["state_add_new_worker"] * 2 + ["state_get_current_main"]
+    assert [t["calls"][0].get("replayed", False) for t in turns] == [False, True, False]
+    replayed = json.loads(turns[1]["tool_messages"][0]["content"])
+    assert replayed["replayed"] is True
+    assert replayed["handle"] == json.loads(turns[0]["tool_messages"][0]["content"])["handle"]
+    # The shown-once token is in neither turn.
+    assert "token" not in replayed
+    assert "token" not in json.loads(turns[0]["tool_messages"][0]["content"])

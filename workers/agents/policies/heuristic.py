@@ -581,6 +581,11 @@ class ReviewerHeuristic:
 
     def _inspect(self, view: StepView, state: dict[str, Any]) -> Outcome:
         handles = sorted(set(EXP_RE.findall(view.briefing.get("task", ""))))
+        if not handles:
+            # A question that names no experiment (a harness's Main Agent asks in its own words):
+            # review every experiment of the scope.
+            me = view.call("state_get_current_reviewer")
+            handles = [e["handle"] for e in me.data["experiments"]] if me.ok else []
         experiments: dict[str, Any] = {}
         datasets: set[str] = set()
         for handle in handles:

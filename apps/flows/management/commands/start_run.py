@@ -7,7 +7,8 @@ ablation switches reproduce the paper's ablation shape: ``--no-reviewer`` (the M
 decides from Worker summaries alone) and ``--serial-workers`` (one Worker at a time).
 
 ``--harness`` starts an external run whose first Worker (and, with ``--harness-main``, whose Main
-Agent) an external harness plays through MCP: it prints the token(s) and ready-to-paste MCP
+Agent) an external harness plays through MCP; the Reviewers its Main Agent requests are played by
+our own Reviewer loop, or with ``--harness-reviewers`` by the harness. It prints the token(s) and ready-to-paste MCP
 configuration for Claude Code and Codex (docs/harnesses.md). ``--parallel``, ``--serial-workers``,
 ``--seed``, ``--gate``, ``--no-reviewer`` and the budgets apply as for our own loops; the flags of
 our loops alone (``--policy``, ``--llm-*``, ``--max-workers``, ``--screen-steps``,
@@ -95,6 +96,12 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="wait for the result and print it")
         parser.add_argument("--harness", action="store_true", help="an external harness plays the Worker (MCP)")
         parser.add_argument("--harness-main", action="store_true", help="with --harness: it plays the Main Agent too")
+        parser.add_argument(
+            "--harness-reviewers",
+            action="store_true",
+            help="with --harness-main: the harness plays the Reviewers its Main Agent requests too (by default "
+            "our own Reviewer loop reviews the harness's Workers)",
+        )
         parser.add_argument("--task", default="", help="with --harness: the Worker's task")
         parser.add_argument("--api-url", default="", help="with --harness: the URL harnesses reach (RSI_API_URL)")
 
@@ -139,6 +146,13 @@ class Command(BaseCommand):
                 "(no LLM or heuristic loop of ours runs its agents). Drop them; --parallel, --serial-workers, "
                 "--seed, --gate, --no-reviewer and the budgets apply."
             )
+        if options["harness_reviewers"] and not options["harness_main"]:
+            raise CommandError(
+                "--harness-reviewers needs --harness-main: the Main Agent requests Reviewers, and without "
+                "--harness-main no harness does."
+            )
+        if options["harness_reviewers"] and options["no_reviewer"]:
+            raise CommandError("--harness-reviewers and --no-reviewer contradict each other; drop one.")
         if not options["harness_main"] and options["gate"]:
             raise CommandError(
                 "--gate holds training for the Main Agent's approval; with --harness the Main Agent is played by "
@@ -151,7 +165,7 @@ class Command(BaseCommand):
                 name=options["name"], task=options["task"], wall_seconds=options["wall_seconds"],
                 accelerator_seconds=options["accelerator_seconds"],
                 reserved_final_seconds=min(FINAL_EVAL_SECONDS * 3, options["accelerator_seconds"] // 4),
-                plays_main=options["harness_main"],
+                plays_main=options["harness_main"], plays_reviewers=options["harness_reviewers"],
                 parallel=1 if options["serial_workers"] else options["parallel"], seed=options["seed"],
                 gate=options["gate"], reviewer=not options["no_reviewer"],
             )  # fmt: skip
