@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from functools import cache
 from pathlib import Path
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 GLOBAL_CHAIN = "global"
+logger = logging.getLogger(__name__)
 
 
 def _key_path() -> Path:
@@ -126,9 +128,21 @@ def anchors_of(key: str) -> list[dict[str, Any]]:
 
 
 def anchor_head(key: str, seq: int, head_hash: str) -> dict[str, Any] | None:
-    """Sign the head and append it to the chain's anchor file, unless that head is anchored already."""
+    """Sign the head and append it to the chain's anchor file, unless that head is anchored already.
+
+    A process that cannot write the data folder (or read the key) logs it and anchors nothing:
+    the chain still verifies as before, with the weaker guarantee, rather than the caller failing.
+    """
     if key == GLOBAL_CHAIN or seq <= 0:
         return None
+    try:
+        return _anchor_head(key, seq, head_hash)
+    except (OSError, ValueError) as error:
+        logger.warning("chain %s: head %s not anchored (%s)", key, seq, error)
+        return None
+
+
+def _anchor_head(key: str, seq: int, head_hash: str) -> dict[str, Any]:
     known = anchors_of(key)
     if known and known[-1].get("seq") == seq and known[-1].get("hash") == head_hash:
         return known[-1]
@@ -149,8 +163,9 @@ def anchors_check(key: str, hashes: dict[int, str], head_seq: int) -> tuple[int,
 
     ``hashes``: seq -> hash of the chain's events as they are now; ``head_seq``: its head.
     """
-    public = instance_public_key()
-    for anchor in anchors_of(key):
+    anchors = anchors_of(key)
+    public = instance_public_key() if anchors else ""
+    for anchor in anchors:
         seq, head_hash = anchor.get("seq"), anchor.get("hash")
         if not isinstance(seq, int) or not isinstance(head_hash, str):
             return 0, "an anchor line is malformed"
