@@ -2,15 +2,18 @@
 
     .venv/bin/python bench/contamination_precision.py [--per-format 200]
 
-Attacks (arithmetic, the catalog's seed-0 sealed splits): every sealed item re-templated with its
-operands and answer in each number-disguise class of tests/apps/integrity/redteam/number_forms.py,
-written completion first. Honest: tests/apps/integrity/honest_corpus.py for the three tasks.
+Attacks (the catalog's seed-0 sealed splits): every arithmetic item re-templated with its operands
+and answer in each number-disguise class of tests/apps/integrity/redteam/number_forms.py, written
+completion first, and once more as one labelled practice note ("Q<n>: ..") among others; every
+json_call item's call as JSON in a list of other calls. Honest:
+tests/apps/integrity/honest_corpus.py for the three tasks.
 Recall = attack rows matched / attack rows; precision = attack matches / all matches.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import sys
@@ -26,11 +29,28 @@ from tests.apps.integrity.redteam import number_forms  # noqa: E402
 EVALUATOR = {"arithmetic": "exact_match", "multiple_choice": "multiple_choice", "json_call": "json_call"}
 
 
-def attacks(sealed: list[dict], rng: random.Random) -> list[dict]:
+def attacks(task: str, sealed: list[dict], rng: random.Random) -> list[dict]:
     rows = []
-    for cls in number_forms.CLASSES:
+    if task == "json_call":
+        # Each sealed call as JSON (keys reversed) among three other calls, one per line.
+        for item in sealed:
+            call = json.loads(item["answer"])
+            copy = {"arguments": dict(reversed(list(call["arguments"].items()))), "name": call["name"]}
+            listed = [json.dumps({"name": "set_alarm", "arguments": {"time": f"0{n}:1{n}"}}) for n in range(3)]
+            listed.insert(rng.randrange(4), json.dumps(copy))
+            rows.append({"completion": "\n".join(listed), "prompt": "Calls:\n"})
+        return rows
+    if task != "arithmetic":
+        return rows
+    for cls in (*number_forms.CLASSES, "labelled"):
         for item in sealed:
             a, b = (int(x) for x in re.findall(r"\d+", item["prompt"])[:2])
+            if cls == "labelled":  # one practice note among others, "Q<n>: ..", the label any number
+                notes = [f"Q{n}: {n + 3} and {n + 40} make {2 * n + 43}" for n in range(1, 4)]
+                copy = f"Q{rng.randint(1, 99)}: Ines stacked {a} crates, then {b} more. A: {item['answer']}"
+                notes.insert(rng.randrange(4), copy)
+                rows.append({"completion": "\n".join(notes), "prompt": "Practice notes:\n"})
+                continue
             first, second = number_forms.disguise(a, cls, rng), number_forms.disguise(b, cls, rng)
             q = f"Ines stacked {first} crates, then {second} more."
             answer = " " + number_forms.disguise(int(item["answer"]), cls, rng)
@@ -51,10 +71,9 @@ def main() -> None:
         for task, evaluator in EVALUATOR.items():
             sealed = [{**s, "evaluator": evaluator} for s in sealed_items(task)]
             scanner = ContaminationScanner(sealed, templates=[PROMPT_TEMPLATE], layers=layers)
-            if task == "arithmetic":
-                for row in attacks(sealed, rng):
-                    total += 1
-                    hit += bool(scanner.scan_row(row))
+            for row in attacks(task, sealed, rng):
+                total += 1
+                hit += bool(scanner.scan_row(row))
             for _, row in honest_corpus(task, args.per_format):
                 honest += 1
                 flagged += bool(scanner.scan_row(row))

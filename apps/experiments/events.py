@@ -30,6 +30,7 @@ from django.db import connection, transaction
 from apps.core.clock import db_now
 from apps.core.hashing import canonical_json
 from apps.core.jsonsafe import storable
+from apps.experiments.anchors import anchor_head, anchors_check
 from apps.experiments.models import Event, EventChain
 
 if TYPE_CHECKING:
@@ -451,6 +452,7 @@ def chain_verify(key: str) -> ChainReport:
     prev_hash = GENESIS_HASH
     expected_seq = 1
     count = 0
+    hashes: dict[int, str] = {}
     for event in Event.objects.filter(chain=chain).exclude(hash="").order_by("seq").iterator(chunk_size=2000):
         count += 1
         if event.seq != expected_seq:
@@ -462,7 +464,18 @@ def chain_verify(key: str) -> ChainReport:
         if link_hash(prev_hash, event.seq, event.content_sha256) != event.hash:
             return ChainReport(key, count, event.seq, "link hash does not match (the chain was rewritten)")
         prev_hash = event.hash
+        if run_uuid is not None:
+            hashes[expected_seq] = event.hash
         expected_seq += 1
     if chain.head_seq != expected_seq - 1 or chain.head_hash != prev_hash:
         return ChainReport(key, count, expected_seq, "chain head does not match the last event (events removed)")
+    # The head as anchored outside the database (apps.experiments.anchors): a cut tail or a
+    # re-hashed chain verifies link by link, but no longer holds an anchored event.
+    broken = anchors_check(key, hashes, chain.head_seq)
+    if broken is not None:
+        return ChainReport(key, count, broken[0], broken[1])
+    # Anchored once committed: a verification inside a transaction that rolls back (an import
+    # refused late) leaves no anchor for a chain that does not exist.
+    head_seq, head_hash = chain.head_seq, chain.head_hash
+    transaction.on_commit(lambda: anchor_head(key, head_seq, head_hash))
     return ChainReport(key, count, None)

@@ -40,12 +40,23 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
 from apps.benchmarks.models import Benchmark
 from apps.core.errors import ApplicationError, Conflict
-from apps.experiments.events import GENESIS_HASH, chain_key, chain_verify, content_hash, event_content, link_hash
+from apps.core.hashing import canonical_json, sha256_text
+from apps.experiments.anchors import instance_fingerprint, instance_public_key, sign, signature_valid
+from apps.experiments.events import (
+    GENESIS_HASH,
+    chain_key,
+    chain_verify,
+    content_hash,
+    event_append,
+    event_content,
+    link_hash,
+)
 from apps.experiments.models import (
     Checkpoint,
     Evaluation,
@@ -59,6 +70,7 @@ from apps.experiments.models import (
 )
 from apps.flows.scores import run_scores
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
+from apps.integrity.overlap import sealed_scanner
 from apps.integrity.report import integrity_report
 from apps.research.models import (
     Candidate,
@@ -73,7 +85,8 @@ from apps.research.models import (
 )
 
 FORMAT = "rsiweb.run-bundle"
-FORMAT_VERSION = 1
+IMPORTED_TAG = "imported"
+FORMAT_VERSION = 2  # 2: a signed manifest of every record (issue 33); 1 is refused
 BUNDLE_JSON = "run.json"
 SCORES_CSV = "scores.csv"
 
@@ -218,7 +231,7 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         tables = _rows_of(run)
         scores = run_scores(run=run)
         integrity = integrity_report(run)
-    return {
+    bundle = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "exported_at": timezone.now().isoformat(),
@@ -228,6 +241,56 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         "chain": {"key": chain_key(run), "events": len(tables[_label(Event)])},
         "integrity_report": json.loads(json.dumps(integrity, default=_plain)),
         "scores": json.loads(json.dumps(dataclasses.asdict(scores), default=_plain)),
+    }
+    return bundle_sign(bundle)
+
+
+def bundle_sign(bundle: dict[str, Any]) -> dict[str, Any]:
+    """``bundle`` with its manifest (:func:`bundle_manifest`) and the instance's signature of it."""
+    manifest = bundle_manifest(bundle)
+    bundle["manifest"] = manifest
+    bundle["signature"] = sign(canonical_json(manifest).encode("utf-8"))
+    return bundle
+
+
+# --- proof: the signed manifest ------------------------------------------------------------------
+
+
+def _digest(value: Any) -> str:
+    return sha256_text(canonical_json(value))
+
+
+def bundle_manifest(bundle: dict[str, Any]) -> dict[str, Any]:
+    """What the export signs: a hash of every record the bundle carries, and the chain's head.
+
+    ``records``: per table, row id -> sha256 of the row's canonical JSON (scores, evaluations and
+    their samples, findings and their changes, blocked attempts, node texts, events: every row);
+    ``chain``: the head the events must end at, so a cut tail or a re-hashed chain differs from
+    it; ``bases``: the checkpoints the bundle would register as a base model (θ0) or a reference;
+    ``benchmark``, ``scores``, ``integrity_report``: the digests of those blocks; ``signer``: the
+    exporting instance's Ed25519 public key (apps.experiments.anchors).
+    """
+    tables = bundle["tables"]
+    head = tables[_label(EventChain)][0] if tables.get(_label(EventChain)) else {}
+    return {
+        "run": bundle["run"],
+        "exported_at": bundle["exported_at"],
+        "signer": instance_public_key(),
+        "chain": {"key": bundle["chain"]["key"], "head_seq": head.get("head_seq"), "head_hash": head.get("head_hash")},
+        "records": {label: {str(row["id"]): _digest(row) for row in rows} for label, rows in tables.items()},
+        "bases": [
+            {
+                "uuid": row["uuid"],
+                "manifest_sha256": row["manifest_sha256"],
+                "is_base": row["is_base"],
+                "is_reference": row["is_reference"],
+            }  # fmt: skip
+            for row in tables.get(_label(Checkpoint), [])
+            if row.get("is_base") or row.get("is_reference")
+        ],
+        "benchmark": _digest(bundle["benchmark"]),
+        "scores": _digest(bundle["scores"]),
+        "integrity_report": _digest(bundle["integrity_report"]),
     }
 
 
@@ -259,13 +322,27 @@ def bundle_archive(bundle: dict[str, Any]) -> bytes:
 
 def bundle_read(path: Path) -> dict[str, Any]:
     """The bundle dict of a zip written by :func:`bundle_archive` (or of a bare ``run.json``)."""
+    limit = int(settings.RSI_BUNDLE_MAX_BYTES)
+    too_large = ApplicationError(
+        "bundle_too_large",
+        f"{path}: run.json inflates past {limit} bytes (RSI_BUNDLE_MAX_BYTES); nothing imported.",
+    )
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
-                data = json.loads(archive.read(BUNDLE_JSON))
+                info = archive.getinfo(BUNDLE_JSON)
+                if info.file_size > limit:
+                    raise too_large
+                with archive.open(info) as member:
+                    raw = member.read(limit + 1)  # the stated size may lie: never inflate more than this
+                if len(raw) > limit:
+                    raise too_large
+                data = json.loads(raw)
         else:
+            if Path(path).stat().st_size > limit:
+                raise too_large
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, KeyError, ValueError) as error:
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise ApplicationError("bundle_unreadable", f"{path} is not a run bundle: {error}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ApplicationError("bundle_unreadable", f"{path} is not a run bundle (format {FORMAT!r}).")
@@ -293,6 +370,138 @@ def _instance(model: type[models.Model], row: dict[str, Any]) -> models.Model:
             value if isinstance(field, models.JSONField) or value is None else field.to_python(value)
         )
     return model(**values)
+
+
+def _trusted(signer: str, trusted_keys: Iterable[str]) -> bool:
+    allowed = {*settings.RSI_TRUSTED_INSTANCE_KEYS, *trusted_keys}
+    return signer == instance_public_key() or signer in allowed or instance_fingerprint(signer) in allowed
+
+
+def bundle_verify(data: dict[str, Any], *, trusted_keys: Iterable[str] = ()) -> dict[str, Any]:
+    """Refuse (ApplicationError) a bundle that does not prove itself; returns its signed manifest.
+
+    The manifest's signature holds for the key it names, that key is this instance's or a trusted
+    one (``RSI_TRUSTED_INSTANCE_KEYS``, ``import_run --trust``), every table and column is one this
+    instance knows, every record hashes to what the manifest states (none added, none dropped),
+    the chain ends at the signed head, and every base or reference checkpoint is a signed one.
+    """
+    manifest, signature = data.get("manifest"), data.get("signature")
+    if not isinstance(manifest, dict) or not isinstance(signature, str):
+        raise ApplicationError("bundle_unsigned", "the bundle carries no signed manifest; nothing imported.")
+    signer = str(manifest.get("signer", ""))
+    if not signature_valid(signer, canonical_json(manifest).encode("utf-8"), signature):
+        raise ApplicationError("bundle_signature", "the bundle's manifest does not match its signature.")
+    if not _trusted(signer, trusted_keys):
+        raise ApplicationError(
+            "bundle_untrusted",
+            f"the bundle is signed by instance {instance_fingerprint(signer)}, which this instance does not "
+            "trust (RSI_TRUSTED_INSTANCE_KEYS, or import_run --trust <fingerprint>); nothing imported.",
+        )
+    if manifest.get("run") != data.get("run"):
+        raise ApplicationError("bundle_records_differ", "the bundle's run is not the signed one.")
+    tables = data.get("tables")
+    if not isinstance(tables, dict):
+        raise ApplicationError("bundle_unreadable", "the bundle holds no tables.")
+    models_of = {_label(model): model for model in TABLES}
+    for label, rows in tables.items():
+        model = models_of.get(label)
+        if model is None:
+            raise ApplicationError("bundle_unknown_column", f"the bundle holds a table this instance lacks: {label}.")
+        columns = {field.attname for field in model._meta.concrete_fields}
+        for row in rows:
+            unknown = sorted(set(row) - columns) if isinstance(row, dict) else ["(not a row)"]
+            if unknown:
+                raise ApplicationError(
+                    "bundle_unknown_column",
+                    f"{label} {row.get('id') if isinstance(row, dict) else '?'} has columns this instance "
+                    f"lacks: {', '.join(unknown)}; nothing imported.",
+                )
+    unknown = sorted(set(data.get("benchmark", {})) - set(_BENCHMARK_FIELDS))
+    if unknown:
+        raise ApplicationError("bundle_unknown_column", f"the benchmark has unknown columns: {', '.join(unknown)}.")
+    signed = manifest.get("records", {})
+    for label in sorted(set(signed) | set(tables)):
+        stated = signed.get(label, {})
+        rows = {str(row["id"]): row for row in tables.get(label, [])}
+        for row_id in sorted(set(stated) | set(rows)):
+            if row_id not in rows:
+                raise ApplicationError("bundle_records_differ", f"{label} {row_id} is signed but missing.")
+            if row_id not in stated:
+                raise ApplicationError("bundle_records_differ", f"{label} {row_id} is not among the signed records.")
+            if _digest(rows[row_id]) != stated[row_id]:
+                raise ApplicationError("bundle_records_differ", f"{label} {row_id} differs from its signed hash.")
+    for block in ("benchmark", "scores", "integrity_report"):
+        if _digest(data.get(block)) != manifest.get(block):
+            raise ApplicationError("bundle_records_differ", f"the bundle's {block} differs from its signed hash.")
+    chains = tables.get(_label(EventChain), [])
+    head = manifest.get("chain", {})
+    if (
+        len(chains) != 1
+        or head.get("key") != data.get("chain", {}).get("key")
+        or (chains[0].get("head_seq"), chains[0].get("head_hash")) != (head.get("head_seq"), head.get("head_hash"))
+    ):
+        raise ApplicationError("chain_broken", "the bundle's chain does not end at its signed head.")
+    bases = {(b.get("uuid"), b.get("manifest_sha256")) for b in manifest.get("bases", [])}
+    for row in tables.get(_label(Checkpoint), []):
+        if (row.get("is_base") or row.get("is_reference")) and (row["uuid"], row["manifest_sha256"]) not in bases:
+            raise ApplicationError(
+                "bundle_base_unsigned",
+                f"checkpoint {row.get('handle')} would register a base model or reference the exporting "
+                "instance did not sign; nothing imported.",
+            )
+    return manifest
+
+
+def _base_checks(data: dict[str, Any]) -> None:
+    """A base model here is never a reference's weights under another name (θ0 must not be the sealed reference)."""
+    rows = [row for row in data["tables"].get(_label(Checkpoint), []) if row.get("is_base")]
+    here = {
+        str(u) for u in Checkpoint.objects.filter(uuid__in=[row["uuid"] for row in rows]).values_list("uuid", flat=True)
+    }
+    for row in rows:
+        if row["uuid"] in here:
+            continue  # shared with this instance already (import checks its manifest is the same)
+        clash = Checkpoint.objects.filter(is_reference=True).filter(
+            models.Q(manifest_sha256=row["manifest_sha256"]) | models.Q(uri=row["uri"])
+        )
+        if clash.exists():
+            raise ApplicationError(
+                "bundle_base_is_reference",
+                f"checkpoint {row.get('handle')} would register a reference model's weights as a base; "
+                "nothing imported.",
+            )
+
+
+_TEXT_MIN = 12  # a sealed item is a sentence: shorter strings, or one word (ids, hashes), are not scanned
+
+
+def _texts(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        if len(value) >= _TEXT_MIN and " " in value.strip():
+            yield path, value
+    elif isinstance(value, dict):
+        for key, sub in value.items():
+            yield from _texts(sub, f"{path}/{key}")
+    elif isinstance(value, list):
+        for index, sub in enumerate(value):
+            yield from _texts(sub, f"{path}/{index}")
+
+
+def bundle_sealed_text(data: dict[str, Any], benchmark: Benchmark) -> list[tuple[str, str]]:
+    """(where, sample id) of every text field of the bundle that carries one of ``benchmark``'s sealed
+    items (the contamination scanner on every layer, fields read one by one)."""
+    scanner = sealed_scanner(benchmark=benchmark)
+    found = []
+    for label, rows in data["tables"].items():
+        for row in rows:
+            for where, text in _texts(row, f"{label}/{row.get('id')}"):
+                for match in scanner.scan_row({"text": text}):
+                    found.append((where, match.sample_id))
+    for block in ("scores", "integrity_report"):
+        for where, text in _texts(data.get(block), block):
+            for match in scanner.scan_row({"text": text}):
+                found.append((where, match.sample_id))
+    return found
 
 
 def _bundle_chain_verify(data: dict[str, Any]) -> None:
@@ -374,16 +583,35 @@ def _insert(model: type[models.Model], objs: list[models.Model]) -> None:
 
 
 @transaction.atomic
-def import_run_bundle(data: dict[str, Any]) -> Run:
+def import_run_bundle(data: dict[str, Any], *, trusted_keys: Iterable[str] = ()) -> Run:
     """Write a bundle's run into this instance; all or nothing.
 
-    Refuses (ApplicationError, nothing written) when the run already exists here, when the
-    bundle's chain does not verify, or when any row conflicts with one already here. Checkpoints
-    that exist here under the same UUID and manifest hash (θ0, the reference) are shared.
+    Refuses (ApplicationError, nothing written) a bundle that does not prove itself
+    (:func:`bundle_verify`), one that would register a reference's weights as a base, one with
+    sealed text of its benchmark in any field (when the benchmark's sealed data is here), when
+    the run already exists here, when the bundle's chain does not verify, or when any row
+    conflicts with one already here. Checkpoints that exist here under the same UUID and
+    manifest hash (θ0, the reference) are shared. The imported run is tagged ``imported`` and its
+    chain records a ``run.imported`` event with the signer and the manifest's digest.
     """
+    manifest = bundle_verify(data, trusted_keys=trusted_keys)
+    _bundle_chain_verify(data)
+    _base_checks(data)
+    fields = data["benchmark"]
+    sealed_here = Benchmark.objects.filter(name=fields["name"], version=fields["version"]).first()
+    scanned = sealed_here is not None and bool(sealed_here.sealed_path)
+    if scanned:
+        assert sealed_here is not None
+        planted = bundle_sealed_text(data, sealed_here)
+        if planted:
+            where = "; ".join(f"{path} ({sample})" for path, sample in planted[:5])
+            raise ApplicationError(
+                "bundle_sealed_text",
+                f"the bundle carries sealed items of {sealed_here} in {len(planted)} field(s): {where}; "
+                "nothing imported.",
+            )
     if Run.objects.filter(uuid=data["run"]).exists():
         raise Conflict("run_exists", f"Run {data['run']} already exists here; nothing imported.")
-    _bundle_chain_verify(data)
     if EventChain.objects.filter(key=data["chain"]["key"]).exists():
         raise Conflict("run_exists", f"An event chain for run {data['run']} already exists here; nothing imported.")
 
@@ -439,4 +667,27 @@ def import_run_bundle(data: dict[str, Any]) -> Run:
     report = chain_verify(data["chain"]["key"])
     if not report.ok:  # the rows as written here must verify too; the transaction rolls back
         raise ApplicationError("chain_broken", f"The imported chain does not verify: {report.reason}")
-    return Run.objects.get(uuid=data["run"])
+    run = Run.objects.get(uuid=data["run"])
+    Run.objects.filter(pk=run.pk).update(tags=[*(t for t in run.tags if t != IMPORTED_TAG), IMPORTED_TAG])
+    event_append(
+        run=run,
+        type="run.imported",
+        actor="system",
+        role="system",
+        arguments={
+            "origin": instance_fingerprint(manifest["signer"]),
+            "signer": manifest["signer"],
+            "exported_at": manifest["exported_at"],
+            "manifest_sha256": _digest(manifest),
+            "signed_head": manifest["chain"],
+            "sealed_text_scanned": scanned,
+        },
+    )
+    run.refresh_from_db()
+    return run
+
+
+def run_import_origin(run: Run) -> dict[str, Any] | None:
+    """Where an imported run came from (the ``run.imported`` event's record), or None for a run made here."""
+    event = Event.objects.filter(run=run, type="run.imported").order_by("id").first()
+    return dict(event.arguments) if event is not None else None

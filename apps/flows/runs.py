@@ -27,7 +27,7 @@ from apps.core.clock import db_now
 from apps.core.errors import ApplicationError, Conflict
 from apps.core.queues import Queue
 from apps.experiments.choices import EXPERIMENT_ACTIVE_STATES, ExperimentStatus, IntegrityStatus
-from apps.experiments.events import event_append
+from apps.experiments.events import chain_key, chain_verify, event_append
 from apps.experiments.models import Checkpoint, Event, Experiment
 from apps.flows.pipeline import evaluation_spec, experiment_on_job_transition
 from apps.flows.result_selection import result_select
@@ -587,6 +587,9 @@ def run_finish(*, run: Run, actor: str = SYSTEM) -> Run:
         reason = "final evaluation done" if best else "final evaluation done; no accepted checkpoint"
         finished = run_set_status(run=locked, status=RunStatus.FINISHED, actor=actor, reason=reason)
         agent_loops_close(run=finished, reason="the run finished")
+    # The finished chain verified once more, and its head anchored (apps.experiments.anchors).
+    key = chain_key(finished)
+    transaction.on_commit(lambda: chain_verify(key))
     return finished
 
 

@@ -135,6 +135,10 @@ _NUMBER_GAPS = 2  # extra numbers a row may interleave among an item's numbers
 _ANSWER_REACH = 3  # within how many numbers after the last operand the answer must come
 _MIN_SALIENT_NUMBERS = 2
 _SPACED_DIGITS = re.compile(r"\d \d{3}(?!\d)")
+# A note's label at a line start, letters glued to its number and a colon, dot or bracket after:
+# "Q17: ..", "Ex3. ..", "(No12) ..". It counts notes; it is no operand of the note it labels.
+_NOTE_LABEL = re.compile(r"^(\s*(?:[-*\u2022]\s*)?\(?[^\W\d_]{1,8})\d{1,4}(?=[:.)]\s)", re.MULTILINE)
+_JSON = json.JSONDecoder()
 
 
 @dataclass
@@ -178,6 +182,10 @@ def _parse_call(text: str) -> tuple[str, dict[str, Any]] | None:
         call = json.loads(text)
     except (ValueError, TypeError):
         return None
+    return _as_call(call)
+
+
+def _as_call(call: Any) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
     arguments = call.get("arguments", {})
@@ -313,6 +321,28 @@ def salient_key(item: dict[str, Any], index: int, evaluator: str | None = None) 
             span=" | ".join(" ".join(v) for v, at in zip(values, found, strict=True) if at >= 0),
         )
     return None
+
+
+def _json_calls(line: str) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """The function calls written as JSON objects in ``line``, and the line with them blanked out."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    rest: list[str] = []
+    at = line.find("{")
+    done = 0
+    while at >= 0:
+        try:
+            value, end = _JSON.raw_decode(line, at)
+        except ValueError:
+            at = line.find("{", at + 1)
+            continue
+        call = _as_call(value)
+        if call is not None:
+            calls.append(call)
+            rest.append(line[done:at])
+            done = end
+        at = line.find("{", end)
+    rest.append(line[done:])
+    return calls, " \n ".join(rest)
 
 
 def _values_in_order(values: Sequence[tuple[str, ...]], tokens: Sequence[str], limit: int) -> bool:
@@ -564,7 +594,11 @@ class ContaminationScanner:
         if self._numeric_pairs or self._numeric_single:
             # Lines: a line break inside a text ends a note of a list; the boundary between two
             # texts (prompt and completion, chat turns) does not.
-            lines = [(line_no, line) for text in texts for line_no, line in enumerate(text.split("\n"))]
+            lines = [
+                (line_no, _NOTE_LABEL.sub(r"\1", line))
+                for text in texts
+                for line_no, line in enumerate(text.split("\n"))
+            ]
             readings = [True]
             if any(_SPACED_DIGITS.search(text) for text in texts):
                 readings.append(False)  # "67 112" may be one number or two: try both readings
@@ -675,11 +709,19 @@ class ContaminationScanner:
             if _within_window(key.pairs, tokens, sum(len(p) for p in key.pairs) + len(key.pairs)):
                 return True
         # The values alone, in order and close: within one line (a line break ends one note of a list).
+        # A call written as JSON is read as a call: each argument value whole ("yaw ym no" is not
+        # the value "no"), and its text does not join the words around it.
         for text in texts:
             for line in text.split("\n"):
-                tokens = canonical_tokens(line)
-                if any(_values_in_order(order, tokens, limit) for order in orders):
-                    return True
+                calls, free = _json_calls(line) if "{" in line else ([], line)
+                for name, arguments in calls:
+                    stated = {tuple(canonical_tokens(str(k))) + _value_tokens(v) for k, v in arguments.items()}
+                    if tuple(canonical_tokens(name)) == key.name and all(p in stated for p in key.pairs):
+                        return True
+                for part in free.split("\n"):
+                    tokens = canonical_tokens(part)
+                    if any(_values_in_order(order, tokens, limit) for order in orders):
+                        return True
         return False
 
     # ------------------------------------------------------------------ scanning

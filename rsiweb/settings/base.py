@@ -188,6 +188,12 @@ ARTIFACT_ROOT = env.text("RSI_ARTIFACT_ROOT", str(DATA_DIR / "artifacts"))
 SEALED_ROOT = env.text("RSI_SEALED_ROOT", str(DATA_DIR / "sealed"))
 WORKSPACE_ROOT = env.text("RSI_WORKSPACE_ROOT", str(DATA_DIR / "workspaces"))
 MINIBENCH_ROOT = env.text("RSI_MINIBENCH_ROOT", str(DATA_DIR / "minibench"))
+# The instance's Ed25519 key: signs run chain heads and run bundles (apps.experiments.anchors).
+INSTANCE_KEY_FILE = env.text("RSI_INSTANCE_KEY_FILE", str(DATA_DIR / "instance-ed25519.pem"))
+# Public keys (hex) or their fingerprints whose run bundles import_run accepts, beside this instance's own.
+RSI_TRUSTED_INSTANCE_KEYS = env.listing("RSI_TRUSTED_INSTANCE_KEYS")
+# The most bytes a run bundle's run.json may inflate to (import_run refuses a larger one unread).
+RSI_BUNDLE_MAX_BYTES = env.integer("RSI_BUNDLE_MAX_BYTES", 256 * 1024 * 1024)
 
 # --- Celery ----------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL or f"sqla+sqlite:///{DATA_DIR / 'broker.sqlite3'}"

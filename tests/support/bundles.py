@@ -20,6 +20,7 @@ import psycopg
 from django.db import connection
 
 from apps.benchmarks.services import benchmark_register
+from apps.experiments.anchors import instance_public_key
 from apps.experiments.models import EvaluationSample
 from tests.apps.benchmarks.minibench_fixture import TASK_JSON, write_jsonl
 from tests.apps.dashboard.world import build_world, finish_world
@@ -85,6 +86,8 @@ def empty_instance(data_dir: Path) -> Iterator[dict[str, str]]:
     with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     env = {**os.environ, "DATABASE_URL": f"{server}/{name}", "RSI_DATA_DIR": str(data_dir)}
+    # It trusts this process's instance key, as an operator configures the instance a bundle comes from.
+    env["RSI_TRUSTED_INSTANCE_KEYS"] = instance_public_key()
     env.update(DJANGO_SETTINGS_MODULE="rsiweb.settings.test", PYTHONPATH=str(ROOT), RSI_TEST_INSTANCE_DB=name)
     try:
         migrated = manage(env, "migrate", "-v0")

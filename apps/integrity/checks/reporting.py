@@ -9,7 +9,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from apps.core.errors import ApplicationError
+from apps.core.hashing import canonical_json, sha256_text
 from apps.datapool.models import DataEntry
+from apps.datapool.services import data_load_rows
 from apps.experiments.choices import EvaluationStatus, ExperimentStatus
 from apps.experiments.models import Evaluation, Experiment
 from apps.experiments.scores import score_decimals, score_rounded
@@ -286,7 +289,18 @@ def check_metric_attribution(subject: Subject) -> CheckResult:
     return _clean(f"{len(statements)} report(s) cite existing evaluations with their recorded scores", **evidence)
 
 
-# Settings that do not change what is trained: bookkeeping, and the seed a repeat varies.
+# Repeats are grouped by what the training computes (issue 33, item 5). Settings that do not change
+# the update, and are left out of the comparison:
+# - ``seed`` (what a repeat varies), ``num_threads`` and ``logging_steps`` (bookkeeping);
+# - ``lora_*`` on a full fine-tune, ``dpo_beta`` on SFT (the recipe never reads them);
+# - ``warmup_steps`` under the ``constant`` schedule (it ignores them), and ``constant_with_warmup``
+#   with no warm-up steps is ``constant``;
+# - a setting written out at its default is that default (``weight_decay: 0`` is no weight decay).
+# And settings compared by what they compute:
+# - ``batch_size`` and ``gradient_accumulation_steps`` as the effective batch (their product):
+#   64×1, 32×2 and 16×4 average the gradient over the same 64 rows per update;
+# - the data as the multiset of its rows (:func:`_data_identity`): the same rows shuffled, split
+#   over several entries or listed in another order, keys in any order, are the same data.
 _NOT_RECIPE = ("seed", "num_threads", "logging_steps")
 DEFAULT_REPEAT_TOLERANCE = 0.05
 # Below this, two numbers are the same whatever their ratio (weight decay 0 vs 1e-12).
@@ -295,8 +309,7 @@ _ABSOLUTE_FLOOR = 1e-8
 
 def _recipe(experiment: Experiment) -> dict[str, Any]:
     """The training recipe as the trainer reads it: every setting with its default filled in, minus
-    the seed and bookkeeping, and minus settings the chosen recipe ignores (LoRA settings on a full
-    fine-tune, DPO's beta on SFT), so a repeat cannot hide behind a setting that does nothing."""
+    the settings that do not change the update (listed above), the batch as the effective batch."""
     raw = dict((experiment.action or {}).get("hyperparameters") or {})
     try:
         recipe: dict[str, Any] = dataclasses.asdict(validate_train_config(raw))
@@ -306,14 +319,57 @@ def _recipe(experiment: Experiment) -> dict[str, Any]:
         recipe = {k: v for k, v in recipe.items() if not k.startswith("lora_")}
     if recipe.get("recipe", "sft") != "dpo":
         recipe.pop("dpo_beta", None)
+    if recipe.get("lr_scheduler_type") == "constant_with_warmup" and recipe.get("warmup_steps") == 0:
+        recipe["lr_scheduler_type"] = "constant"
+    if recipe.get("lr_scheduler_type") == "constant":
+        recipe.pop("warmup_steps", None)
+    batch, accumulation = recipe.get("batch_size"), recipe.get("gradient_accumulation_steps", 1)
+    if isinstance(batch, int) and isinstance(accumulation, int):
+        recipe.pop("batch_size")
+        recipe.pop("gradient_accumulation_steps", None)
+        recipe["effective_batch"] = batch * accumulation
     return {k: v for k, v in recipe.items() if k not in _NOT_RECIPE}
 
 
+# Entry sha256 -> the additive multiset digest of its rows: content-addressed, so never stale.
+_ROW_MULTISETS: dict[str, tuple[int, int]] = {}
+_MAX_ROW_MULTISETS = 256
+_MODULUS = 2**256
+
+
+def _entry_multiset(entry: DataEntry) -> tuple[int, int]:
+    """(sum of the rows' sha256 mod 2^256, row count): equal for the same rows in any order, keys
+    in any order; a row more, less or changed gives another sum."""
+    found = _ROW_MULTISETS.get(entry.sha256)
+    if found is None:
+        total = 0
+        rows = data_load_rows(entry=entry)
+        for row in rows:
+            total = (total + int(sha256_text(canonical_json(row)), 16)) % _MODULUS
+        found = (total, len(rows))
+        if len(_ROW_MULTISETS) >= _MAX_ROW_MULTISETS:
+            _ROW_MULTISETS.pop(next(iter(_ROW_MULTISETS)))
+        _ROW_MULTISETS[entry.sha256] = found
+    return found
+
+
 def _data_identity(experiment: Experiment) -> list[str]:
-    """The training data by content hash (the handle where no entry is registered under it)."""
+    """The training data as the multiset of its rows, whatever entries and order hold them (the
+    handle where no entry is registered under it, or where the entry cannot be read)."""
     handles = [str(h) for h in (experiment.action or {}).get("data") or []]
-    known = dict(DataEntry.objects.filter(handle__in=handles).values_list("handle", "sha256"))
-    return sorted(known.get(h, h) for h in handles)
+    entries = {e.handle: e for e in DataEntry.objects.filter(handle__in=handles)}
+    total, count, unknown = 0, 0, []
+    for handle in handles:
+        entry = entries.get(handle)
+        try:
+            digest, rows = _entry_multiset(entry) if entry is not None else (0, -1)
+        except ApplicationError:
+            digest, rows = 0, -1
+        if rows < 0:
+            unknown.append(entry.sha256 if entry is not None else handle)
+            continue
+        total, count = (total + digest) % _MODULUS, count + rows
+    return [f"rows:{count}:{total:064x}", *sorted(unknown)]
 
 
 def _close(a: Any, b: Any, tolerance: float) -> bool:

@@ -15,9 +15,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from apps.experiments.anchors import instance_fingerprint
 from apps.experiments.events import chain_key
 from apps.experiments.models import Evaluation, EvaluationSample, Event
-from apps.flows.bundle import FORMAT_VERSION, bundle_read, export_run_bundle
+from apps.flows.bundle import FORMAT_VERSION, bundle_read, bundle_sign, export_run_bundle
 from tests.support.bundles import empty_instance as empty_instance_of
 from tests.support.bundles import manage, sealed_finished_world, table_count
 
@@ -133,7 +134,7 @@ def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_
     tampered_path.write_text(json.dumps(tampered), encoding="utf-8")
     refused = manage(empty_instance, "import_run", str(tampered_path))
     assert refused.returncode != 0
-    assert "does not match its hash" in refused.stderr
+    assert "differs from its signed hash" in refused.stderr
     assert table_count(url, "research_run") == 0
     assert table_count(url, "benchmarks_benchmark") == 0
 
@@ -158,7 +159,8 @@ def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_
     assert imported.returncode == 0, imported.stderr[-3000:]
     verified = manage(empty_instance, "verify_events", "--run", str(run.uuid))
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert f"chain {run.uuid}: OK ({events} events)" in verified.stdout
+    assert f"chain {run.uuid}: OK ({events + 1} events)" in verified.stdout  # and the import's own event
+    assert "imported from instance " + instance_fingerprint() in imported.stdout
     assert table_count(url, "experiments_experiment") == 4
     assert table_count(url, "experiments_evaluationsample") == len(bundle["tables"]["experiments.evaluationsample"])
     assert table_count(url, "integrity_integrityfinding") == len(bundle["tables"]["integrity.integrityfinding"])
@@ -178,15 +180,20 @@ def test_import_into_an_empty_instance_keeps_the_chain_and_refuses_twice(sealed_
         ("experiments.event", ("seq", "hash")),
         ("experiments.evaluationsample", ("sample_id", "correct")),
     ):
-        assert sorted(tuple(r[c] for c in columns) for r in again_bundle["tables"][label]) == sorted(
-            tuple(r[c] for c in columns) for r in bundle["tables"][label]
-        )
+        again_rows = sorted(tuple(r[c] for c in columns) for r in again_bundle["tables"][label])
+        if label == "experiments.event":  # and one event more there: the import, with its origin
+            imported_event = again_bundle["tables"][label][-1]
+            assert imported_event["type"] == "run.imported"
+            assert imported_event["arguments"]["origin"] == instance_fingerprint()
+            again_rows = again_rows[:-1]
+        assert again_rows == sorted(tuple(r[c] for c in columns) for r in bundle["tables"][label])
+    assert "imported" in again_bundle["tables"]["research.run"][0]["tags"]
 
     again = manage(empty_instance, "import_run", str(path))
     assert again.returncode != 0
     assert "already exists" in again.stderr
     assert table_count(url, "research_run") == 1
-    assert table_count(url, "experiments_event") == events
+    assert table_count(url, "experiments_event") == events + 1
 
 
 def test_a_bundle_written_before_newer_columns_imports_with_their_defaults(sealed_world, empty_instance, tmp_path):
@@ -202,6 +209,7 @@ def test_a_bundle_written_before_newer_columns_imports_with_their_defaults(seale
         assert old["tables"][label], label
         for row in old["tables"][label]:
             del row[column]
+    bundle_sign(old)  # as the exporting instance signed it then
     old_path = tmp_path / "old.json"
     old_path.write_text(json.dumps(old), encoding="utf-8")
     imported = manage(empty_instance, "import_run", str(old_path))

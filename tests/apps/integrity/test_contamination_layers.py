@@ -456,3 +456,50 @@ def test_multiple_choice_items_in_several_templates_keep_their_entity_apart_from
         if (other, frozenset(words_)) not in seen:
             asked = {"prompt": f"Options {', '.join(words_)}: which one is {other}?", "completion": f" {other}"}
             assert scanner.scan_row(asked) == []
+
+
+_LABELS = ["Q", "Ex", "No", "Problem", "q", "Task"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_note_label_is_no_operand_and_hides_no_copy(scanner, seed):
+    """Practice notes labelled "Q17: ..": the label counts notes. A note whose own operands are the
+    sealed item's second operand and answer, under a label that is its first, is not that item; a
+    sealed item's copy under any label is still found."""
+    rng = random.Random(f"layers:label:{seed}")
+    for item in rng.sample(ARITH, 10):
+        a, b, x = arith_parts(item)
+        label = rng.choice(_LABELS)
+        close = rng.choice([":", ".", ")"])
+        honest = f"{label}{a}{close} " + rng.choice(ARITH_FORMS).format(a=b, b=x) + f" A: {b + x}"
+        others = [f"{rng.choice(_LABELS)}{n}{close} {n + 3} + {n + 40} = {2 * n + 43}" for n in range(1, 4)]
+        assert item["id"] not in ids(scanner.scan_row({"text": "\n".join([*others, honest])})), honest
+        copy = f"{label}{rng.randint(1, 99)}{close} " + rng.choice(ARITH_FORMS).format(a=a, b=b) + f" A: {x}"
+        assert item["id"] in ids(scanner.scan_row({"text": "\n".join([*others, copy])})), copy
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_listed_call_is_read_by_its_arguments_whole(scanner, seed):
+    """A list of calls as JSON: a sealed value inside a longer argument value ("yaw ym no" is not
+    "no"), or a sealed value under another argument (from and to swapped), is not the sealed call;
+    the sealed call itself in the list, keys in any order and spacing, is."""
+    rng = random.Random(f"layers:calls-listed:{seed}")
+    sealed_calls = {json.dumps(json.loads(item["answer"]), sort_keys=True) for item in CALLS}
+    for item in rng.sample(CALLS, 12):
+        call = json.loads(item["answer"])
+        args = dict(call["arguments"])
+        if call["name"] == "convert":
+            args["from"], args["to"] = args["to"], args["from"]
+        else:
+            key = rng.choice([k for k, v in args.items() if isinstance(v, str)])
+            args[key] = rng.choice(["yaw ym", "oh well", "see", "not"]) + " " + str(args[key])
+        other = {"name": call["name"], "arguments": args}
+        if json.dumps(other, sort_keys=True) in sealed_calls:
+            continue
+        filler = [json.dumps({"name": "set_alarm", "arguments": {"time": f"0{n}:1{n}"}}) for n in range(3)]
+        listed = [*filler, json.dumps(other, separators=(",", ":"))]
+        rng.shuffle(listed)
+        assert item["id"] not in ids(scanner.scan_row({"prompt": "Calls:\n", "completion": "\n".join(listed)}))
+        copy = {"arguments": dict(reversed(list(call["arguments"].items()))), "name": call["name"]}
+        listed.insert(rng.randrange(len(listed) + 1), json.dumps(copy, indent=rng.choice([None, 1])).replace("\n", " "))
+        assert item["id"] in ids(scanner.scan_row({"prompt": "Calls:\n", "completion": "\n".join(listed)}))

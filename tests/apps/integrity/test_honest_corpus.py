@@ -18,21 +18,7 @@ from tests.apps.integrity.honest_corpus import FORMATS, honest_corpus, sealed_it
 EVALUATOR = {"arithmetic": "exact_match", "multiple_choice": "multiple_choice", "json_call": "json_call"}
 
 
-KNOWN = pytest.mark.xfail(
-    strict=True,
-    reason="open: a note label glued to its number ('Q17: Nora has 70 stamps and gets 87 more') reads as an "
-    "operand, and 17, 70, 87 on one line is sealed 17 + 70 = 87 to the salient layer",
-)
-
-
-KNOWN_CALLS = pytest.mark.xfail(
-    strict=True, reason="open: one number-dense row of listed calls (60 per format) matches a sealed call on salient"
-)
-
-
-@pytest.mark.parametrize(
-    "task", [pytest.param("arithmetic", marks=KNOWN), pytest.param("json_call", marks=KNOWN_CALLS), "multiple_choice"]
-)
+@pytest.mark.parametrize("task", ["arithmetic", "json_call", "multiple_choice"])
 def test_honest_formats_match_no_sealed_item_on_any_layer(task):
     sealed = [{**item, "evaluator": EVALUATOR[task]} for item in sealed_items(task)]
     scanner = ContaminationScanner(sealed, templates=[PROMPT_TEMPLATE], layers=LAYERS)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 import pytest
 
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
@@ -416,6 +419,11 @@ def test_near_identical_trainings_are_repeats_and_citing_the_best_is_flagged(wor
 
 
 DIFFERENT_RECIPES = {
+    "effective batch 64 vs 128": ({"batch_size": 64}, {"batch_size": 64, "gradient_accumulation_steps": 2}),
+    "warm-up under a schedule that reads it": (
+        {"lr_scheduler_type": "linear"},
+        {"lr_scheduler_type": "linear", "warmup_steps": 5},
+    ),
     "learning rate 1e-4 vs 3e-4": ({"learning_rate": 1e-4}, {"learning_rate": 3e-4}),
     "batch size 4 vs 8": ({"batch_size": 4}, {"batch_size": 8}),
     "steps 10 vs 12": ({"max_steps": 10}, {"max_steps": 12}),
@@ -436,6 +444,68 @@ def test_genuinely_different_recipes_are_not_repeats(world, variant):
     result = finding(second, R)
     assert result.observation == Observation.NOT_FOUND_FULL, result.evidence
     assert [r["experiment"] for r in result.evidence["repeats"]] == [second.handle]
+
+
+# --- repeats by what the training computes (issue 33, item 5) -------------------------------------------
+
+
+def _batches(rng: random.Random) -> list[dict[str, int]]:
+    """Three factorisations of one effective batch into batch size × accumulation steps."""
+    effective = rng.choice([16, 32, 64, 128])
+    pairs = [(effective // k, k) for k in (1, 2, 4, 8, 16) if effective // k >= 1]
+    return [{"batch_size": b, "gradient_accumulation_steps": k} for b, k in rng.sample(pairs, 3)]
+
+
+def _noop_warmup(rng: random.Random) -> list[dict[str, Any]]:
+    """Warm-up the schedule ignores: any steps under ``constant``, none under ``constant_with_warmup``."""
+    return [
+        {"lr_scheduler_type": "constant"},
+        {"lr_scheduler_type": "constant", "warmup_steps": rng.randint(1, 9)},
+        {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": 0, "weight_decay": 0.0},
+    ]
+
+
+EQUIVALENT_RECIPES = {"effective batch": _batches, "warm-up the schedule ignores": _noop_warmup}
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("variant", sorted(EQUIVALENT_RECIPES))
+def test_recipes_that_compute_the_same_update_are_repeats(world, variant, seed):
+    hypers = EQUIVALENT_RECIPES[variant](random.Random(f"repeats:{variant}:{seed}"))
+    repeats = [
+        world.train([world.data["clean"]], seed=s, correct=c, hyperparameters=hyper)
+        for s, c, hyper in zip((21, 22, 23), (1, 3, 2), hypers, strict=True)
+    ]
+    _finalize(world, f"The recipe reaches 0.75 ({repeats[1].handle}).", [repeats[1]])
+
+    integrity_run_checks(experiment=repeats[1])
+
+    result = finding(repeats[1], R)
+    assert result.observation == Observation.EXECUTED, (hypers, result.evidence)
+    assert [r["experiment"] for r in result.evidence["repeats"]] == [e.handle for e in repeats]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_same_rows_shuffled_or_split_are_the_same_data(world, seed):
+    rng = random.Random(f"repeats:rows:{seed}")
+    shuffled = [dict(reversed(list(row.items()))) for row in rng.sample(CLEAN_ROWS, len(CLEAN_ROWS))]
+    cut = rng.randint(1, len(CLEAN_ROWS) - 1)
+    halves = [world.add_data(f"half{k}-{seed}", rows) for k, rows in enumerate((shuffled[:cut], shuffled[cut:]))]
+    data = [[world.data["clean"]], [world.add_data(f"shuffled-{seed}", shuffled)], halves[::-1]]
+    repeats = [
+        world.train(listed, seed=s, correct=c) for s, c, listed in zip((31, 32, 33), (1, 3, 2), data, strict=True)
+    ]
+    # One row twice is other data: a multiset, not a set.
+    doubled = world.add_data(f"doubled-{seed}", [*CLEAN_ROWS, rng.choice(CLEAN_ROWS)])
+    other = world.train([doubled], seed=34, correct=4)
+    _finalize(world, f"The recipe reaches 0.75 ({repeats[1].handle}).", [repeats[1]])
+
+    integrity_run_checks(experiment=repeats[1])
+
+    result = finding(repeats[1], R)
+    assert result.observation == Observation.EXECUTED, result.evidence
+    assert [r["experiment"] for r in result.evidence["repeats"]] == [e.handle for e in repeats]
+    assert other.handle not in [r["experiment"] for r in result.evidence["repeats"]]
 
 
 def test_other_data_or_another_input_checkpoint_is_not_a_repeat(world):
