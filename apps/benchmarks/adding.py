@@ -10,7 +10,8 @@ own ``record_to_sample`` reads), and refuses, before anything is written:
 - a row without an id (the id field missing, empty, or not a string/integer);
 - a duplicate id, within a split or across the two;
 - a split with fewer than ``MIN_SPLIT_SAMPLES`` rows (settings.BENCHMARK_MIN_SPLIT_SAMPLES,
-  default 10: below that a score moves by ≥10 points per sample and says nothing);
+  default 10: below that a score moves by ≥10 points per sample and says nothing), unless the
+  operator states a lower limit (``split_minimum``); the contract then carries the warning;
 - settings that leave decoding implicit (contract.py: temperature, top_p, max_tokens, stop, seed policy).
 
 Then the folder is sealed by ``benchmark_register(strict=True)`` like any task folder.
@@ -101,8 +102,14 @@ def benchmark_add(
     description: str = "",
     posttrainbench_name: str | None = None,
     reference_checkpoint: Checkpoint | None = None,
+    split_minimum: int | None = None,
 ) -> Benchmark:
-    """Validate the files and settings (module docstring), then seal them as a new benchmark version."""
+    """Validate the files and settings (module docstring), then seal them as a new benchmark version.
+
+    ``split_minimum`` is the operator's own limit for a small set (``--min-split-samples``): a
+    split under the default minimum is then sealed with a warning in its contract
+    (``samples.small_split``) that says how far one sample moves the score.
+    """
     if evaluator not in evaluators.CONTRACTS:
         raise _invalid(f"evaluator {evaluator!r} is not one of {sorted(evaluators.CONTRACTS)}")
     if inspect_task is not None and inspect_task != "file" and not inspect_task.startswith("inspect_evals/"):
@@ -112,7 +119,11 @@ def benchmark_add(
     answer_fields = answer_fields or ["answer"]
     rows: dict[str, list[dict[str, Any]]] = {}
     seen: dict[str, str] = {}
-    minimum = min_split_samples()
+    default = min_split_samples()
+    if split_minimum is not None and (isinstance(split_minimum, bool) or not isinstance(split_minimum, int)
+                                      or split_minimum < 1):  # fmt: skip
+        raise _invalid(f"the split size limit must be a whole number of at least 1, got {split_minimum!r}")
+    minimum = default if split_minimum is None else split_minimum
     for split, path in (("feedback", feedback_file), ("final", final_file)):
         try:
             data = Path(path).read_bytes()
@@ -129,6 +140,12 @@ def benchmark_add(
         if len(rows[split]) < minimum:
             raise _invalid(
                 f"the {split} split has {len(rows[split])} samples; a benchmark split needs at least {minimum}"
+                + (
+                    " (settings.BENCHMARK_MIN_SPLIT_SAMPLES). To evaluate a smaller set on purpose, state its limit "
+                    "(benchmark_add --min-split-samples N, N at most the split's size): it is sealed with a warning"
+                    if split_minimum is None
+                    else ""
+                )
             )
     if not isinstance(prompt_template, str) or "{question}" not in prompt_template:
         raise _invalid("prompt_template must contain a {question} slot")
@@ -147,6 +164,14 @@ def benchmark_add(
         task["inspect_task_function"] = inspect_task_function
     if posttrainbench_name:
         task["posttrainbench_name"] = posttrainbench_name
+    small = {split: len(r) for split, r in rows.items() if len(r) < default}
+    if small:
+        fewest = min(small.values())
+        counts = ", ".join(f"{split} {n}" for split, n in sorted(small.items()))
+        task["small_split"] = (
+            f"under the default minimum of {default} samples ({counts}; the operator's limit {minimum}): one sample "
+            f"moves the score by {100 / fewest:.0f} points"
+        )
     with tempfile.TemporaryDirectory(prefix="rsiweb-benchmark-add-") as tmp:
         folder = Path(tmp)
         (folder / TASK_FILE).write_text(json.dumps(task, indent=2, sort_keys=True), encoding="utf-8")

@@ -103,6 +103,8 @@ def build_contract(
         "evaluator": evaluator,
         "extraction": evaluators.CONTRACTS[evaluator].extraction,
     }
+    if task.get("small_split"):  # a split under the default size, allowed by the operator (apps.benchmarks.adding)
+        contract["samples"]["small_split"] = str(task["small_split"])
     if adapter == "inspect":
         contract["inspect"] = {
             "task": task["inspect_task"],

@@ -196,27 +196,28 @@ CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 
 def _check_chat_row(value: dict[str, Any], *, shown: str, lineno: int) -> None:
-    """One conversation of a ``chat`` entry: TRL's conversational form with tools and per-message masks.
+    """One row of a ``chat`` entry: TRL's conversational prompt-completion form with tools.
 
-    ``messages``: objects with a role, text content, ``train`` (true/false), assistant
-    ``tool_calls`` ({id, type: function, function: {name, arguments: JSON text}}) and the
-    ``tool_call_id`` of every tool message; ``tools``: the JSON text of the tool definitions (as TRL
-    reads it: one Arrow type whatever the schemas); ``metadata``: an object.
+    ``prompt``: messages, objects with a role and text content, assistant ``tool_calls`` ({id,
+    type: function, function: {name, arguments: JSON text}}) and the ``tool_call_id`` of every
+    tool message; ``completion``: the one assistant message learned; ``tools``: the JSON text of
+    the tool definitions (as TRL reads it: one Arrow type whatever the schemas); ``metadata``: an
+    object.
     """
 
     def bad(what: str) -> ApplicationError:
         return ApplicationError("bad_chat_row", f"{shown} line {lineno}: {what}", line=lineno)
 
-    messages = value.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad("messages must be a non-empty list")
-    for j, message in enumerate(messages):
+    prompt, completion = value.get("prompt"), value.get("completion")
+    if not isinstance(prompt, list) or not prompt:
+        raise bad("prompt must be a non-empty list of messages")
+    if not isinstance(completion, list) or len(completion) != 1:
+        raise bad("completion must be a list of one message, the assistant message learned")
+    for j, message in enumerate([*prompt, *completion]):
         if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
             raise bad(f"message {j} needs a role, one of {', '.join(CHAT_ROLES)}")
         if not isinstance(message.get("content"), str):
             raise bad(f"message {j} content must be text")
-        if not isinstance(message.get("train"), bool):
-            raise bad(f"message {j} needs train: true or false")
         calls = message.get("tool_calls")
         if calls is not None:
             if message["role"] != "assistant" or not isinstance(calls, list):
@@ -231,6 +232,8 @@ def _check_chat_row(value: dict[str, Any], *, shown: str, lineno: int) -> None:
                     raise bad(f"message {j}: a tool call is {{id, type, function: {{name, arguments (JSON text)}}}}")
         if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
             raise bad(f"message {j}: a tool message names the call it answers (tool_call_id)")
+    if completion[0]["role"] != "assistant":
+        raise bad("the completion is an assistant message")
     tools = value.get("tools")
     try:
         parsed = json.loads(tools) if isinstance(tools, str) else None

@@ -1,20 +1,26 @@
-"""Trajectory export (RSI-Dojo): recorded transcripts -> a TRL conversational dataset in the datapool.
+"""Trajectory export (RSI-Dojo): recorded transcripts -> a TRL dataset in the datapool, trainable as it is.
 
-One example per compaction segment of every non-reviewer node of the chosen runs:
+One row per trained assistant message of each compaction segment of every non-reviewer node, in
+TRL's conversational prompt-completion form (SFTTrainer at its defaults computes the loss on the
+completion only: ``completion_only_loss`` is on for such rows):
 
-    {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": str, "train": bool,
-                   "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": JSON text}}],
-                   "tool_call_id": str}],                     # tool_calls: assistant; tool_call_id: tool
+    {"prompt": [{"role": "system"|"user"|"assistant"|"tool", "content": str,
+                 "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": JSON text}}],
+                 "tool_call_id": str}],            # tool_calls: assistant; tool_call_id: tool
+     "completion": [{"role": "assistant", "content": str, "tool_calls": [...]}],   # the trained message
      "tools": JSON text of the definitions (the registry's schemas, OpenAI form) of the tools the
-              conversation calls, not the role's whole registry (it alone filled TRL's default 1,024 tokens),
+              segment calls, not the role's whole registry (it alone filled TRL's default 1,024 tokens),
      "metadata": {run, node, role, segment, segment_index, task, benchmark, base_model, outcome,
-                  filters, passed_filters, source_turns, message_turns, tools_offered}}
+                  filters, passed_filters, source_turns, message_turns, tools_offered,
+                  trained_messages, completion_message, tokens}}
 
-``train`` is true only on an assistant message that a recorded turn produced and whose every tool
-call was answered without a refusal (a 4xx/5xx status, or the policy's unknown/malformed-call
-error); everything else is context, not learned. ``tools`` is JSON text because the tool schemas
-differ in shape and one Arrow column must have one type (TRL's SFTTrainer and agent_sft parse
-it). A segment without a trained assistant message is left out.
+An assistant message is trained (a row's completion) only when a recorded turn produced it and
+every tool call it made was answered without a refusal (a 4xx/5xx status, or the policy's
+unknown/malformed-call error); everything else is context in the prompts of later rows, never
+learned. ``tools`` is JSON text because the tool schemas differ in shape and one Arrow column must
+have one type (TRL's SFTTrainer and agent_sft parse it). A segment without a trained message is
+left out. ``metadata.tokens`` is the row's token count ({prompt, completion, total}) under the
+tokenizer and chat template the operator names (apps.ml.chat_render), null when none was named.
 
 Reviewer transcripts are never exported: a Reviewer reads sealed-adjacent evidence (prompts of
 matched sealed items, model outputs) and there is no redaction. Trajectories are judged by the
@@ -42,11 +48,12 @@ from typing import Any
 
 from apps.benchmarks.models import Benchmark
 from apps.core.errors import ApplicationError, Conflict
-from apps.core.hashing import canonical_json
+from apps.core.hashing import canonical_json, sha256_text
 from apps.datapool.models import DataEntry
 from apps.datapool.services import data_register_export
 from apps.dojo.filters import BEHAVIOUR, DETECTORS, OUTCOME, Detector, Trajectory, trajectory_filter_report
 from apps.integrity.overlap import rows_overlap
+from apps.ml.chat_render import ChatTemplateError, ChatTokenizer
 from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, RunStatus
 from apps.research.models import Run, TranscriptBlob, TranscriptTurn
 
@@ -155,7 +162,9 @@ def _run_turns(run: Run) -> tuple[list[TranscriptTurn], set[int], dict[str, Any]
         .order_by("node_id", "seq")
     )
     needed = _needed(turns)
-    top = _blobs({sha for t in turns if t.pk in needed for sha in (t.request, t.response, t.tool_messages)})
+    # Every turn's tool answers: they name the turn that produced an answer a later request repeats.
+    top = _blobs({sha for t in turns if t.pk in needed for sha in (t.request, t.response)} | {
+        t.tool_messages for t in turns})  # fmt: skip
     inner: set[str] = set()
     for turn in turns:
         if turn.pk in needed:
@@ -210,8 +219,12 @@ class _Segment:
 
 def _node_segments(turns: list[TranscriptTurn], needed: set[int], blobs: dict[str, Any]) -> list[_Segment]:
     """One conversation per compaction segment (as research.transcripts.segment_conversations builds
-    it), each message paired with the turn that produced it (None: not produced by a recorded turn)."""
+    it), each message paired with the turn that produced it, as its response or a tool answer to it
+    (None: not produced by a recorded turn). Only a turn's response can be trained."""
     by_response = {turn.response: turn for turn in turns}
+    for turn in turns:
+        for answer in blobs.get(turn.tool_messages) or []:
+            by_response.setdefault(sha256_text(canonical_json(answer)), turn)
     out: list[_Segment] = []
     for turn in turns:
         if not out or out[-1].segment != turn.segment:
@@ -337,11 +350,12 @@ def _examples(
                 counts["segments_unexportable"] += 1
                 continue
             counts["assistant_messages_refused"] += refused
-            if not any(m["train"] for m in messages):
+            trained = [j for j, m in enumerate(messages) if m.pop("train")]
+            if not trained:
                 counts["segments_without_trained_turn"] += 1
                 continue
             counts["masked_assistant_messages"] += sum(
-                1 for m in messages if m["role"] == "assistant" and not m["train"]
+                1 for j, m in enumerate(messages) if m["role"] == "assistant" and j not in trained
             )
             metadata: dict[str, Any] = dict(shared)
             metadata.update({
@@ -352,16 +366,21 @@ def _examples(
                 "segment": segment.segment,
                 "segment_index": index,
                 "compaction_summary": segment.summary,
-                "message_turns": [t.seq if t is not None else None for _, t in segment.messages],
                 "source_turns": [
                     {"seq": t.seq, "source": t.source, "request": t.request, "response": t.response,
                      "tool_messages": t.tool_messages, "calls": t.calls}
                     for t in segment.turns
                 ],
+                "tools_offered": len(tools_text[node.kind]),
+                "trained_messages": trained,
             })  # fmt: skip
             tools = _called_tools(messages, tools_text[node.kind])
-            metadata["tools_offered"] = len(tools_text[node.kind])
-            out.append({"messages": messages, "tools": tools, "metadata": metadata})
+            turns_of = [t.seq if t is not None else None for _, t in segment.messages]
+            for j in trained:
+                # One row per trained message: TRL's conversational prompt-completion form, whose
+                # completion alone carries the loss at SFTTrainer's defaults (completion_only_loss).
+                row_meta = {**metadata, "completion_message": j, "message_turns": turns_of[: j + 1]}
+                out.append({"prompt": messages[:j], "completion": [messages[j]], "tools": tools, "metadata": row_meta})
     return out
 
 
@@ -405,15 +424,32 @@ def _leaves(value: Any, field: str | None = None) -> list[str]:
     return [_scrub(text)]
 
 
+def row_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row's conversation: its prompt then its completion (or the ``messages`` of a whole conversation)."""
+    if "messages" in row:
+        return list(row["messages"])
+    return [*row["prompt"], *row["completion"]]
+
+
 def scan_units(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[int, int | None]]]:
-    """The scanned units of the rows and, for each, (row index, message index; None: the tool table)."""
+    """The scanned units of the rows and, for each, (row index, message index; None: the tool table).
+
+    The rows of one segment repeat its messages (each row's prompt is the conversation before its
+    completion): a message is one unit however many rows hold it, placed at the first that does.
+    """
     units: list[dict[str, Any]] = []
     where: list[tuple[int, int | None]] = []
     tables: set[str] = set()
+    seen: set[tuple[Any, ...]] = set()
     for i, row in enumerate(rows):
-        for j, message in enumerate(row["messages"]):
+        meta = row.get("metadata") or {}
+        segment = (meta.get("run"), meta.get("node_uuid"), meta.get("segment")) if meta.get("run") else (i,)
+        for j, message in enumerate(row_messages(row)):
+            if (*segment, j) in seen:
+                continue
+            seen.add((*segment, j))
             calls = [
-                [c["function"]["name"], *_leaves(c["function"]["arguments"])] for c in message.get("tool_calls", [])
+                [c["function"]["name"], *_leaves(c["function"]["arguments"])] for c in message.get("tool_calls") or []
             ]
             units.append({"strings": _leaves(message["content"]) + [s for call in calls for s in call]})
             where.append((i, j))
@@ -483,18 +519,57 @@ def _scanner(benchmarks: dict[str, Benchmark]) -> Callable[[list[dict[str, Any]]
     return scan
 
 
+# TRL's SFTConfig.max_length default: a longer row is cut there (keep_start), its completion with it.
+TRL_DEFAULT_MAX_LENGTH = 1024
+
+
+def count_tokens(rows: list[dict[str, Any]], tokenizer: ChatTokenizer) -> dict[str, Any]:
+    """Write each row's ``metadata.tokens`` under ``tokenizer`` and return the export's totals.
+
+    ``prompt`` is the prompt rendered with the generation prompt, ``total`` the prompt and the
+    completion rendered together (what SFTTrainer tokenizes), ``completion`` the difference. A row
+    the template refuses (Llama 3.1: several calls in one message) refuses the export, naming it.
+    """
+    refused: list[str] = []
+    for row in rows:
+        tools = json.loads(row["tools"])
+        try:
+            prompt = tokenizer.count(tokenizer.render(row["prompt"], tools=tools, add_generation_prompt=True))
+            total = tokenizer.count(tokenizer.render([*row["prompt"], *row["completion"]], tools=tools))
+        except ChatTemplateError as exc:
+            refused.append(f"{_place(row, row['metadata']['completion_message'])}: {exc}")
+            continue
+        row["metadata"]["tokens"] = {"prompt": prompt, "completion": total - prompt, "total": total}
+    if refused:
+        raise ApplicationError(
+            "chat_template_refuses_rows",
+            f"The chat template of {tokenizer.name} does not render {len(refused)} row(s) as exported; nothing was "
+            f"registered. {'; '.join(refused[:5])}. docs/export.md lists the templates that do.",
+            rows=refused,
+        )
+    totals = [row["metadata"]["tokens"]["total"] for row in rows]
+    return {
+        **tokenizer.describe(),
+        "max": max(totals),
+        "total": sum(totals),
+        f"rows_over_{TRL_DEFAULT_MAX_LENGTH}": sum(t > TRL_DEFAULT_MAX_LENGTH for t in totals),
+    }
+
+
 def trajectory_export(
     *,
     runs: Sequence[Run],
     name: str,
     tool_definitions: Callable[[str], list[dict[str, Any]]],
     filters: str | Sequence[str] | None = None,
+    tokenizer: ChatTokenizer | None = None,
     actor: str = "system",
 ) -> ExportResult:
     """Export the runs' transcripts that pass ``filters`` as one datapool entry (format chat).
 
-    Raises ApplicationError (400) for bad input or an empty result, Conflict (409) when the
-    contamination scan refuses the data; in both cases nothing is registered.
+    With ``tokenizer`` each row states its token count rendered with that tokenizer's chat template.
+    Raises ApplicationError (400) for bad input, an empty result or a template that refuses a row,
+    Conflict (409) when the contamination scan refuses the data; then nothing is registered.
     """
     detectors = resolve_filters(filters)
     runs = _check_runs(runs)
@@ -527,6 +602,7 @@ def trajectory_export(
         "exported_runs": selected,
         "examples": len(rows),
         **counts,
+        "tokens": None,
     }
     if not rows:
         why = "no run passed the filters" if not selected else "the runs that passed have no trainable segment"
@@ -536,11 +612,16 @@ def trajectory_export(
             f"{report['removed_by']}). Choose other runs or filters (--filters none exports unfiltered).",
             report=summary,
         )
+    for row in rows:
+        row["metadata"]["tokens"] = None
+    if tokenizer is not None:
+        summary["tokens"] = count_tokens(rows, tokenizer)
     readme = (
-        f"Agent trajectories exported from {len(selected)} of {len(runs)} run(s), one conversation per "
-        f"compaction segment ({len(rows)} conversations, reviewer transcripts excluded). Filters applied: "
+        f"Agent trajectories exported from {len(selected)} of {len(runs)} run(s): one TRL prompt-completion row "
+        f"per trained assistant message ({len(rows)} rows, reviewer transcripts excluded). Filters applied: "
         f"{sorted(applied) or 'none'}.\nReport: {json.dumps({k: summary[k] for k in ('removed_by', 'kept')})}\n"
-        "Training data for an agent model (agent_sft), not for a run's base model."
+        f"Tokens: {json.dumps(summary['tokens']) if tokenizer is not None else 'not counted (no tokenizer named)'}.\n"
+        "Training data for an agent model (agent_sft, or TRL's SFTTrainer as it is), not for a run's base model."
     )
     benchmarks = {f"{r.benchmark.name}@{r.benchmark.version}": r.benchmark for r in runs if str(r.uuid) in selected}
     entry = data_register_export(

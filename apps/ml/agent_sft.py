@@ -7,8 +7,9 @@ A trajectory example is TRL's conversational format with tools and per-message m
                    "train": false}],          # optional on assistant turns: do not learn this one
      "tools": [<JSON schema of each tool>]}   # or its JSON text, as a datapool chat entry stores it
 
-Datapool ``chat`` entries (apps.dojo.export) are read as they are: tools as JSON text, tool-call
-arguments as JSON text (parsed here), a ``metadata`` column (ignored) (`normalize_example`).
+Datapool ``chat`` entries (apps.dojo.export) are read as they are: TRL prompt-completion rows (the
+prompt's messages untrained, the completion trained), tools as JSON text, tool-call arguments as
+JSON text (parsed here), a ``metadata`` column (ignored) (`normalize_example`).
 
 `tokenize_example` renders the conversation with the tokenizer's chat template and marks the
 tokens of every assistant turn that is trained (its content, its tool calls and its end-of-turn
@@ -63,7 +64,15 @@ def _check_example(index: int, example: dict[str, Any]) -> list[dict[str, Any]]:
 def normalize_example(example: dict[str, Any]) -> dict[str, Any]:
     """An exported conversation (a datapool ``chat`` row, or one read back by ``datasets``) as the
     chat template wants it: ``tools`` parsed from its JSON text, keys that Arrow filled with null
-    dropped, and tool-call arguments parsed from JSON text to objects (as HF chat templates expect)."""
+    dropped, and tool-call arguments parsed from JSON text to objects (as HF chat templates expect).
+
+    A prompt-completion row (TRL's form, as apps.dojo.export writes it) becomes one conversation
+    whose completion alone is trained."""
+    if "messages" not in example and isinstance(example.get("prompt"), list):
+        prompt = [{**m, "train": False} if isinstance(m, dict) else m for m in example["prompt"]]
+        completion = [{**m, "train": True} if isinstance(m, dict) else m for m in example.get("completion") or []]
+        example = {k: v for k, v in example.items() if k not in ("prompt", "completion")}
+        example["messages"] = prompt + completion
     tools = example.get("tools")
     if isinstance(tools, str):
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -82,6 +83,32 @@ def test_bad_data_is_refused_and_nothing_is_written(sealed_root, tmp_path, mutat
         add(tmp_path, feedback, final)
     assert not Benchmark.objects.exists()
     assert not sealed_root.exists() or not any(sealed_root.rglob("*.jsonl"))
+
+
+def test_a_small_set_is_sealed_under_the_operators_stated_limit_with_a_warning(sealed_root, tmp_path):
+    with pytest.raises(ApplicationError) as caught:
+        add(tmp_path, gsm8k_rows("fb", 6), gsm8k_rows("fin", 4))
+    assert "To evaluate a smaller set on purpose, state its limit (benchmark_add --min-split-samples N" in str(
+        caught.value.message
+    )
+    with pytest.raises(ApplicationError, match="the final split has 4 samples; a benchmark split needs at least 5$"):
+        add(tmp_path, gsm8k_rows("fb", 6), gsm8k_rows("fin", 4), split_minimum=5)
+    with pytest.raises(ApplicationError, match="a whole number of at least 1"):
+        add(tmp_path, gsm8k_rows("fb", 6), gsm8k_rows("fin", 4), split_minimum=0)
+    assert not Benchmark.objects.exists()
+    out = io.StringIO()
+    call_command("benchmark_add", "gsm8k/small", "--feedback", str(write(tmp_path / "s-fb.jsonl", gsm8k_rows("fb", 6))),
+                 "--final", str(write(tmp_path / "s-fin.jsonl", gsm8k_rows("fin", 4))), "--evaluator", "gsm8k_numeric",
+                 "--decoding", json.dumps(DECODING), "--prompt-field", "question", "--min-split-samples", "4",
+                 stdout=out)  # fmt: skip
+    small = Benchmark.objects.get(name="gsm8k/small")
+    warning = small.contract["samples"]["small_split"]
+    assert warning == ("under the default minimum of 10 samples (feedback 6, final 4; the operator's limit 4): "
+                       "one sample moves the score by 25 points")  # fmt: skip
+    assert f"warning: a small benchmark, {warning}" in out.getvalue()
+    rows, _ = benchmark_load_sealed(benchmark=small, split="final")  # the contract re-verifies with its warning
+    assert len(rows) == 4
+    assert "small_split" not in add(tmp_path, gsm8k_rows("fb", 10), gsm8k_rows("fin", 10)).contract["samples"]
 
 
 def test_implicit_decoding_is_refused(sealed_root, tmp_path):

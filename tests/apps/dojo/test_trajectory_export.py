@@ -138,37 +138,49 @@ def _local_path(entry: DataEntry) -> Path:
     return Path(store.root) / store.key(entry.uri)
 
 
-def test_the_export_is_one_masked_conversation_per_segment_with_tools_and_metadata(world):
+def test_the_export_is_one_prompt_completion_row_per_trained_message_with_tools_and_metadata(world):
     result = _export(world, filters="outcome")
     entry = result.entry
-    assert (entry.format, entry.source_kind, entry.rows) == ("chat", "export", 3)
+    assert (entry.format, entry.source_kind, entry.rows) == ("chat", "export", 4)
     rows = data_load_rows(entry=entry)
-    by_key = {(r["metadata"]["node"], r["metadata"]["segment"]): r for r in rows}
-    assert sorted(by_key) == [("worker_0001", 0), ("worker_0002", 0), ("worker_0002", 1)]
+    by_key = {(r["metadata"]["node"], r["metadata"]["segment"], r["metadata"]["completion_message"]): r for r in rows}
+    assert sorted(by_key) == [("worker_0001", 0, 5), ("worker_0002", 0, 2), ("worker_0002", 0, 4),
+                              ("worker_0002", 1, 4)]  # fmt: skip
 
-    heuristic = by_key[("worker_0001", 0)]["messages"]
-    assert [m["role"] for m in heuristic] == ["system", "user", "assistant", "tool", "tool", "assistant", "tool"]
-    assert [m["train"] for m in heuristic] == [False, False, False, False, False, True, False]  # step 1 had a 403
-    assert [c["function"]["name"] for c in heuristic[2]["tool_calls"]] == ["worker_show_datapool", "worker_add_data"]
-    assert [m["tool_call_id"] for m in heuristic if m["role"] == "tool"] == ["call_1_0", "call_1_1", "call_2_0"]
-    assert json.loads(heuristic[5]["tool_calls"][0]["function"]["arguments"]) == {"data": ["data_0001"]}
+    # The heuristic's step 1 had a 403: it is context in the prompt of step 2, the one row's completion.
+    heuristic = by_key[("worker_0001", 0, 5)]
+    assert [m["role"] for m in heuristic["prompt"]] == ["system", "user", "assistant", "tool", "tool"]
+    assert [m["role"] for m in heuristic["completion"]] == ["assistant"]
+    assert heuristic["metadata"]["trained_messages"] == [5]
+    assert not any("train" in m for m in heuristic["prompt"] + heuristic["completion"])
+    prompt = heuristic["prompt"]
+    assert [c["function"]["name"] for c in prompt[2]["tool_calls"]] == ["worker_show_datapool", "worker_add_data"]
+    assert [m["tool_call_id"] for m in prompt if m["role"] == "tool"] == ["call_1_0", "call_1_1"]
+    assert json.loads(heuristic["completion"][0]["tool_calls"][0]["function"]["arguments"]) == {"data": ["data_0001"]}
 
-    assert [m["tool_call_id"] for m in by_key[("worker_0002", 1)]["messages"] if m["role"] == "tool"] == ["b1", "b1"]
-    llm0 = by_key[("worker_0002", 0)]["messages"]
-    assert [(m["role"], m["train"]) for m in llm0] == [
-        ("system", False), ("user", False), ("assistant", True), ("tool", False), ("assistant", True)]  # fmt: skip
-    assert llm0[4]["content"] == "The pool is empty; I will build pairs first."
-    llm1 = by_key[("worker_0002", 1)]
-    assert [(m["role"], m["train"]) for m in llm1["messages"]] == [
-        ("system", False), ("user", False), ("assistant", False), ("tool", False), ("assistant", True),
-        ("tool", False)]  # fmt: skip
-    assert llm1["messages"][1]["content"].startswith("Summary so far")
+    # Each trained message is a row whose prompt is the conversation before it; the answers after the
+    # last trained message are in no row.
+    first, second = by_key[("worker_0002", 0, 2)], by_key[("worker_0002", 0, 4)]
+    assert [m["role"] for m in first["prompt"]] == ["system", "user"]
+    assert first["completion"][0]["tool_calls"][0]["function"]["name"] == "worker_show_datapool"
+    assert second["prompt"] == [*first["prompt"], *first["completion"], second["prompt"][3]]
+    assert second["prompt"][3]["role"] == "tool"
+    assert second["completion"][0]["content"] == "The pool is empty; I will build pairs first."
+    llm1 = by_key[("worker_0002", 1, 4)]
+    assert [m["role"] for m in llm1["prompt"]] == ["system", "user", "assistant", "tool"]  # the refused call: context
+    assert [m["tool_call_id"] for m in llm1["prompt"] if m["role"] == "tool"] == ["b1"]
+    assert json.loads(llm1["completion"][0]["tool_calls"][0]["function"]["arguments"]) == {"recipe": "dpo",
+                                                                                           "max_steps": 20}  # fmt: skip
+    assert llm1["prompt"][1]["content"].startswith("Summary so far")
+    assert llm1["metadata"]["message_turns"] == [None, None, 3, 3, 4]
+    assert llm1["metadata"]["tokens"] is None  # no tokenizer named
+    assert result.report["tokens"] is None
 
     # The tools column is the registry's schemas of the tools the conversation calls, as JSON text (one
     # Arrow type), not the role's whole registry.
     registry = {d["function"]["name"]: d for d in tool_definitions("worker")}
     assert json.loads(llm1["tools"]) == [registry["worker_submit"]]
-    assert [d["function"]["name"] for d in json.loads(by_key[("worker_0001", 0)]["tools"])] == [
+    assert [d["function"]["name"] for d in json.loads(heuristic["tools"])] == [
         name for name in registry if name in {"worker_show_datapool", "worker_add_data", "worker_submit"}]  # fmt: skip
     assert llm1["metadata"]["tools_offered"] == len(registry)
     meta = llm1["metadata"]
@@ -193,14 +205,12 @@ def test_the_export_is_one_masked_conversation_per_segment_with_tools_and_metada
     assert (result.report["reviewer_nodes_excluded"], result.report["reviewer_turns_excluded"]) == (1, 1)
     assert result.report["assistant_messages_refused"] == 2
 
-    # Loadable with datasets from its folder, the same rows back.
+    # Loadable with datasets from its folder, the same rows back (TRL's SFTTrainer: test_trajectory_trl.py).
     path = _local_path(entry)
     loaded = datasets.load_dataset("json", data_files=str(path), split="train")
-    assert len(loaded) == 3
-    assert sorted(loaded.column_names) == ["messages", "metadata", "tools"]
-    first = loaded[0]
-    assert [m["role"] for m in first["messages"]] == [m["role"] for m in rows[0]["messages"]]
-    assert [m["train"] for m in first["messages"]] == [m["train"] for m in rows[0]["messages"]]
+    assert len(loaded) == 4
+    assert sorted(loaded.column_names) == ["completion", "metadata", "prompt", "tools"]
+    assert [m["role"] for m in loaded[0]["prompt"]] == [m["role"] for m in rows[0]["prompt"]]
 
 
 def test_the_filter_report_counts_removals_and_nothing_is_registered_when_none_survive(world):
@@ -218,15 +228,18 @@ def test_the_filter_report_counts_removals_and_nothing_is_registered_when_none_s
         _export(world, filters="outcome_beats_bas")
     unfiltered = _export(world, filters="none")
     assert unfiltered.report["filters_applied"] == []
-    assert unfiltered.entry.rows == 3
+    assert unfiltered.entry.rows == 4
 
 
 def test_an_export_containing_sealed_items_is_refused_and_nothing_is_registered(world):
     sealed = world.extra["sealed"][-1]  # a final-split item
     w3 = world.nodes["w3"]
     leak = _call("c1", "worker_inspect_data", data="data_0001")
-    _llm(world, w3, 1, [{"role": "system", "content": "You are worker_0003."}], leak,
-         [_answer("c1", {"rows": [{"prompt": sealed["prompt"], "completion": sealed["answer"]}]})])  # fmt: skip
+    opening = [{"role": "system", "content": "You are worker_0003."}]
+    shown = _answer("c1", {"rows": [{"prompt": sealed["prompt"], "completion": sealed["answer"]}]})
+    _llm(world, w3, 1, opening, leak, [shown])
+    # The next message is trained, so the answer quoting the item is in its row's prompt.
+    _llm(world, w3, 2, [*opening, leak, shown], {"role": "assistant", "content": "One row; I will train on it."}, [])
     entries, events = DataEntry.objects.count(), Event.objects.filter(type="data.exported").count()
     with pytest.raises(Conflict) as caught:
         _export(world, filters="none")
@@ -238,13 +251,24 @@ def test_an_export_containing_sealed_items_is_refused_and_nothing_is_registered(
     assert not list(Path(artifact_store().root).rglob("*.jsonl"))
 
 
+USER, REPLY = {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}
+
+
 @pytest.mark.parametrize(
     ("row", "why"),
     [
-        ({"messages": [{"role": "user", "content": "hi"}], "tools": "[]"}, "message 0 needs train"),
-        ({"messages": [{"role": "user", "content": "hi", "train": False}], "tools": []}, "tools must be the JSON text"),
-        ({"messages": [{"role": "tool", "content": "{}", "train": False}], "tools": "[]"}, "names the call it answers"),
-        ({"messages": [], "tools": "[]"}, "messages must be a non-empty list"),
+        (
+            {"prompt": [USER], "completion": [{"role": "user", "content": "hi"}], "tools": "[]"},
+            "the completion is an assistant message",
+        ),
+        ({"prompt": [USER], "completion": [REPLY], "tools": []}, "tools must be the JSON text"),
+        (
+            {"prompt": [{"role": "tool", "content": "{}"}], "completion": [REPLY], "tools": "[]"},
+            "names the call it answers",
+        ),
+        ({"prompt": [], "completion": [REPLY], "tools": "[]"}, "prompt must be a non-empty list"),
+        ({"prompt": [USER], "completion": [REPLY, REPLY], "tools": "[]"}, "completion must be a list of one message"),
+        ({"messages": [USER, REPLY], "tools": "[]"}, "prompt must be a non-empty list"),
     ],
 )
 def test_the_datapool_refuses_a_malformed_chat_row_and_keeps_nothing(artifact_root, row, why):
@@ -307,7 +331,7 @@ def test_the_endpoint_is_for_operators_and_answers_bad_input_with_400(world, cli
     assert made.status_code == 201, made.json()
     entry = DataEntry.objects.get(name="rest")
     assert made.json()["entry"]["handle"] == entry.handle
-    assert made.json()["report"]["examples"] == 3
+    assert made.json()["report"]["examples"] == 4
     assert "dojo_trajectory_export" in client.get("/api/v1/schema/").content.decode()
 
 
@@ -331,7 +355,7 @@ def test_agent_sft_trains_on_an_exported_entry_on_a_gpu_worker(artifact_root, tm
              logs=worker.log)  # fmt: skip
     job.refresh_from_db()
     assert job.status == "succeeded", (job.error, worker.log()[-3000:])
-    assert job.result["steps"] == 6  # 3 conversations, batch 1, 2 epochs
+    assert job.result["steps"] == 8  # 4 rows (one per trained message), batch 1, 2 epochs
     trained = Checkpoint.objects.get(producing_job=job)
     assert trained.parent_id == base.pk
     assert job.spec["data"] == [{"uuid": str(entry.uuid), "handle": entry.handle, "uri": entry.uri,
@@ -404,7 +428,8 @@ def test_real_runs_register_and_a_quoted_sealed_item_is_refused_naming_its_turn(
     node = node_create(run=second, kind=NodeKind.WORKER, task="SFT on arithmetic")
     _noisy_heuristic(second, node, items, rng)
     result = trajectory_export(runs=[world.run, second], name="real", filters="none", tool_definitions=tool_definitions)
-    assert result.entry.rows == 5  # world: 3 segments and w3's; the second run: one heuristic segment
+    # world: 4 trained messages and w3's 12 steps; the second run: 12 steps
+    assert result.entry.rows == 4 + 2 * len(items)
     assert {r["metadata"]["benchmark"] for r in data_load_rows(entry=result.entry)} == {"test/export@1", "test/arith@1"}
 
     # The second run's agent quotes a sealed item (as a preview of a honeypot would show it): refused.
@@ -418,6 +443,11 @@ def test_real_runs_register_and_a_quoted_sealed_item_is_refused_naming_its_turn(
                 tools=tool_definitions("worker")[:2], response=_call("q1", "worker_inspect_data", data="data_0001"),
                 tool_messages=[_answer("q1", quote)], calls=[], model="tiny-llm", finish_reason="tool_calls",
                 segment=1)  # fmt: skip
+    # The agent's next message is trained: the answer quoting the item is in its row's prompt.
+    turn_record(run=second, node=node, source="llm", step=len(items) + 2, index=0,
+                messages=[sys_msg, _call("q1", "worker_inspect_data", data="data_0001"), _answer("q1", quote)],
+                tools=tool_definitions("worker")[:2], response={"role": "assistant", "content": "I will train on it."},
+                tool_messages=[], calls=[], model="tiny-llm", finish_reason="stop", segment=1)  # fmt: skip
     entries = DataEntry.objects.count()
     with pytest.raises(Conflict) as caught:
         trajectory_export(runs=[world.run, second], name="leak", filters="none", tool_definitions=tool_definitions)

@@ -30,6 +30,9 @@ class Command(BaseCommand):
         parser.add_argument("--decoding", required=True, help="JSON: temperature, top_p, max_tokens, stop, seed_policy")
         parser.add_argument("--prompt-template", default="{question}")
         parser.add_argument("--use-chat-template", action="store_true")
+        parser.add_argument("--min-split-samples", type=int, default=None,
+                            help="evaluate a small set: the fewest samples a split may have (default: "
+                                 "settings.BENCHMARK_MIN_SPLIT_SAMPLES, 10); under 10 the contract warns")  # fmt: skip
         parser.add_argument("--id-field", default="id")
         parser.add_argument("--prompt-field", default="prompt")
         parser.add_argument(
@@ -61,6 +64,7 @@ class Command(BaseCommand):
                 decoding=decoding,
                 prompt_template=options["prompt_template"],
                 use_chat_template=options["use_chat_template"],
+                split_minimum=options["min_split_samples"],
                 id_field=options["id_field"],
                 prompt_field=options["prompt_field"],
                 answer_fields=[f.strip() for f in options["answer_field"].split(",") if f.strip()],
@@ -78,3 +82,6 @@ class Command(BaseCommand):
             f"registered {benchmark.name}@{benchmark.version} ({benchmark.contract['adapter']}, "
             f"evaluator {benchmark.evaluator}, samples {counts}, contract {benchmark.contract_sha256[:12]}…)"
         )
+        small = benchmark.contract["samples"].get("small_split")
+        if small:
+            self.stdout.write(self.style.WARNING(f"warning: a small benchmark, {small}"))

@@ -12,8 +12,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.core.errors import ApplicationError
-from apps.dojo.export import finished_runs, trajectory_export
+from apps.dojo.export import TRL_DEFAULT_MAX_LENGTH, finished_runs, trajectory_export
 from apps.expos.api.dojo import runs_by_uuid, tool_definitions
+from apps.ml.chat_render import ChatTemplateError, load_chat_tokenizer
 
 
 def _table(report: dict[str, Any]) -> list[str]:
@@ -32,8 +33,9 @@ def _table(report: dict[str, Any]) -> list[str]:
 class Command(BaseCommand):
     help = (
         "Export the transcripts of runs (reviewer transcripts excluded) as one datapool entry of format chat: "
-        "one TRL conversation per compaction segment, with the tool registry's schemas, per-message train "
-        "flags and metadata. Prints how many trajectories each filter removed and the entry's handle."
+        "one TRL prompt-completion row per trained assistant message, with the tool registry's schemas of the "
+        "tools called, metadata and (with --tokenizer) each row's token count. Prints how many trajectories "
+        "each filter removed and the entry's handle."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -45,6 +47,9 @@ class Command(BaseCommand):
                             help="comma-separated detectors (name or name@version) or all, none, behaviour, "
                                  "outcome (default: all)")  # fmt: skip
         parser.add_argument("--name", default="trajectories", help="the datapool entry's name")
+        parser.add_argument("--tokenizer", metavar="DIR",
+                            help="a tokenizer folder (tokenizer.json and a chat template, as save_pretrained "
+                                 "writes them): each row states its token count under it (docs/export.md)")  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["all_finished"]:
@@ -60,10 +65,16 @@ class Command(BaseCommand):
                 runs = runs_by_uuid(values)
             except ApplicationError as exc:
                 raise CommandError(exc.message) from exc
+        tokenizer = None
+        if options["tokenizer"]:
+            try:
+                tokenizer = load_chat_tokenizer(options["tokenizer"])
+            except ChatTemplateError as exc:
+                raise CommandError(f"--tokenizer: {exc}") from exc
         try:
             result = trajectory_export(
                 runs=runs, name=options["name"], filters=options["filters"], tool_definitions=tool_definitions,
-                actor="manage.py export_trajectories",
+                tokenizer=tokenizer, actor="manage.py export_trajectories",
             )  # fmt: skip
         except ApplicationError as exc:
             if "report" in exc.detail:
@@ -73,9 +84,17 @@ class Command(BaseCommand):
         self.stdout.write("\n".join(_table(report)))
         entry = result.entry
         self.stdout.write(
-            f"exported {report['examples']} conversations from {len(report['exported_runs'])} run(s) "
-            f"({report['turns']} turns; reviewer turns excluded: {report['reviewer_turns_excluded']})"
+            f"exported {report['examples']} rows (one per trained assistant message) from "
+            f"{len(report['exported_runs'])} run(s) ({report['turns']} turns; reviewer turns excluded: "
+            f"{report['reviewer_turns_excluded']})"
         )
+        tokens = report["tokens"]
+        if tokens is not None:
+            over = tokens[f"rows_over_{TRL_DEFAULT_MAX_LENGTH}"]
+            self.stdout.write(
+                f"tokens under {tokens['name']}: longest row {tokens['max']}, {tokens['total']} in all, {over} row(s) "
+                f"over TRL's default max_length {TRL_DEFAULT_MAX_LENGTH}"
+            )
         self.stdout.write(self.style.SUCCESS(f"registered {entry.handle} ({entry.uuid}) sha256 {entry.sha256}"))
 
 

@@ -1,0 +1,128 @@
+"""An exported trajectory file trains in TRL as it stands (issue 34 item 3).
+
+The export of the dashboard's world (tests/apps/dojo/test_trajectory_export.py) is read with
+``datasets`` from the datapool's file, unedited, and given to TRL's SFTTrainer at its default
+settings (only the step count made tiny), with the minibench's θ0 and its tokenizer carrying a real
+Qwen3 chat template (TRL ships the original in trl/chat_templates/qwen3.jinja; nothing is
+downloaded). Only the trained assistant messages carry labels; the token counts the export states
+are the lengths SFTTrainer tokenizes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import datasets
+import pytest
+import trl
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
+
+from apps.core.errors import ApplicationError
+from apps.datapool.models import DataEntry
+from apps.datapool.services import data_load_rows
+from apps.datapool.storage import artifact_store
+from apps.dojo.export import trajectory_export
+from apps.expos.api.dojo import tool_definitions
+from apps.ml.chat_render import load_chat_tokenizer
+from tests.apps.dojo.test_trajectory_export import _world
+
+pytestmark = pytest.mark.django_db
+TEMPLATES = Path(trl.__file__).parent / "chat_templates"
+
+
+def _with_template(theta0: Path, out: Path, template: str) -> Path:
+    shutil.copytree(theta0, out)
+    (out / "chat_template.jinja").write_text((TEMPLATES / template).read_text(encoding="utf-8"), encoding="utf-8")
+    return out
+
+
+def _short_definitions(role: str) -> list[dict]:
+    """The registry's tools by name only: rows the tiny tokenizer (a 1,024-token BPE trained on
+    arithmetic, some 1.6 characters a token) fits in TRL's default max_length of 1,024."""
+    return [{"type": "function", "function": {"name": d["function"]["name"], "parameters": {"type": "object"}}}
+            for d in tool_definitions(role)]  # fmt: skip
+
+
+def _file(entry: DataEntry) -> str:
+    store = artifact_store()
+    return str(Path(store.root) / store.key(entry.uri))
+
+
+def test_sft_trainer_trains_on_the_unedited_export_and_only_trained_messages_carry_loss(
+    artifact_root, tmp_path, minibench_dir
+):
+    world = _world(tmp_path / "world")
+    model_dir = _with_template(minibench_dir / "theta0", tmp_path / "qwen3-style", "qwen3.jinja")
+    chat_tokenizer = load_chat_tokenizer(model_dir)
+    # With the registry's own definitions each row states its length: worker_submit's and worker_add_data's
+    # schemas alone are some 7,500 characters, over TRL's default max_length under this tokenizer.
+    full = trajectory_export(runs=[world.run], name="full", filters="outcome", tool_definitions=tool_definitions,
+                             tokenizer=chat_tokenizer)  # fmt: skip
+    totals = [row["metadata"]["tokens"]["total"] for row in data_load_rows(entry=full.entry)]
+    assert full.report["tokens"]["rows_over_1024"] == sum(t > 1024 for t in totals) > 0
+    assert full.report["tokens"]["max"] == max(totals)
+
+    result = trajectory_export(runs=[world.run], name="trl", filters="outcome", tool_definitions=_short_definitions,
+                               tokenizer=chat_tokenizer)  # fmt: skip
+    dataset = datasets.load_dataset("json", data_files=_file(result.entry), split="train")
+    assert sorted(dataset.column_names) == ["completion", "metadata", "prompt", "tools"]
+    # worker_0001: step 2 (step 1 had a 403); worker_0002 segment 0: both; segment 1: the call after the 409.
+    assert len(dataset) == 4
+    tokens = result.report["tokens"]
+    assert tokens["name"] == "qwen3-style"
+    assert tokens["rows_over_1024"] == 0, tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"), max_steps=2, report_to="none", save_strategy="no", use_cpu=True
+    )  # defaults otherwise (bf16 on: this machine has no accelerator)
+    model = AutoModelForCausalLM.from_pretrained(minibench_dir / "theta0")
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    prepared = trainer.train_dataset
+    assert len(prepared) == len(dataset)  # no row dropped, none fully masked
+
+    for row, example in zip(dataset, prepared, strict=True):
+        tools = json.loads(row["tools"])
+        prompt = [{k: v for k, v in m.items() if v is not None} for m in row["prompt"]]
+        completion = [{k: v for k, v in m.items() if v is not None} for m in row["completion"]]
+        before = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=False)
+        full = tokenizer.apply_chat_template(prompt + completion, tools=tools, tokenize=False)
+        assert full.startswith(before)
+        learned = tokenizer.decode([t for t, label in zip(example["input_ids"], example["labels"], strict=True)
+                                    if label != -100])  # fmt: skip
+        # The loss covers exactly the completion's rendering (its text, its calls, its end of turn).
+        assert learned == full[len(before) :], (learned, full[len(before) :])
+        assert learned.endswith("<|im_end|>\n")
+        for call in completion[0].get("tool_calls", []):
+            assert f'"name": "{call["function"]["name"]}"' in learned
+        # Nothing before it is learned: the refused calls, tool answers, system and task stay context.
+        context = tokenizer.decode([t for t, label in zip(example["input_ids"], example["labels"], strict=True)
+                                    if label == -100])  # fmt: skip
+        assert context == before
+        assert row["metadata"]["tokens"]["total"] == len(example["input_ids"])
+
+    learned_rows = [tokenizer.decode([t for t, lab in zip(e["input_ids"], e["labels"], strict=True) if lab != -100])
+                    for e in prepared]  # fmt: skip
+    assert not any("worker_add_data" in text for text in learned_rows)  # step 1's call got a 403
+    assert not any('"recipe": "dpo"}' in text for text in learned_rows)  # the call refused with 409
+    assert any('"max_steps": 20' in text for text in learned_rows)  # the call after it, trained
+
+    trained = trainer.train()
+    assert trained.global_step == 2
+    assert trained.training_loss > 0
+
+
+def test_a_template_that_refuses_the_rows_refuses_the_export_naming_them(artifact_root, tmp_path, minibench_dir):
+    """Llama 3.1's template raises on a message with several tool calls (a heuristic step has two)."""
+    world = _world(tmp_path / "world")
+    model_dir = _with_template(minibench_dir / "theta0", tmp_path / "llama31", "llama3_1.jinja")
+    entries = DataEntry.objects.count()
+    with pytest.raises(ApplicationError) as caught:
+        trajectory_export(runs=[world.run], name="llama", filters="outcome", tool_definitions=tool_definitions,
+                          tokenizer=load_chat_tokenizer(model_dir))  # fmt: skip
+    assert caught.value.code == "chat_template_refuses_rows"
+    assert "worker_0001 segment 0 message 5" in caught.value.message
+    assert DataEntry.objects.count() == entries
