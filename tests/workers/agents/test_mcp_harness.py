@@ -183,8 +183,10 @@ def test_a_harness_run_driven_over_mcp_finishes_and_exports_every_role(installed
     rows = data_load_rows(entry=DataEntry.objects.get(handle=handle))
     by_node = {(r["metadata"]["node"], r["metadata"]["role"]) for r in rows}
     assert by_node == {("main", "main"), ("worker_0001", "worker"), ("worker_0002", "worker")}
-    main_row = next(r for r in rows if r["metadata"]["node"] == "main")
-    called = [c["function"]["name"] for m in main_row["messages"] for c in m.get("tool_calls", [])]
+    # One row per trained assistant message (TRL's prompt-completion form): the Main's calls are
+    # its rows' completions, the replay among them.
+    called = [c["function"]["name"] for r in rows if r["metadata"]["node"] == "main"
+              for m in r["completion"] for c in m.get("tool_calls", [])]  # fmt: skip
     assert called.count("state_add_new_worker") == 2  # the replay is in the trajectory too
     excluded = re.search(r"reviewer turns excluded: (\d+)", exported.getvalue())
     assert excluded is not None, exported.getvalue()
