@@ -126,12 +126,28 @@ def _trained(
     for point in points:
         job_report(job=job, metrics_point=point, log_line=f"step {point['step']}: loss={point['loss']}")
     job_report(job=job, progress=1.0)
+    checkpoint = training_succeed(job, weights=weights, result={"steps": int(points[-1]["step"])})
+    return Job.objects.get(pk=job.pk), checkpoint
+
+
+def training_succeed(job: Job, *, weights: str, result: dict[str, Any] | None = None) -> Checkpoint:
+    """A running training job ends as a worker ends it: its checkpoint registered, the job succeeded
+    (the pipeline then records the experiment's output and queues its feedback evaluation)."""
+    experiment = job.experiment
     checkpoint = checkpoint_register(
         uri=f"file:///tmp/nowhere/{experiment.handle}", parent=experiment.input_checkpoint, producing_job=job,
         run=experiment.run, manifest={"model.safetensors": weights, "config.json": "c" * 64},
     )  # fmt: skip
-    job_succeed(job=job, result={"steps": int(points[-1]["step"]), "final_loss": points[-1]["loss"]})
-    return Job.objects.get(pk=job.pk), checkpoint
+    job_succeed(job=job, result=result or {})
+    return checkpoint
+
+
+def feedback_succeed(experiment: Experiment, *, correct: int, n: int = 100, worker: str = "gpu@host-a") -> Evaluation:
+    """The feedback evaluation the pipeline queued for ``experiment`` runs and succeeds (the experiment with it)."""
+    experiment.refresh_from_db()
+    job = _feedback_job(experiment)
+    checkpoint = experiment.output_checkpoint or experiment.input_checkpoint
+    return _evaluated(job, worker=worker, checkpoint=checkpoint, split="feedback", correct=correct, n=n)
 
 
 def _feedback_job(experiment: Experiment) -> Job:
@@ -191,9 +207,8 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
     train, ckpt1 = _trained(
         exp1, worker="gpu@host-a", points=[{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], weights="b" * 64
     )
-    evaluate = _feedback_job(exp1)
-    e1 = _evaluated(evaluate, worker="gpu@host-a", checkpoint=ckpt1, split="feedback", correct=42, n=100)
-    evaluate.refresh_from_db()
+    e1 = feedback_succeed(exp1, correct=42)
+    evaluate = Job.objects.get(pk=e1.job_id)
     e1_final = _evaluation(run, checkpoint=ckpt1, split="final", correct=40, n=100, experiment=exp1)
     experiment_set_integrity(
         experiment=Experiment.objects.get(pk=exp1.pk), status="accepted", actor="auto", reason="every subcategory clean"
@@ -206,7 +221,7 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
     _, ckpt2 = _trained(
         exp2, worker="gpu@host-a", points=[{"step": 1, "loss": 1.8}, {"step": 2, "loss": 1.2}], weights="d" * 64
     )
-    e2 = _evaluated(_feedback_job(exp2), worker="gpu@host-a", checkpoint=ckpt2, split="feedback", correct=61, n=100)
+    e2 = feedback_succeed(exp2, correct=61)
     experiment_set_integrity(
         experiment=Experiment.objects.get(pk=exp2.pk), status="flagged", actor="reviewer_0001",
         reason="sealed items in data",
