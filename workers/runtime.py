@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from celery import Task, signals
+from celery import Task, shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, close_old_connections, connection
 
@@ -33,6 +33,7 @@ from apps.jobs.choices import JOB_ACTIVE_STATES, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_get
 from apps.jobs.services import (
+    HARD_LIMIT_GRACE_SECONDS,
     engine_config,
     job_cancel,
     job_claim,
@@ -89,6 +90,24 @@ class JobTask(Task):  # type: ignore[misc]
             # The database is away: the job's heartbeat goes stale, and a reaper records it lost
             # (and retries it) once the database answers.
             logger.warning("job %s: failure not recorded, database unavailable; left to the reaper", kwargs)
+
+
+def job_task(name: str, *, soft_time_limit: int) -> Callable[[Callable[..., Any]], Any]:
+    """The decorator of every job task: bound, a JobTask, acknowledged late and requeued when its
+    worker is lost, with Celery's soft limit and the hard kill ``HARD_LIMIT_GRACE_SECONDS`` later.
+
+    These are the backstop: per job, the enqueue passes the job's own limits, and RunningJob also
+    stops the runner cooperatively.
+    """
+    return shared_task(
+        bind=True,
+        base=JobTask,
+        name=name,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        soft_time_limit=soft_time_limit,
+        time_limit=soft_time_limit + HARD_LIMIT_GRACE_SECONDS,
+    )
 
 
 def job_start(*, job_id: int, passes: int = 0) -> Job | None:

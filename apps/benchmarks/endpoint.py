@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from apps.ml.seeds import is_sampled, max_tokens_cascade, sample_seed
+from apps.ml.seeds import CascadeExhausted, is_sampled, sample_seed, with_cascade
 
 # (prompt, max_tokens, stop, seed or None for greedy) -> completion
 Generate = Callable[[str, int, Sequence[str], "int | None"], str]
@@ -110,18 +110,18 @@ def serve(
     calls: Counter[str] = Counter()
 
     def complete(prompt: str, key: str, max_tokens: int, stop: list[str]) -> dict[str, Any]:
-        errors: list[str] = []
-        for step, limit in enumerate(max_tokens_cascade(max_tokens)):
+        def attempt(step: int, limit: int) -> dict[str, Any]:
+            # Every request of a sample, retries included, draws the next call's seed.
             call = calls[key]
             calls[key] += 1
             seed = sample_seed(run_seed, key, epoch, call) if sampled else None
-            try:
-                text = generate(prompt, limit, stop, seed)
-            except failures as exc:
-                errors.append(f"max_tokens={limit}: {exc}"[:300])
-                continue
-            return {"completion": text, "seed": seed, "call": call, "retries": step}
-        return {"failed": " | ".join(errors)}
+            return {"completion": generate(prompt, limit, stop, seed), "seed": seed, "call": call}
+
+        try:
+            outcome, step = with_cascade(attempt, max_tokens=max_tokens, failures=failures)
+        except CascadeExhausted as exc:
+            return {"failed": str(exc)}
+        return {**outcome, "retries": step}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name

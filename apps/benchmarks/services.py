@@ -22,18 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from apps.benchmarks import sandbox
 from apps.benchmarks.contract import ContractError, build_contract
 from apps.benchmarks.models import Benchmark, Split
 from apps.core.errors import ApplicationError, Conflict, NotFound
 from apps.core.files import copy_tree_once
-from apps.core.hashing import canonical_json, sha256_text, sha256_tree
+from apps.core.hashing import canonical_json, sha256_text
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint
-from apps.experiments.services import checkpoint_register, manifest_digest
+from apps.experiments.services import checkpoint_register_once
 from apps.integrity.contamination import ContaminationScanner
 from apps.ml import evaluators
 
@@ -464,26 +464,8 @@ def checkpoint_local_dir(*, checkpoint: Checkpoint) -> Path:
 # --------------------------------------------------------------------------- the minibench
 
 
-def _register_or_get(
-    handle: str, *, directory: Path, uri_for: Callable[[str], str], **flags: Any
-) -> tuple[Checkpoint, bool]:
-    manifest = sha256_tree(directory)
-    digest = manifest_digest(manifest)
-    existing = Checkpoint.objects.filter(handle=handle).first()
-    if existing is not None:
-        if existing.manifest_sha256 != digest:
-            raise Conflict(
-                "checkpoint_differs",
-                f"{handle} is installed with different weights (manifest {existing.manifest_sha256[:12]}…, "
-                f"this build {digest[:12]}…). A minibench built from another seed or profile needs its own database.",
-            )
-        return existing, False
-    uri = uri_for(digest)
-    try:
-        return checkpoint_register(handle=handle, uri=uri, manifest=manifest, **flags), True
-    except IntegrityError:
-        # A concurrent install registered it first.
-        return Checkpoint.objects.get(handle=handle), False
+# The refusal's remedy when a minibench install meets a checkpoint with other weights.
+_OTHER_BUILD = "a minibench built from another seed or profile needs its own database"
 
 
 def _seal_reference(directory: Path, *, task: str, digest: str) -> str:
@@ -510,20 +492,22 @@ def minibench_install(*, root: Path) -> dict[str, Any]:
         ) from None
     store = artifact_store()
     namespace = str(manifest.get("namespace") or "minibench")
-    theta0, theta0_new = _register_or_get(
-        f"{namespace}/theta0",
+    theta0, theta0_new = checkpoint_register_once(
+        handle=f"{namespace}/theta0",
         directory=root / manifest["theta0"],
-        uri_for=lambda digest: store.put_dir(root / manifest["theta0"], key=checkpoint_key(digest)),
+        store=lambda digest: store.put_dir(root / manifest["theta0"], key=checkpoint_key(digest)),
+        remedy=_OTHER_BUILD,
         is_base=True,
     )
     installed: list[dict[str, Any]] = []
     for task in manifest["tasks"]:
         ref_dir = root / manifest["references"][task]
         sealed_task = task if namespace == "minibench" else f"{namespace}/{task}"
-        reference, reference_new = _register_or_get(
-            f"{namespace}/{task}/reference",
+        reference, reference_new = checkpoint_register_once(
+            handle=f"{namespace}/{task}/reference",
             directory=ref_dir,
-            uri_for=lambda digest, d=ref_dir, t=sealed_task: _seal_reference(d, task=t, digest=digest),
+            store=lambda digest, d=ref_dir, t=sealed_task: _seal_reference(d, task=t, digest=digest),
+            remedy=_OTHER_BUILD,
             is_reference=True,
         )
         before = Benchmark.objects.filter(name=f"{namespace}/{task}").count()

@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError
 
-from apps.core.errors import ApplicationError, Conflict
+from apps.core.errors import ApplicationError
 from apps.core.files import copy_tree_once
-from apps.core.hashing import sha256_tree
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.models import Checkpoint
-from apps.experiments.services import checkpoint_register, manifest_digest
+from apps.experiments.services import checkpoint_register_once
 from apps.ml.base_models import ModelRefused, model_profile, resolve_model
 
 ROLES = ("base", "reference")
@@ -81,27 +79,16 @@ def model_register(
                     f"{source}: the tokenizer does not load the pinned template from chat_template.jinja "
                     "(its tokenizer_config.json sets another); remove that key from a local copy and register it",
                 )
-        manifest = sha256_tree(staged)
-        digest = manifest_digest(manifest)
-        existing = Checkpoint.objects.filter(handle=handle).first()
-        if existing is not None:
-            if existing.manifest_sha256 != digest:
-                raise Conflict(
-                    "checkpoint_differs",
-                    f"{handle} is registered with other files (manifest {existing.manifest_sha256[:12]}…, "
-                    f"these {digest[:12]}…); choose another handle",
-                )
-            return existing, False
-        uri = artifact_store().put_dir(staged, key=checkpoint_key(digest)) if role == "base" else _seal(staged, digest)
-        try:
-            checkpoint = checkpoint_register(
-                handle=handle,
-                uri=uri,
-                manifest=manifest,
-                is_base=role == "base",
-                is_reference=role == "reference",
-                model_profile=profile,
-            )
-        except IntegrityError:
-            return Checkpoint.objects.get(handle=handle), False
-    return checkpoint, True
+        return checkpoint_register_once(
+            handle=handle,
+            directory=staged,
+            store=lambda digest: (
+                artifact_store().put_dir(staged, key=checkpoint_key(digest))
+                if role == "base"
+                else _seal(staged, digest)
+            ),
+            remedy="choose another handle",
+            is_base=role == "base",
+            is_reference=role == "reference",
+            model_profile=profile,
+        )

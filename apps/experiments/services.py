@@ -6,11 +6,12 @@ Each change of an experiment or an evaluation is announced to the run's watchers
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
@@ -98,6 +99,35 @@ def checkpoint_register(
             result_ref=f"checkpoint:{checkpoint.uuid}",
         )
     return checkpoint
+
+
+def checkpoint_register_once(
+    *, handle: str, directory: Path, store: Callable[[str], str], remedy: str, **flags: Any
+) -> tuple[Checkpoint, bool]:
+    """Register the files of ``directory`` as checkpoint ``handle`` once; ``(checkpoint, created)``.
+
+    A checkpoint already under ``handle`` with the same manifest is returned as it is; one with
+    another manifest is refused (``checkpoint_differs``, the message ending with ``remedy``).
+    Otherwise ``store(manifest digest)`` puts the files where they will live and returns their
+    URI, and the checkpoint is registered with ``flags`` (``checkpoint_register``'s); a
+    concurrent registration of the same handle wins, and its row is returned.
+    """
+    manifest = sha256_tree(directory)
+    digest = manifest_digest(manifest)
+    existing = Checkpoint.objects.filter(handle=handle).first()
+    if existing is not None:
+        if existing.manifest_sha256 != digest:
+            raise Conflict(
+                "checkpoint_differs",
+                f"{handle} is registered with other files (manifest {existing.manifest_sha256[:12]}…, "
+                f"these {digest[:12]}…); {remedy}",
+            )
+        return existing, False
+    uri = store(digest)
+    try:
+        return checkpoint_register(handle=handle, uri=uri, manifest=manifest, **flags), True
+    except IntegrityError:
+        return Checkpoint.objects.get(handle=handle), False
 
 
 def experiment_create(

@@ -15,7 +15,14 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from apps.ml.checkpoints import device, load_checkpoint
 from apps.ml.evaluators import score
-from apps.ml.seeds import is_sampled, max_tokens_cascade, max_tokens_of, sample_seed, stop_strings_of
+from apps.ml.seeds import (
+    CascadeExhausted,
+    is_sampled,
+    max_tokens_of,
+    sample_seed,
+    stop_strings_of,
+    with_cascade,
+)
 from apps.ml.vllm_client import VLLMRefused
 from apps.ml.vllm_client import complete as vllm_complete
 
@@ -224,25 +231,22 @@ def generate_with_cascade(
     (run seed, sample id, epoch, call = cascade step). Raises GenerationFailed when the last step
     fails too.
     """
-    limits = max_tokens_cascade(max_tokens)
     texts: list[str] = []
     steps: list[int] = []
     for start in range(0, len(prompts), batch_size):
         batch = list(prompts[start : start + batch_size])
         batch_ids = list(ids[start : start + batch_size])
-        errors: list[str] = []
-        for call, limit in enumerate(limits):
+
+        def attempt(call: int, limit: int, batch: list[str] = batch, batch_ids: list[str] = batch_ids) -> list[str]:
             seeds = None if run_seed is None else [sample_seed(run_seed, i, epoch, call) for i in batch_ids]
-            try:
-                out = generate(batch, limit, seeds)
-            except GENERATION_FAILURES as exc:
-                errors.append(f"max_tokens={limit}: {exc}"[:300])
-                continue
-            texts.extend(out)
-            steps.extend([call] * len(batch))
-            break
-        else:
-            raise GenerationFailed(f"samples {batch_ids[:3]}…: every retry failed: " + " | ".join(errors))
+            return generate(batch, limit, seeds)
+
+        try:
+            out, call = with_cascade(attempt, max_tokens=max_tokens, failures=GENERATION_FAILURES)
+        except CascadeExhausted as exc:
+            raise GenerationFailed(f"samples {batch_ids[:3]}…: every retry failed: {exc}") from None
+        texts.extend(out)
+        steps.extend([call] * len(batch))
     return texts, steps
 
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # The fixed run seeds of a final evaluation (PostTrainBench evaluates on 5 fixed seeds).
 FINAL_SEEDS = (0, 1, 2, 3, 4)
@@ -108,3 +110,25 @@ def max_tokens_cascade(max_tokens: int, steps: int = RETRY_STEPS) -> list[int]:
             break
         limits.append(nxt)
     return limits
+
+
+class CascadeExhausted(RuntimeError):
+    """Every step of the max-tokens retry cascade failed; the message lists each step's error."""
+
+
+def with_cascade(
+    attempt: Callable[[int, int], T], *, max_tokens: int, failures: tuple[type[BaseException], ...]
+) -> tuple[T, int]:
+    """The retry cascade: ``attempt(step, limit)`` for each limit of ``max_tokens_cascade`` in turn.
+
+    Returns the first result and its step (0: ``max_tokens`` itself). An attempt that raises one
+    of ``failures`` (an engine refusing the length, out of memory) is retried with the next,
+    smaller limit; anything else propagates. CascadeExhausted when the last step fails too.
+    """
+    errors: list[str] = []
+    for step, limit in enumerate(max_tokens_cascade(max_tokens)):
+        try:
+            return attempt(step, limit), step
+        except failures as exc:
+            errors.append(f"max_tokens={limit}: {exc}"[:300])
+    raise CascadeExhausted(" | ".join(errors))

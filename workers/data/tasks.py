@@ -18,23 +18,14 @@ from apps.datapool.selectors import data_entry_get
 from apps.datapool.services import data_transform
 from apps.integrity.services import integrity_check_experiment
 from apps.jobs.services import engine_config, job_succeed, jobs_reap_stale
-from workers.runtime import JobTask, RunningJob, job_start
+from workers.runtime import JobTask, RunningJob, job_start, job_task
 
 logger = logging.getLogger(__name__)
 
 DATA_SOFT_LIMIT_SECONDS = 3600
-HARD_LIMIT_GRACE_SECONDS = 60
 
 
-@shared_task(
-    bind=True,
-    base=JobTask,
-    name=TaskName.DATA_JOB,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    soft_time_limit=DATA_SOFT_LIMIT_SECONDS,
-    time_limit=DATA_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
-)
+@job_task(TaskName.DATA_JOB, soft_time_limit=DATA_SOFT_LIMIT_SECONDS)
 def data_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Run one datapool transform; the new entry is the job's result.
 

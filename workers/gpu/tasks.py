@@ -16,7 +16,6 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-from celery import shared_task
 from django.conf import settings
 
 from apps.benchmarks.models import Benchmark
@@ -37,26 +36,23 @@ from apps.jobs.services import (
 )
 from apps.ml.agent_sft_config import agent_sft_config
 from apps.ml.hparams import validate_train_config
-from workers.runtime import JobTask, RunningJob, checkpoint_verified_dir, data_verified_file, job_start
+from workers.runtime import (
+    JobTask,
+    RunningJob,
+    checkpoint_verified_dir,
+    data_verified_file,
+    job_start,
+    job_task,
+)
 
 logger = logging.getLogger(__name__)
 
-# Celery's own limits are the backstop; per job, the enqueue passes the job's time_limit_seconds
-# (soft) and that plus a grace (hard), and RunningJob also stops the runner cooperatively.
+# Celery's soft limits of the job tasks (the backstop: see workers.runtime.job_task).
 TRAIN_SOFT_LIMIT_SECONDS = 6 * 3600
 EVAL_SOFT_LIMIT_SECONDS = 2 * 3600
-HARD_LIMIT_GRACE_SECONDS = 60
 
 
-@shared_task(
-    bind=True,
-    base=JobTask,
-    name=TaskName.TRAIN_JOB,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS,
-    time_limit=TRAIN_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
-)
+@job_task(TaskName.TRAIN_JOB, soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS)
 def train_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Train θ_in on datapool files with a validated recipe; register exactly one output checkpoint."""
     job = job_start(job_id=job_id, passes=passes)
@@ -113,15 +109,7 @@ def _train_and_register(job: Job, *, parent_uuid: str, run: Callable[..., Any]) 
             shutil.rmtree(out_dir, ignore_errors=True)
 
 
-@shared_task(
-    bind=True,
-    base=JobTask,
-    name=TaskName.EVALUATE_JOB,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    soft_time_limit=EVAL_SOFT_LIMIT_SECONDS,
-    time_limit=EVAL_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
-)
+@job_task(TaskName.EVALUATE_JOB, soft_time_limit=EVAL_SOFT_LIMIT_SECONDS)
 def evaluate_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Evaluate a checkpoint on a sealed split with the benchmark's own settings; refuse if the seal broke."""
     job = job_start(job_id=job_id, passes=passes)
@@ -259,15 +247,7 @@ def evaluate_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
             logger.warning("job %s ended elsewhere during evaluation; result not recorded", job.uuid)
 
 
-@shared_task(
-    bind=True,
-    base=JobTask,
-    name=TaskName.DOJO_BUILD_JOB,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    soft_time_limit=EVAL_SOFT_LIMIT_SECONDS,
-    time_limit=EVAL_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
-)
+@job_task(TaskName.DOJO_BUILD_JOB, soft_time_limit=EVAL_SOFT_LIMIT_SECONDS)
 def dojo_build_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Build RSI-Dojo task environments: every RSI-Craft step on every task, each decision recorded."""
     job = job_start(job_id=job_id, passes=passes)
@@ -291,15 +271,7 @@ def dojo_build_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
             logger.warning("job %s ended elsewhere during the build; result not recorded", job.uuid)
 
 
-@shared_task(
-    bind=True,
-    base=JobTask,
-    name=TaskName.AGENT_SFT_JOB,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS,
-    time_limit=TRAIN_SOFT_LIMIT_SECONDS + HARD_LIMIT_GRACE_SECONDS,
-)
+@job_task(TaskName.AGENT_SFT_JOB, soft_time_limit=TRAIN_SOFT_LIMIT_SECONDS)
 def agent_sft_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
     """Fine-tune a chat checkpoint on trajectory datasets; register the output with its base as parent.
 

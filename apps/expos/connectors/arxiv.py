@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from .base import JSON, Connector, ConnectorError, HttpClient, integer_schema, object_schema, raise_for_upstream, tool
+from .base import JSON, Connector, ConnectorError, http_client, integer_schema, object_schema, raise_for_upstream, tool
 
 NS = {
     "atom": "http://www.w3.org/2005/Atom",
@@ -79,11 +79,7 @@ class ArxivConnector(Connector):
         return bool(self.config.arxiv_api_url)
 
     def _query(self, search_query: str, args: JSON) -> JSON:
-        client = HttpClient(
-            self.config.arxiv_api_url or "",
-            timeout_s=self.config.timeout_s,
-            headers={"User-Agent": self.config.user_agent},
-        )
+        client = http_client(self.config, self.config.arxiv_api_url)
         params = {
             "search_query": search_query,
             "start": args["start"],

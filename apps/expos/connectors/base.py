@@ -226,7 +226,7 @@ class HttpClient:
             with httpx.Client(timeout=self.timeout_s, headers=self.headers, follow_redirects=True) as client:
                 response = client.get(url, params={k: v for k, v in (params or {}).items() if v is not None})
         except (httpx.TransportError, OSError) as exc:
-            raise ConnectorError("unreachable", f"cannot reach {url}: {exc.__class__.__name__}: {exc}") from None
+            raise unreachable(url, exc) from None
         if check:
             raise_for_upstream(response)
         return response
@@ -237,6 +237,27 @@ class HttpClient:
             return response.json()
         except json.JSONDecodeError:
             raise ConnectorError("upstream_error", f"{response.url} did not answer JSON") from None
+
+
+def http_client(
+    config: ConnectorConfig, base_url: str | None, *, token: str | None = None, headers: Mapping[str, str] | None = None
+) -> HttpClient:
+    """The client every connector calls its service with: the configured timeout and User-Agent,
+    ``headers`` on top, and ``token`` (when set) as a bearer Authorization."""
+    sent = {"User-Agent": config.user_agent, **(headers or {})}
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    return HttpClient(base_url or "", timeout_s=config.timeout_s, headers=sent)
+
+
+def unreachable(where: str, exc: BaseException) -> ConnectorError:
+    """No answer from ``where`` (no connection, a timeout, a dropped transfer): ``unreachable``."""
+    return ConnectorError("unreachable", f"cannot reach {where}: {exc.__class__.__name__}: {first_line(exc)}")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (some libraries' messages run to pages), at most 300 characters."""
+    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:300]
 
 
 def raise_for_upstream(response: httpx.Response) -> None:

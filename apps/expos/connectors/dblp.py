@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import JSON, Connector, ConnectorError, HttpClient, integer_schema, object_schema, tool
+from .base import JSON, Connector, ConnectorError, http_client, integer_schema, object_schema, tool
 
 NULLABLE_STR: JSON = {"type": ["string", "null"]}
 SEARCH_IN = object_schema(
@@ -89,11 +89,7 @@ class DblpConnector(Connector):
         return bool(self.config.dblp_api_url)
 
     def _hits(self, kind: str, args: JSON) -> tuple[int, list[JSON]]:
-        client = HttpClient(
-            self.config.dblp_api_url or "",
-            timeout_s=self.config.timeout_s,
-            headers={"User-Agent": self.config.user_agent},
-        )
+        client = http_client(self.config, self.config.dblp_api_url)
         # c=0: no auto-completions, which the tools never show.
         params = {"q": args["query"], "format": "json", "h": args["max_results"], "f": args["offset"], "c": 0}
         body = client.get_json(f"/search/{kind}/api", params)

@@ -6,7 +6,17 @@ import base64
 import binascii
 from typing import Any
 
-from .base import JSON, Connector, ConnectorError, HttpClient, integer_schema, object_schema, tool, truncate
+from .base import (
+    JSON,
+    Connector,
+    ConnectorError,
+    HttpClient,
+    http_client,
+    integer_schema,
+    object_schema,
+    tool,
+    truncate,
+)
 
 NULLABLE_STR: JSON = {"type": ["string", "null"]}
 QUERY_ARG: JSON = {
@@ -124,14 +134,9 @@ class GitHubConnector(Connector):
         return bool(self.config.github_api_url)
 
     def client(self) -> HttpClient:
-        headers = {
-            "Accept": "application/vnd.github+json",
-            "X-GitHub-Api-Version": "2022-11-28",
-            "User-Agent": self.config.user_agent,  # GitHub refuses requests without one
-        }
-        if self.config.github_token:
-            headers["Authorization"] = f"Bearer {self.config.github_token}"
-        return HttpClient(self.config.github_api_url or "", timeout_s=self.config.timeout_s, headers=headers)
+        # GitHub refuses requests without a User-Agent (http_client always sends one).
+        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
+        return http_client(self.config, self.config.github_api_url, token=self.config.github_token, headers=headers)
 
     def _search(self, kind: str, args: JSON, query: str | None = None) -> JSON:
         params = {

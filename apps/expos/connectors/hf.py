@@ -35,10 +35,13 @@ from .base import (
     Connector,
     ConnectorError,
     HttpClient,
+    first_line,
+    http_client,
     integer_schema,
     object_schema,
     tool,
     truncate,
+    unreachable,
 )
 
 # huggingface_hub 1.x+ speaks HTTP through its own fork, httpx2. Where that fork is absent, no
@@ -578,10 +581,7 @@ class HubConnector(DatasetsContract):
         return HfApi(endpoint=self.endpoint, token=self.token, user_agent=self.config.user_agent)
 
     def viewer(self) -> HttpClient:
-        headers = {"User-Agent": self.config.user_agent}
-        if self.config.hf_token:
-            headers["Authorization"] = f"Bearer {self.config.hf_token}"
-        return HttpClient(self.viewer_url or "", timeout_s=self.config.timeout_s, headers=headers)
+        return http_client(self.config, self.viewer_url, token=self.config.hf_token)
 
     @contextmanager
     def hub_errors(self, what: str) -> Iterator[None]:
@@ -594,13 +594,13 @@ class HubConnector(DatasetsContract):
         except ConnectorError:
             raise
         except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.EntryNotFoundError) as exc:
-            raise ConnectorError("bad_request", f"{what}: not found on {self.endpoint}: {_first_line(exc)}") from None
+            raise ConnectorError("bad_request", f"{what}: not found on {self.endpoint}: {first_line(exc)}") from None
         except errors.HFValidationError as exc:
-            raise ConnectorError("bad_request", f"{what}: {_first_line(exc)}") from None
+            raise ConnectorError("bad_request", f"{what}: {first_line(exc)}") from None
         except errors.HfHubHTTPError as exc:
-            raise ConnectorError("upstream_error", f"{what}: {_first_line(exc)}") from None
+            raise ConnectorError("upstream_error", f"{what}: {first_line(exc)}") from None
         except _transport_errors() as exc:
-            raise ConnectorError("unreachable", f"cannot reach {self.endpoint} ({what}): {_first_line(exc)}") from None
+            raise unreachable(f"{self.endpoint} ({what})", exc) from None
 
     def _probe(self, what: str) -> None:
         """Fail fast when nothing listens at the endpoint.
@@ -615,7 +615,7 @@ class HubConnector(DatasetsContract):
         try:
             socket.create_connection((parts.hostname or "", port), timeout=min(self.config.timeout_s, 5)).close()
         except OSError as exc:
-            raise ConnectorError("unreachable", f"cannot reach {self.endpoint} ({what}): {exc}") from None
+            raise unreachable(f"{self.endpoint} ({what})", exc) from None
 
     def _search(self, args: JSON) -> list[JSON]:
         with self.hub_errors("dataset search"):
@@ -745,10 +745,6 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     hf_hub_download reports a lost connection as LocalEntryNotFoundError, an OSError.
     """
     return (httpx.TransportError, *_HTTPX2_ERRORS, OSError)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:300]
 
 
 def _summary(info: Any) -> JSON:

@@ -20,13 +20,14 @@ from .base import (
     JSON,
     Connector,
     ConnectorError,
-    HttpClient,
+    http_client,
     integer_schema,
     object_schema,
     raise_for_upstream,
     status_error,
     tool,
     truncate,
+    unreachable,
 )
 
 NULLABLE_STR: JSON = {"type": ["string", "null"]}
@@ -45,9 +46,7 @@ def search_configured(config: Any) -> bool:
 
 def serpapi_search(config: Any, engine: str, params: JSON) -> JSON:
     """GET /search.json?engine=..; SerpAPI reports failures as {"error": "..."} with or without an HTTP error."""
-    client = HttpClient(
-        config.search_provider_url or "", timeout_s=config.timeout_s, headers={"User-Agent": config.user_agent}
-    )
+    client = http_client(config, config.search_provider_url)
     query = {"engine": engine, **params, "api_key": config.search_api_key, "output": "json"}
     response = client.get("/search.json", query, check=False)
     try:
@@ -340,8 +339,8 @@ class WebParseConnector(Connector):
             except httpx.ConnectError as exc:
                 error = exc
             except httpx.TransportError as exc:
-                raise ConnectorError("unreachable", f"cannot fetch {url}: {exc.__class__.__name__}: {exc}") from None
-        raise ConnectorError("unreachable", f"cannot reach {url}: {error.__class__.__name__}: {error}")
+                raise unreachable(url, exc) from None
+        raise unreachable(url, error or ConnectionError("no address"))
 
     @tool(
         "search_web_web_parse",

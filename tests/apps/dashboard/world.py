@@ -9,8 +9,12 @@
     worker_0002: exp_0003 (eval only, succeeded, pending: partial metric attribution, 0.35)
     worker_0003: exp_0004 (train, running; its job streams metrics and log lines)
 
-Rows without a service of their own yet (evaluations, findings, tool-call events, LLM usage)
-are written directly: they are the records those services would leave.
+Experiments start, train, are evaluated and succeed through the pipeline (flows.pipeline and the
+job engine's services, as the workers drive them); evaluations are the job engine's records, usage
+and guidance their services'. Rows without a public service of their own (the data entry, whose
+registration reads files; the integrity findings, the checks' own output; the blocked attempt)
+are written directly: they are the records those services would leave. The run's start time and
+accelerator seconds are backdated (the jobs here take no time).
 """
 
 from __future__ import annotations
@@ -24,20 +28,30 @@ from django.utils import timezone
 
 from apps.benchmarks.models import Benchmark
 from apps.core.hashing import sha256_text
-from apps.datapool.models import DataEntry, DataReadmeEntry, DataUsage
+from apps.datapool.models import DataEntry
+from apps.datapool.services import data_readme_append
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Evaluation, Experiment
-from apps.experiments.services import experiment_create, experiment_set_integrity
+from apps.experiments.services import checkpoint_register, experiment_create, experiment_set_integrity
+from apps.flows.pipeline import evaluation_spec, experiment_start
 from apps.flows.runs import run_final_eval_start, run_finish, run_stop_request
 from apps.integrity.choices import CATEGORIES, Adjudication, Observation
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
 from apps.jobs.choices import JobKind
-from apps.jobs.models import Job, JobLogLine
-from apps.jobs.services import job_claim, job_succeed_with_evaluation
+from apps.jobs.models import Job
+from apps.jobs.services import job_claim, job_enqueue, job_report, job_succeed, job_succeed_with_evaluation
 from apps.research.choices import NodeKind, RunStatus
-from apps.research.models import Decision, Guidance, LLMUsage, ResearchNode, Run
-from apps.research.services import decision_record, node_create, node_finalize, run_set_status
+from apps.research.models import Decision, Guidance, ResearchNode, Run
+from apps.research.services import (
+    decision_record,
+    guidance_post,
+    llm_usage_record,
+    node_create,
+    node_finalize,
+    run_set_status,
+)
 from apps.reviews.models import ReviewReport
+from apps.reviews.services import review_submit
 from tests.factories import BenchmarkFactory, CheckpointFactory, make_run
 
 PASSWORD = "pw-dashboard-123"
@@ -73,12 +87,71 @@ class World:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _evaluation(run: Run, *, checkpoint: Checkpoint, split: str, correct: int, n: int, experiment=None, job=None):
-    return Evaluation.objects.create(
-        run=run, experiment=experiment, checkpoint=checkpoint, benchmark=run.benchmark, job=job, split=split,
-        score=correct / n, correct=correct, sample_count=n, evaluator_sha256=sha256_text("evaluator"),
-        settings_sha256=sha256_text("settings"), data_sha256=sha256_text(f"data-{split}"),
+def _seal(split: str) -> dict[str, str]:
+    return {
+        "evaluator_sha256": sha256_text("evaluator"),
+        "settings_sha256": sha256_text("settings"),
+        "data_sha256": sha256_text(f"data-{split}"),
+    }
+
+
+def _rows(correct: int, n: int) -> list[dict[str, Any]]:
+    return [{"id": f"s{i:03d}", "output": str(i), "correct": i < correct} for i in range(n)]
+
+
+def _evaluated(job: Job, *, worker: str, checkpoint: Checkpoint, split: str, correct: int, n: int) -> Evaluation:
+    """An evaluation job claimed by ``worker`` and succeeding with ``correct`` of ``n`` rows right."""
+    claimed = job_claim(job_id=job.pk, worker=worker)
+    job_succeed_with_evaluation(
+        job=claimed, checkpoint=checkpoint, benchmark=job.run.benchmark, split=split, rows=_rows(correct, n),
+        backend="hf", seal=_seal(split),
     )  # fmt: skip
+    return Evaluation.objects.get(job=job)
+
+
+def _evaluation(run: Run, *, checkpoint: Checkpoint, split: str, correct: int, n: int, experiment=None) -> Evaluation:
+    """An evaluation job of the run (of ``experiment`` when given) run to its end."""
+    job = job_enqueue(
+        kind=JobKind.EVALUATE, spec=evaluation_spec(checkpoint=checkpoint, benchmark=run.benchmark, split=split),
+        run=run, experiment=experiment,
+    )  # fmt: skip
+    return _evaluated(job, worker="gpu@host-a", checkpoint=checkpoint, split=split, correct=correct, n=n)
+
+
+def _trained(
+    experiment: Experiment, *, worker: str, points: list[dict[str, float]], weights: str
+) -> tuple[Job, Checkpoint]:
+    """Start ``experiment`` and run its training job to success; the pipeline then queues its evaluation."""
+    job = job_claim(job_id=experiment_start(experiment=experiment).pk, worker=worker)
+    for point in points:
+        job_report(job=job, metrics_point=point, log_line=f"step {point['step']}: loss={point['loss']}")
+    job_report(job=job, progress=1.0)
+    checkpoint = training_succeed(job, weights=weights, result={"steps": int(points[-1]["step"])})
+    return Job.objects.get(pk=job.pk), checkpoint
+
+
+def training_succeed(job: Job, *, weights: str, result: dict[str, Any] | None = None) -> Checkpoint:
+    """A running training job ends as a worker ends it: its checkpoint registered, the job succeeded
+    (the pipeline then records the experiment's output and queues its feedback evaluation)."""
+    experiment = job.experiment
+    checkpoint = checkpoint_register(
+        uri=f"file:///tmp/nowhere/{experiment.handle}", parent=experiment.input_checkpoint, producing_job=job,
+        run=experiment.run, manifest={"model.safetensors": weights, "config.json": "c" * 64},
+    )  # fmt: skip
+    job_succeed(job=job, result=result or {})
+    return checkpoint
+
+
+def feedback_succeed(experiment: Experiment, *, correct: int, n: int = 100, worker: str = "gpu@host-a") -> Evaluation:
+    """The feedback evaluation the pipeline queued for ``experiment`` runs and succeeds (the experiment with it)."""
+    experiment.refresh_from_db()
+    job = _feedback_job(experiment)
+    checkpoint = experiment.output_checkpoint or experiment.input_checkpoint
+    return _evaluated(job, worker=worker, checkpoint=checkpoint, split="feedback", correct=correct, n=n)
+
+
+def _feedback_job(experiment: Experiment) -> Job:
+    return Job.objects.get(experiment=experiment, kind=JobKind.EVALUATE, status="queued")
 
 
 def _findings(experiment: Experiment, overrides: dict[str, tuple[str, str]]) -> dict[str, IntegrityFinding]:
@@ -107,7 +180,7 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
     run = make_run(name="arithmetic sprint", benchmark=benchmark, max_parallel_workers=4, reserved_final_seconds=600)
     run = run_set_status(run=run, status=RunStatus.RUNNING, actor="test")
     started = timezone.now() - dt.timedelta(minutes=30)
-    Run.objects.filter(pk=run.pk).update(started_at=started, used_accelerator_seconds=900, used_llm_tokens=120_000)
+    Run.objects.filter(pk=run.pk).update(started_at=started, used_accelerator_seconds=900)
     run.refresh_from_db()
     base = run.base_checkpoint
     _evaluation(run, checkpoint=base, split="feedback", correct=6, n=20)
@@ -125,56 +198,41 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
         schema={"prompt": "string", "completion": "string"}, source_kind="catalog", source={"catalog": "arith-clean"},
         run=run, registered_by=w1,
     )  # fmt: skip
-    DataReadmeEntry.objects.create(entry=data, author="worker_0001", text="Filtered the catalog copy for format.")
+    data_readme_append(entry=data, author="worker_0001", text="Filtered the catalog copy for format.", node=w1)
 
-    train = Job.objects.create(
-        run=run, kind="train", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
-        started_at=started + dt.timedelta(minutes=1), finished_at=started + dt.timedelta(minutes=6),
-        resource_seconds=300,
-        metrics={"points": [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], "last": {"loss": 1.9}},
-    )  # fmt: skip
-    ckpt1 = CheckpointFactory(
-        parent=base, producing_job=train, run=run, manifest={"model.safetensors": "b" * 64, "config.json": "c" * 64}
-    )
     exp1 = experiment_create(
         run=run, owner=w1, kind="train_eval", input_checkpoint=base, claim="SFT lifts accuracy",
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 1e-4, "max_steps": 50}},
     )  # fmt: skip
-    Job.objects.filter(pk=train.pk).update(experiment=exp1)
-    DataUsage.objects.create(entry=data, experiment=exp1, purpose="train")
-    evaluate = Job.objects.create(
-        run=run, experiment=exp1, kind="evaluate", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
-        started_at=started + dt.timedelta(minutes=7), finished_at=started + dt.timedelta(minutes=9),
-        resource_seconds=120,
-    )  # fmt: skip
-    Experiment.objects.filter(pk=exp1.pk).update(output_checkpoint=ckpt1, status="succeeded", feedback_score=0.42)
-    e1 = _evaluation(run, checkpoint=ckpt1, split="feedback", correct=42, n=100, experiment=exp1, job=evaluate)
+    train, ckpt1 = _trained(
+        exp1, worker="gpu@host-a", points=[{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], weights="b" * 64
+    )
+    e1 = feedback_succeed(exp1, correct=42)
+    evaluate = Job.objects.get(pk=e1.job_id)
     e1_final = _evaluation(run, checkpoint=ckpt1, split="final", correct=40, n=100, experiment=exp1)
-    experiment_set_integrity(experiment=exp1, status="accepted", actor="auto", reason="every subcategory clean")
+    experiment_set_integrity(
+        experiment=Experiment.objects.get(pk=exp1.pk), status="accepted", actor="auto", reason="every subcategory clean"
+    )
 
     exp2 = experiment_create(
         run=run, owner=w1, kind="train_eval", input_checkpoint=ckpt1, parents=[exp1],
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 5e-5, "max_steps": 80}},
     )  # fmt: skip
-    Job.objects.create(
-        run=run, experiment=exp2, kind="train", queue="gpu", status="succeeded", worker="gpu@host-a", progress=1.0,
-        started_at=started + dt.timedelta(minutes=10), finished_at=started + dt.timedelta(minutes=16),
-        resource_seconds=360,
+    _, ckpt2 = _trained(
+        exp2, worker="gpu@host-a", points=[{"step": 1, "loss": 1.8}, {"step": 2, "loss": 1.2}], weights="d" * 64
+    )
+    e2 = feedback_succeed(exp2, correct=61)
+    experiment_set_integrity(
+        experiment=Experiment.objects.get(pk=exp2.pk), status="flagged", actor="reviewer_0001",
+        reason="sealed items in data",
     )  # fmt: skip
-    Experiment.objects.filter(pk=exp2.pk).update(status="succeeded", feedback_score=0.61)
-    e2 = _evaluation(run, checkpoint=ckpt1, split="feedback", correct=61, n=100, experiment=exp2)
-    experiment_set_integrity(experiment=exp2, status="flagged", actor="reviewer_0001", reason="sealed items in data")
 
     exp3 = experiment_create(
         run=run, owner=w2, kind="eval_only", input_checkpoint=base, action={"evaluate": "feedback"}
     )
-    Job.objects.create(
-        run=run, experiment=exp3, kind="evaluate", queue="gpu", status="succeeded", worker="gpu@host-b", progress=1.0,
-        started_at=started + dt.timedelta(minutes=11), finished_at=started + dt.timedelta(minutes=13),
-        resource_seconds=120,
-    )  # fmt: skip
-    Experiment.objects.filter(pk=exp3.pk).update(status="succeeded", feedback_score=0.35)
-    e3 = _evaluation(run, checkpoint=base, split="feedback", correct=35, n=100, experiment=exp3)
+    e3 = _evaluated(
+        experiment_start(experiment=exp3), worker="gpu@host-b", checkpoint=base, split="feedback", correct=35, n=100
+    )
 
     findings = {}
     for handle, experiment, overrides in (
@@ -198,19 +256,18 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
     r1 = node_create(
         run=run, kind=NodeKind.REVIEWER, task="Is worker_0001's jump to 0.61 real?", upstream=[w1], decision=d_verify
     )
-    report = ReviewReport.objects.create(
-        run=run, reviewer=r1, summary="exp_0002 trained on sealed feedback items; exp_0001 is sound.",
-        supported_findings=["exp_0001's gain holds on resampling"], protocol_violations=["exp_0002 used sealed items"],
-        recommendations=["drop exp_0002's data; continue from exp_0001"],
+    report = review_submit(
+        reviewer=r1, summary="exp_0002 trained on sealed feedback items; exp_0001 is sound.",
+        experiments=["exp_0001", "exp_0002"],
         observations=[{"experiment": "exp_0002", "subcategory": "test_set_access", "observation": "EXECUTED",
                        "note": "12 items overlap", "evidence": {"sample_ids": ["f1", "f2"]}}],
+        findings={"supported_findings": ["exp_0001's gain holds on resampling"],
+                  "protocol_violations": ["exp_0002 used sealed items"],
+                  "recommendations": ["drop exp_0002's data; continue from exp_0001"]},
     )  # fmt: skip
-    report.experiments.set([exp1, exp2])
     node_finalize(node=r1, summary=report.summary, experiments=["exp_0001", "exp_0002"], actor="reviewer_0001")
 
-    applied = Guidance.objects.create(
-        run=run, author=people["operator"], text="Look for contamination before scaling up."
-    )
+    applied = guidance_post(run=run, author=people["operator"], text="Look for contamination before scaling up.")
     d_revise = decision_record(
         run=run, kind="revise", trigger="review_report", subject=w1, guidance=[applied],
         rationale="the review found contamination: restart from exp_0001 with audited data",
@@ -218,19 +275,17 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
     w3 = node_create(
         run=run, kind=NodeKind.WORKER, task="SFT from exp_0001 with audited data", upstream=[w1], decision=d_revise
     )
-    pending = Guidance.objects.create(run=run, author=people["operator"], text="Keep one DPO branch alive.")
+    pending = guidance_post(run=run, author=people["operator"], text="Keep one DPO branch alive.")
 
     exp4 = experiment_create(
-        run=run, owner=w3, kind="train_eval", input_checkpoint=ckpt1, parents=[exp1], status="running",
+        run=run, owner=w3, kind="train_eval", input_checkpoint=ckpt1, parents=[exp1],
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 3e-5, "max_steps": 100}},
     )  # fmt: skip
-    running = Job.objects.create(
-        run=run, experiment=exp4, kind="train", queue="gpu", status="running", worker="gpu@host-b", progress=0.4,
-        started_at=timezone.now() - dt.timedelta(minutes=3), heartbeat_at=timezone.now(),
-        metrics={"points": [{"step": 10, "loss": 1.8}, {"step": 20, "loss": 1.5}], "last": {"loss": 1.5}},
-    )  # fmt: skip
-    for seq, text in enumerate(["loading θ_in ckpt", "step 10: loss=1.8", "step 20: loss=1.5"], start=1):
-        JobLogLine.objects.create(job=running, seq=seq, text=text)
+    running = job_claim(job_id=experiment_start(experiment=exp4).pk, worker="gpu@host-b")
+    job_report(job=running, log_line="loading θ_in ckpt")
+    job_report(job=running, metrics_point={"step": 10, "loss": 1.8}, log_line="step 10: loss=1.8")
+    job_report(job=running, metrics_point={"step": 20, "loss": 1.5}, log_line="step 20: loss=1.5", progress=0.4)
+    running.refresh_from_db()
 
     tools = ["worker_show_datapool", "worker_inspect_data", "worker_add_data", "worker_submit", "hf_search_datasets",
              "main_optimizer_update", "reviewer_submit_review", "worker_submit"]  # fmt: skip
@@ -239,7 +294,7 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
             run=run, type="tool.called", actor="worker_0001", role="worker", tool=tool, arguments={"status": 200}
         )
     node = ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)
-    LLMUsage.objects.create(run=run, node=node, model="heuristic", prompt_tokens=60_000, completion_tokens=60_000)
+    llm_usage_record(run=run, node=node, model="heuristic", prompt_tokens=60_000, completion_tokens=60_000)
 
     return World(
         run=Run.objects.get(pk=run.pk),

@@ -24,17 +24,22 @@ from apps.experiments.models import Experiment
 from apps.experiments.services import experiment_create
 from apps.integrity.choices import Adjudication
 from apps.integrity.services import finding_adjudicate
-from tests.apps.dashboard.world import build_world, finish_world, make_people
+from apps.jobs.services import job_cancel
+from tests.apps.dashboard.world import build_world, feedback_succeed, finish_world, make_people, training_succeed
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def world(db):
-    world = build_world(people=make_people())
-    # exp_0004 was cancelled when the run stopped: it ran no checks and trained nothing.
-    Experiment.objects.filter(pk=world.exp["e4"].pk).update(status="cancelled")
-    return world
+def running_world(db):
+    return build_world(people=make_people())
+
+
+@pytest.fixture
+def world(running_world):
+    # exp_0004 was cancelled when the run stopped: its job stopped, it ran no checks, trained nothing.
+    job_cancel(job=running_world.jobs["running"], reason="the run stopped")
+    return running_world
 
 
 def _clear(world) -> None:
@@ -77,10 +82,13 @@ def test_an_executed_violation_is_cheating_until_a_review_clears_it(world):
     ]
 
 
-def test_unchecked_or_running_experiments_fail_closed(world):
-    Experiment.objects.filter(pk=world.exp["e4"].pk).update(status="running")
+def test_unchecked_or_running_experiments_fail_closed(running_world):
+    world = running_world
     assert "still running" in _verdicts(world)["no_executed_violation"].reason
-    Experiment.objects.filter(pk=world.exp["e4"].pk).update(status="succeeded")  # ran, but no check answered
+    # exp_0004 trains and is evaluated, but no check has answered yet (they are queued on commit).
+    training_succeed(world.jobs["running"], weights="e" * 64)
+    feedback_succeed(world.exp["e4"], correct=50)
+    assert Experiment.objects.get(pk=world.exp["e4"].pk).status == "succeeded"
     _clear(world)
     verdict = _verdicts(world)["no_executed_violation"]
     assert not verdict.passed

@@ -14,7 +14,10 @@ from django.utils import timezone
 from apps.jobs import services
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
+from rsiweb.celery import app as celery_app
 from tests.apps.jobs.conftest import wait_for
+from workers.data import tasks as data_tasks
+from workers.gpu import tasks as gpu_tasks
 from workers.runtime import RunningJob
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,3 +80,15 @@ def test_a_reaped_attempt_learns_it_is_lost_and_records_nothing(run):
     lost = Job.objects.get(pk=job.pk)
     assert lost.status == JobStatus.LOST
     assert Job.objects.get(previous_attempt=lost).status == JobStatus.QUEUED
+
+
+@pytest.mark.django_db(transaction=False)
+def test_every_job_task_is_acked_late_and_killed_one_grace_after_its_soft_limit():
+    assert data_tasks.data_job_task.name in celery_app.tasks
+    assert gpu_tasks.train_job_task.name in celery_app.tasks
+    for name in set(services.TASK_NAMES.values()):
+        task = celery_app.tasks[name]
+        assert task.acks_late, name
+        assert task.reject_on_worker_lost, name
+        assert task.soft_time_limit > 0, name
+        assert task.time_limit == task.soft_time_limit + services.HARD_LIMIT_GRACE_SECONDS, name

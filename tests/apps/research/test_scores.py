@@ -36,8 +36,8 @@ def test_finished_run_reports_raw_score_with_ci_theta0_reference_and_gain(world)
 
     scores = run_scores(run=world.run)
 
-    assert scores.returned_checkpoint == world.exp["e1"].output_checkpoint.handle
-    # Cleared, exp_0002 (0.61 on feedback, evaluated on ckpt of exp_0001) is the best accepted.
+    # Cleared, exp_0002 (0.61 on feedback, its own θ_out trained from exp_0001's) is the best accepted.
+    assert scores.returned_checkpoint == world.exp["e2"].output_checkpoint.handle
     assert scores.returned_experiment == "exp_0002"
     assert (scores.raw.score, scores.theta0.score, scores.reference.score) == (0.55, 0.25, 0.85)
     assert scores.raw.n == 20
