@@ -37,6 +37,9 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_SECONDS = 120
 # A tool whose input has these takes ``--file PATH`` (worker_add_data: data the agent made).
 UPLOAD_FIELDS = {"content", "sha256", "size_bytes"}
+# A file over the content bound is streamed as the body of the tool's upload endpoint instead
+# (apps.expos.uploads), its other arguments in the query string.
+STREAM_ARGUMENT = "_stream_file"
 
 
 class CliError(Exception):
@@ -46,13 +49,18 @@ class CliError(Exception):
         self.body = body
 
 
-def request(method: str, url: str, token: str, *, body: Any = None, headers: dict[str, str] | None = None) -> Any:
-    """One HTTP call; returns the decoded JSON answer or raises CliError with the server's message."""
-    data = None if body is None else json.dumps(body).encode("utf-8")
+def request(
+    method: str, url: str, token: str, *, body: Any = None, headers: dict[str, str] | None = None, file: Any = None
+) -> Any:
+    """One HTTP call; returns the decoded JSON answer or raises CliError with the server's message.
+
+    ``file``: an open binary file sent as the body as it is read (its Content-Length in ``headers``).
+    """
+    data = file if file is not None else None if body is None else json.dumps(body).encode("utf-8")
     all_headers = {"Accept": "application/json", **(headers or {})}
     if token:
         all_headers["Authorization"] = f"Bearer {token}"
-    if data is not None:
+    if data is not None and file is None:
         all_headers["Content-Type"] = "application/json"
     req = urllib.request.Request(url, data=data, method=method, headers=all_headers)  # noqa: S310 - URL is the user's
     try:
@@ -100,12 +108,16 @@ def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParse
     parser.add_argument("--idempotency-key", dest="_idempotency_key", help="makes a create safe to retry")
     parser.add_argument("--if-match", dest="_if_match", help="the ETag you read; a stale one gets 412")
     if set(parameters.get("properties", {})) >= UPLOAD_FIELDS:
+        limit = parameters["properties"]["content"].get("maxLength") or 0
         parser.add_argument(
             "--file",
             dest="_file",
             metavar="PATH",
-            help="upload this file: sends its text as content with its sha256 and size_bytes (name: its stem)",
+            help="upload this file with its sha256 and size_bytes (name: its stem): up to "
+            f"{limit:,} bytes as content, a larger one streamed as the body of POST "
+            f"/api/v1/tools/{function['name']}/upload",
         )
+        parser.set_defaults(_inline_limit=limit)
     for name, schema in parameters.get("properties", {}).items():
         flags = sorted({f"--{name.replace('_', '-')}", f"--{name}"})
         help_text = (schema.get("description") or "") + (" (required)" if name in required else "")
@@ -148,23 +160,42 @@ def arguments_from(namespace: argparse.Namespace) -> dict[str, Any]:
             raise CliError("--json must be a JSON object", code=2)
         args.update(loaded)
     if values.get("_file"):
-        args.update(_file_upload(values["_file"]))
+        args.update(_file_upload(values["_file"], inline_limit=values.get("_inline_limit") or 0))
     for name, value in values.items():
         if not name.startswith("_") and value is not None:
             args[name] = value
     return args
 
 
-def _file_upload(path: str) -> dict[str, Any]:
-    """A file as an upload's arguments: its text, and the sha256 and size of its bytes."""
+def _file_upload(path: str, *, inline_limit: int) -> dict[str, Any]:
+    """A file as an upload's arguments: its text, and the sha256 and size of its bytes.
+
+    A file of more than ``inline_limit`` bytes (the tool's content bound) is not read into the
+    arguments: they carry its digest and size, and the call streams it (_streamed_call).
+    """
+    stem = os.path.splitext(os.path.basename(path))[0]
+    size = os.path.getsize(path)
+    if size > inline_limit:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+        return {"sha256": digest.hexdigest(), "size_bytes": size, "name": stem, STREAM_ARGUMENT: path}
     with open(path, "rb") as handle:
         data = handle.read()
     try:
         content = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CliError(f"{path} is not UTF-8 text (byte {exc.start + 1})", code=2) from None
-    stem = os.path.splitext(os.path.basename(path))[0]
     return {"content": content, "sha256": hashlib.sha256(data).hexdigest(), "size_bytes": len(data), "name": stem}
+
+
+def _streamed_call(url: str, token: str, args: dict[str, Any], path: str, headers: dict[str, str]) -> Any:
+    """The upload endpoint's call: the file as the body, read as it is sent; the arguments in the query."""
+    query = urllib.parse.urlencode({key: value for key, value in args.items() if key != "content"})
+    with open(path, "rb") as handle:
+        sent = {**headers, "Content-Type": "application/x-ndjson", "Content-Length": str(args["size_bytes"])}
+        return request("POST", f"{url}?{query}", token, headers=sent, file=handle)
 
 
 MCP_HELP = """usage: expos mcp
@@ -250,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         if namespace._if_match:
             headers["If-Match"] = namespace._if_match
         url = f"{base}/tools/{urllib.parse.quote(parsed.tool)}"
+        streamed = args.pop(STREAM_ARGUMENT, None)
+        if streamed is not None:
+            _print(_streamed_call(f"{url}/upload", parsed.token, args, streamed, headers))
+            return 0
         _print(request("POST", url, parsed.token, body=args, headers=headers))
         return 0
     except CliError as exc:
