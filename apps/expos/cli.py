@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import sys
+import textwrap
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -93,12 +94,94 @@ def _json_or_text(value: str) -> Any:
         return value
 
 
+def _kind(schema: dict[str, Any]) -> str:
+    """A schema's type as help shows it: integer, string, object, array of string, one of a|b."""
+    if "enum" in schema:
+        return "one of " + "|".join(str(v) for v in schema["enum"])
+    if "const" in schema:
+        return f"exactly {schema['const']!r}"
+    kind = schema.get("type", "any")
+    if isinstance(kind, list):
+        kind = " or ".join(str(k) for k in kind)
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"array of {_kind(schema['items'])}"
+    return str(kind)
+
+
+def schema_summary(schema: dict[str, Any]) -> str:
+    """The type, bounds and default of a schema, in one line: 'integer, 1..200, default 50'."""
+    parts = [_kind(schema)]
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if "exclusiveMinimum" in schema:
+        parts.append(f"> {schema['exclusiveMinimum']}" + ("" if high is None else f", <= {high}"))
+    elif low is not None or high is not None:
+        parts.append(f"{'' if low is None else low}..{'' if high is None else high}")
+    for low_key, high_key, unit in (("minLength", "maxLength", "characters"), ("minItems", "maxItems", "items")):
+        low, high = schema.get(low_key), schema.get(high_key)
+        if high is not None:
+            parts.append(f"{low or 0}-{high:,} {unit}")
+        elif low:
+            parts.append(f"at least {low} {unit}")
+    if schema.get("uniqueItems"):
+        parts.append("unique")
+    if "pattern" in schema:
+        parts.append(f"pattern {schema['pattern']}")
+    if "default" in schema:
+        parts.append(f"default {json.dumps(schema['default'])}")
+    return ", ".join(parts)
+
+
+def _nested(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The object schema whose fields a flag's help lists: the value's own, or its items'."""
+    if isinstance(schema.get("properties"), dict):
+        return schema
+    items = schema.get("items")
+    if isinstance(items, dict) and isinstance(items.get("properties"), dict):
+        return items
+    return None
+
+
+def schema_fields(schema: dict[str, Any], indent: str = "  ", depth: int = 0) -> list[str]:
+    """The fields of an object schema, one a line with type, bounds, default and whether required;
+    nested objects indented under their field (up to four levels)."""
+    required = set(schema.get("required", []))
+    lines: list[str] = []
+    for name, field in schema.get("properties", {}).items():
+        if not isinstance(field, dict):
+            continue
+        note = " (required)" if name in required else ""
+        description = f": {field['description']}" if field.get("description") else ""
+        lines.append(f"{indent}{name} [{schema_summary(field)}]{note}{description}")
+        inner = _nested(field)
+        if inner is not None and depth < 3:
+            lines += schema_fields(inner, indent + "    ", depth + 1)
+    return lines
+
+
+def _epilog(parameters: dict[str, Any]) -> str:
+    """The fields of the tool's object-valued flags (from the same schema the server validates with)."""
+    sections = []
+    for name, schema in parameters.get("properties", {}).items():
+        inner = _nested(schema) if isinstance(schema, dict) else None
+        if inner is not None:
+            what = "each item" if inner is not schema else "the object"
+            lines = schema_fields(inner)
+            sections.append(f"--{name.replace('_', '-')} JSON: {what} has these fields\n" + "\n".join(lines))
+    return "\n\n".join(sections)
+
+
 def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParser:
-    """An argparse parser whose flags are the tool's input-schema properties."""
+    """An argparse parser whose flags are the tool's input-schema properties; object-valued flags
+    list their fields (types, bounds, defaults) after the flags."""
     function = definition["function"]
     parameters = function.get("parameters", {})
     required = set(parameters.get("required", []))
-    parser = argparse.ArgumentParser(prog=f"{prog} {function['name']}", description=function["description"])
+    parser = argparse.ArgumentParser(
+        prog=f"{prog} {function['name']}",
+        description=textwrap.fill(function["description"], 100),
+        epilog=_epilog(parameters) or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--json",
         dest="_json",
@@ -120,7 +203,9 @@ def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParse
         parser.set_defaults(_inline_limit=limit)
     for name, schema in parameters.get("properties", {}).items():
         flags = sorted({f"--{name.replace('_', '-')}", f"--{name}"})
-        help_text = (schema.get("description") or "") + (" (required)" if name in required else "")
+        described = f"{schema['description']} " if schema.get("description") else ""
+        help_text = f"{described}[{schema_summary(schema)}]" + (" (required)" if name in required else "")
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %
         kind = schema.get("type")
         if kind == "boolean":
             parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)

@@ -41,6 +41,7 @@ from apps.integrity.submission_review import (
     sealed_split_attempt_record,
     submission_parse,
 )
+from apps.ml.hparams import _BOUNDS as HYPERPARAMETER_BOUNDS
 from apps.ml.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHEDULERS, RECIPES, TrainConfig
 
 # --- schemas -------------------------------------------------------------------------------------------
@@ -58,10 +59,15 @@ def _hyperparameter_schema() -> dict[str, Any]:
         schema: dict[str, Any] = {"type": _JSON_TYPE[type(default)], "default": default}
         if name == "lr_scheduler_type":
             schema["enum"] = list(LR_SCHEDULERS)
+        if name in HYPERPARAMETER_BOUNDS:
+            # The bounds validate_train_config enforces, stated where clients read them.
+            low, high, low_inclusive = HYPERPARAMETER_BOUNDS[name]
+            schema["minimum" if low_inclusive else "exclusiveMinimum"] = low
+            schema["maximum"] = high
         properties[name] = schema
     return {
         **obj(properties),
-        "description": "Training hyper-parameters; bounds are checked and named in the error when exceeded.",
+        "description": "Training hyper-parameters, within the bounds shown (warmup_steps also below max_steps).",
     }
 
 

@@ -73,6 +73,9 @@ def _sample(schema: dict[str, Any]) -> Any:
     if kind == "array":
         return [_sample(schema["items"])] * max(1, schema.get("minItems", 1))
     if kind in ("integer", "number"):
+        if "exclusiveMinimum" in schema:  # a learning rate: above its bound, within the maximum
+            low = schema["exclusiveMinimum"]
+            return low + 1 if kind == "integer" else (low + schema.get("maximum", low + 2)) / 2
         return schema.get("minimum", 0)
     if kind == "boolean":
         return True
