@@ -486,7 +486,9 @@ def _usage(ctx: ToolContext, entry: DataEntry) -> dict[str, Any]:
         "sha256, size_bytes and generator; source 'agent'). The bytes are copied into the "
         "content-addressed store with their sha256, rows, schema, source and teacher; identical bytes return "
         "the existing entry. An upload is checked for sealed evaluation items before it is registered; any "
-        "data is checked again when a submission trains on it. Only registered data can be trained on."
+        "data is checked again when a submission trains on it. Only registered data can be trained on. "
+        "Latency: an upload's review runs inside the call, about 0.5 s per 1,000 rows (a 50 MB file took "
+        "minutes); wait long enough, and on a timeout retry with the same Idempotency-Key."
     ),
     input_schema=ADD_IN,
     output_schema=ADD_OUT,

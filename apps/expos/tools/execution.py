@@ -273,7 +273,10 @@ def _sealed_split_audit(ctx: ToolContext, args: dict[str, Any]) -> None:
         "split, or evaluate an existing checkpoint (eval_only). Reviewed before any compute: unregistered or "
         "contaminated data, unauthorised teachers, checkpoints off θ0's lineage, other inference settings and a "
         "spent feedback allowance are refused (and recorded). Held for the Main Agent when the run has a "
-        "training gate. Send an Idempotency-Key so a retry never creates a second experiment."
+        "training gate. Send an Idempotency-Key so a retry never creates a second experiment. Latency: the "
+        "contamination review of the training data runs inside the call, about 0.5 s per 1,000 rows the first "
+        "time a dataset is reviewed (tens of seconds for a large one; cached after); wait at least 120 s, and "
+        "on a timeout retry with the same Idempotency-Key, which answers once the first call has committed."
     ),
     input_schema=SUBMIT_IN,
     output_schema=SUBMIT_OUT,

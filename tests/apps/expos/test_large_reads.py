@@ -1,5 +1,6 @@
-"""Large reads as an LLM meets them (issue 31 item 6): key filters, a step range and down-sampling
-with a stated default size, on training curves, metric histories and the event tail."""
+"""Reads as an LLM meets them (issue 31 item 6): key filters, a step range and down-sampling with a
+stated default size, on training curves, metric histories and the event tail; sibling tools that
+take the same kind of identifier, and errors that say which kinds they take."""
 
 from __future__ import annotations
 
@@ -102,3 +103,18 @@ def test_the_event_tail_filters_by_tool_and_ends_before_a_seq(w):
     assert {e["tool"] for e in tail} == {"public_check_quota"}
     before = call(w, "own", "events_tail", {"tools": ["public_check_quota"], "before_seq": tail[-1]["seq"]}).json()
     assert [e["seq"] for e in before["events"]] == [e["seq"] for e in tail[:2]]
+
+
+def test_compare_eval_samples_takes_the_experiment_handles_its_sibling_takes(w):
+    by_uuid = call(w, "rin", "compare_eval_samples", {"a": str(w.evals["own1"].uuid), "b": str(w.evals["own2"].uuid)})
+    by_handle = call(w, "rin", "compare_eval_samples", {"a": w.exp["own1"].handle, "b": w.exp["own2"].handle})
+    assert by_handle.status_code == 200, by_handle.json()
+    assert by_handle.json() == by_uuid.json()
+    # An identifier of neither kind, or one that names nothing: the error says which kinds it takes.
+    wrong = call(w, "rin", "compare_eval_samples", {"a": "data_0001", "b": w.exp["own2"].handle}).json()["error"]
+    assert wrong["code"] == "invalid_identifier"
+    assert "experiment handle" in wrong["message"]
+    assert "evaluation uuid" in wrong["message"]
+    unknown = call(w, "rin", "compare_eval_samples", {"a": "12345678-1234-1234-1234-123456789012", "b": "exp_0001"})
+    assert unknown.json()["error"]["code"] == "unknown_evaluation"
+    assert "experiment handle" in unknown.json()["error"]["message"]
