@@ -24,6 +24,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +56,7 @@ def build_world() -> str:
     return agent_token_issue(run=run, node=node, role=NodeKind.WORKER)[0]
 
 
-def start_server(port: int, url: str) -> subprocess.Popen:
-    log = Path("/tmp/bench-mcp-rsiweb.log")
+def start_server(port: int, url: str, log: Path = Path("/tmp/bench-mcp-rsiweb.log")) -> subprocess.Popen:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "rsiweb.settings.base", "DATABASE_URL": url, "SECRET_KEY": SECRET,
            "RSI_LOG_LEVEL": "WARNING", "RSI_TOKEN_RATE": "10000000/min"}  # fmt: skip
     process = subprocess.Popen(
@@ -66,20 +67,13 @@ def start_server(port: int, url: str) -> subprocess.Popen:
     return process
 
 
-async def measure(base: str, token: str, *, slices: int, per_slice: int) -> dict[str, list[float]]:
+@asynccontextmanager
+async def mcp_sessions(base: str, token: str) -> AsyncIterator[tuple[Any, Any]]:
+    """Two initialized MCP client sessions with the token: streamable HTTP, and stdio (expos mcp)."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
-    rest = requests.Session()
-    rest.headers.update({"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-
-    async def rest_call() -> None:
-        response = rest.post(f"{base}/api/v1/tools/{TOOL}", data=b"{}", timeout=30)
-        if response.status_code != 200:
-            raise RuntimeError(response.text[:300])
-
-    times: dict[str, list[float]] = {"REST": [], "MCP streamable HTTP": [], "MCP stdio (expos mcp)": []}
     params = StdioServerParameters(command=sys.executable, args=["-m", "apps.expos.cli", "mcp"],
                                    env={"RSI_URL": base, "RSI_TOKEN": token}, cwd=ROOT)  # fmt: skip
     async with (
@@ -91,6 +85,22 @@ async def measure(base: str, token: str, *, slices: int, per_slice: int) -> dict
     ):
         await over_http.initialize()
         await over_stdio.initialize()
+        yield over_http, over_stdio
+
+
+async def measure(base: str, token: str, *, slices: int, per_slice: int) -> dict[str, list[float]]:
+    from mcp import ClientSession
+
+    rest = requests.Session()
+    rest.headers.update({"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+
+    async def rest_call() -> None:
+        response = rest.post(f"{base}/api/v1/tools/{TOOL}", data=b"{}", timeout=30)
+        if response.status_code != 200:
+            raise RuntimeError(response.text[:300])
+
+    times: dict[str, list[float]] = {"REST": [], "MCP streamable HTTP": [], "MCP stdio (expos mcp)": []}
+    async with mcp_sessions(base, token) as (over_http, over_stdio):
 
         def mcp_call(session: ClientSession) -> Any:
             async def call() -> None:

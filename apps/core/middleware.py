@@ -11,6 +11,7 @@ the input in a zero-length LimitedStream) gets 411: never a request that silentl
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,11 @@ from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from apps.core.api import error_body
+
+# Views that stream a chunked body themselves, with a limit of their own (an agent's data file,
+# apps.expos.uploads): the decoded stream is left to them under this META key, not read here.
+STREAMED_BODY_PATH = re.compile(r"^/api/v1/tools/[^/]+/upload$")
+CHUNKED_STREAM_KEY = "rsi.chunked_stream"
 
 
 def _refusal(code: str, message: str, status: int) -> HttpResponse:
@@ -50,6 +56,9 @@ class ChunkedBodyMiddleware:
                 "This server cannot read a chunked request body; send it with a Content-Length header.",
                 411,
             )
+        if STREAMED_BODY_PATH.match(request.path_info):
+            request.META[CHUNKED_STREAM_KEY] = stream
+            return None
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         body = stream.read(limit + 1) if limit is not None else stream.read()
         if limit is not None and len(body) > limit:

@@ -688,7 +688,7 @@ def data_register_export(
 
 def data_register_upload(
     *,
-    content: bytes,
+    content: bytes | Path,
     sha256: str,
     size: int,
     name: str,
@@ -702,7 +702,8 @@ def data_register_upload(
     max_rows: int | None = None,
     scan: Callable[[list[dict[str, Any]], str], None] | None = None,
 ) -> DataEntry:
-    """Register JSONL bytes an agent made and sent in its call (source ``agent``).
+    """Register JSONL bytes an agent made and sent in its call (source ``agent``): ``content`` is
+    the bytes, or the file a streamed upload was received into (apps.expos.uploads; read, not moved).
 
     The declared ``size`` and ``sha256`` are checked against the bytes that arrived before
     anything else, so a cut or altered transfer is refused as such (``size_mismatch``,
@@ -719,15 +720,15 @@ def data_register_upload(
         raise ApplicationError("invalid_generator", "Say who or what made the data (generator, 1-200 characters).")
     run = _scope(run, node)  # type: ignore[assignment]
     shown = f"{name} (uploaded)"
-    if len(content) != size:
+    received, actual = _measure(content)
+    if received != size:
         raise ApplicationError(
             "size_mismatch",
-            f"size_bytes declares {size} bytes but {len(content)} arrived; nothing was registered. Send the "
+            f"size_bytes declares {size} bytes but {received} arrived; nothing was registered. Send the "
             "whole file again (the same Idempotency-Key is safe to reuse).",
             declared=size,
-            received=len(content),
+            received=received,
         )
-    actual = hashlib.sha256(content).hexdigest()
     if actual != sha256:
         raise ApplicationError(
             "sha256_mismatch",
@@ -740,7 +741,10 @@ def data_register_upload(
         raise ApplicationError(
             "file_too_large", f"{shown} is {size} bytes; this run takes at most {max_bytes} per upload.", size=size
         )
-    staged = _stage_bytes(content, shown=shown, format=format)
+    if isinstance(content, Path):
+        staged = _stage_fd(os.open(content, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)), shown=shown, format=format)
+    else:
+        staged = _stage_bytes(content, shown=shown, format=format)
     try:
         if max_rows is not None and staged.rows > max_rows:
             raise ApplicationError(
@@ -771,6 +775,28 @@ def data_register_upload(
         )
     finally:
         staged.discard()
+
+
+def upload_limits(run: Run) -> tuple[int, int | None, dict[str, Any]]:
+    """The run's upload limits as they are now (bytes, rows) and its policy.
+
+    Read fresh: a caller's resolved run may be a few seconds old (apps.expos.auth).
+    """
+    policy = type(run).objects.filter(pk=run.pk).values_list("policy", flat=True).first() or {}
+    max_bytes = min(int(policy.get("upload_max_bytes") or MAX_DATA_BYTES), MAX_DATA_BYTES)
+    return max_bytes, policy.get("upload_max_rows"), policy
+
+
+def _measure(content: bytes | Path) -> tuple[int, str]:
+    """The length and sha256 of bytes, or of a file's bytes (read in chunks)."""
+    if not isinstance(content, Path):
+        return len(content), hashlib.sha256(content).hexdigest()
+    digest, size = hashlib.sha256(), 0
+    with content.open("rb") as handle:
+        while chunk := handle.read(_COPY_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
 
 
 # --------------------------------------------------------------------------- readme and usage

@@ -208,10 +208,19 @@ def checkpoint_registered_profile(checkpoint: Checkpoint) -> dict[str, Any]:
 
 
 def metric_history(
-    *, experiment_id: int, key: str, after_step: int | None = None, limit: int = 25_000
+    *,
+    experiment_id: int,
+    key: str,
+    after_step: int | None = None,
+    limit: int = 25_000,
+    to_step: int | None = None,
+    sample: int | None = None,
 ) -> tuple[list[tuple[int, float, int]], bool]:
-    """Up to ``limit`` (step, value, logged_ms) of one key in step order, after ``after_step``; and
-    whether more follow. One range scan of the (experiment, key, step) unique index.
+    """Up to ``limit`` (step, value, logged_ms) of one key in step order, after ``after_step`` and up
+    to ``to_step``; and whether more follow. One range scan of the (experiment, key, step) unique index.
+
+    ``sample`` (>= 2): instead of a page, at most that many points of the whole range, evenly spaced
+    by rank (the first and the last always among them), chosen by the database; nothing follows.
 
     The time comes back as Unix milliseconds computed by the database: parsing and re-formatting
     10,000 timestamps in Python took longer than the rest of the read.
@@ -220,12 +229,28 @@ def metric_history(
         logged_ms = "CAST(EXTRACT(EPOCH FROM created_at) * 1000 AS BIGINT)"
     else:  # SQLite keeps "YYYY-MM-DD HH:MM:SS.ffffff" (UTC)
         logged_ms = "CAST(ROUND((julianday(created_at) - 2440587.5) * 86400000) AS INTEGER)"
-    sql = (
-        f"SELECT step, value, {logged_ms} FROM experiments_metricpoint "
-        "WHERE experiment_id = %s AND key = %s AND step > %s ORDER BY step LIMIT %s"
-    )
+    bounds: list[Any] = [
+        experiment_id,
+        key,
+        -1 if after_step is None else after_step,
+        2**62 if to_step is None else to_step,
+    ]
+    where = "WHERE experiment_id = %s AND key = %s AND step > %s AND step <= %s"
+    if sample is not None:
+        # Row j of n is kept when it is the first of its bucket floor(j * (m - 1) / (n - 1)): exactly
+        # m rows of a longer range, the first (bucket 0) and the last (bucket m - 1) among them.
+        sql = (
+            f"SELECT step, value, ms FROM (SELECT step, value, {logged_ms} AS ms, "
+            "ROW_NUMBER() OVER (ORDER BY step) - 1 AS j, COUNT(*) OVER () AS n "
+            f"FROM experiments_metricpoint {where}) AS ranked "
+            "WHERE n <= %s OR j = 0 OR (j * (%s - 1)) / (n - 1) > ((j - 1) * (%s - 1)) / (n - 1) ORDER BY step"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*bounds, sample, sample, sample])
+            return cursor.fetchall(), False
+    sql = f"SELECT step, value, {logged_ms} FROM experiments_metricpoint {where} ORDER BY step LIMIT %s"
     with connection.cursor() as cursor:
-        cursor.execute(sql, [experiment_id, key, -1 if after_step is None else after_step, limit + 1])
+        cursor.execute(sql, [*bounds, limit + 1])
         points = cursor.fetchall()
     return points[:limit], len(points) > limit
 

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import sys
+import textwrap
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -37,6 +38,9 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT_SECONDS = 120
 # A tool whose input has these takes ``--file PATH`` (worker_add_data: data the agent made).
 UPLOAD_FIELDS = {"content", "sha256", "size_bytes"}
+# A file over the content bound is streamed as the body of the tool's upload endpoint instead
+# (apps.expos.uploads), its other arguments in the query string.
+STREAM_ARGUMENT = "_stream_file"
 
 
 class CliError(Exception):
@@ -46,13 +50,18 @@ class CliError(Exception):
         self.body = body
 
 
-def request(method: str, url: str, token: str, *, body: Any = None, headers: dict[str, str] | None = None) -> Any:
-    """One HTTP call; returns the decoded JSON answer or raises CliError with the server's message."""
-    data = None if body is None else json.dumps(body).encode("utf-8")
+def request(
+    method: str, url: str, token: str, *, body: Any = None, headers: dict[str, str] | None = None, file: Any = None
+) -> Any:
+    """One HTTP call; returns the decoded JSON answer or raises CliError with the server's message.
+
+    ``file``: an open binary file sent as the body as it is read (its Content-Length in ``headers``).
+    """
+    data = file if file is not None else None if body is None else json.dumps(body).encode("utf-8")
     all_headers = {"Accept": "application/json", **(headers or {})}
     if token:
         all_headers["Authorization"] = f"Bearer {token}"
-    if data is not None:
+    if data is not None and file is None:
         all_headers["Content-Type"] = "application/json"
     req = urllib.request.Request(url, data=data, method=method, headers=all_headers)  # noqa: S310 - URL is the user's
     try:
@@ -85,12 +94,94 @@ def _json_or_text(value: str) -> Any:
         return value
 
 
+def _kind(schema: dict[str, Any]) -> str:
+    """A schema's type as help shows it: integer, string, object, array of string, one of a|b."""
+    if "enum" in schema:
+        return "one of " + "|".join(str(v) for v in schema["enum"])
+    if "const" in schema:
+        return f"exactly {schema['const']!r}"
+    kind = schema.get("type", "any")
+    if isinstance(kind, list):
+        kind = " or ".join(str(k) for k in kind)
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"array of {_kind(schema['items'])}"
+    return str(kind)
+
+
+def schema_summary(schema: dict[str, Any]) -> str:
+    """The type, bounds and default of a schema, in one line: 'integer, 1..200, default 50'."""
+    parts = [_kind(schema)]
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if "exclusiveMinimum" in schema:
+        parts.append(f"> {schema['exclusiveMinimum']}" + ("" if high is None else f", <= {high}"))
+    elif low is not None or high is not None:
+        parts.append(f"{'' if low is None else low}..{'' if high is None else high}")
+    for low_key, high_key, unit in (("minLength", "maxLength", "characters"), ("minItems", "maxItems", "items")):
+        low, high = schema.get(low_key), schema.get(high_key)
+        if high is not None:
+            parts.append(f"{low or 0}-{high:,} {unit}")
+        elif low:
+            parts.append(f"at least {low} {unit}")
+    if schema.get("uniqueItems"):
+        parts.append("unique")
+    if "pattern" in schema:
+        parts.append(f"pattern {schema['pattern']}")
+    if "default" in schema:
+        parts.append(f"default {json.dumps(schema['default'])}")
+    return ", ".join(parts)
+
+
+def _nested(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The object schema whose fields a flag's help lists: the value's own, or its items'."""
+    if isinstance(schema.get("properties"), dict):
+        return schema
+    items = schema.get("items")
+    if isinstance(items, dict) and isinstance(items.get("properties"), dict):
+        return items
+    return None
+
+
+def schema_fields(schema: dict[str, Any], indent: str = "  ", depth: int = 0) -> list[str]:
+    """The fields of an object schema, one a line with type, bounds, default and whether required;
+    nested objects indented under their field (up to four levels)."""
+    required = set(schema.get("required", []))
+    lines: list[str] = []
+    for name, field in schema.get("properties", {}).items():
+        if not isinstance(field, dict):
+            continue
+        note = " (required)" if name in required else ""
+        description = f": {field['description']}" if field.get("description") else ""
+        lines.append(f"{indent}{name} [{schema_summary(field)}]{note}{description}")
+        inner = _nested(field)
+        if inner is not None and depth < 3:
+            lines += schema_fields(inner, indent + "    ", depth + 1)
+    return lines
+
+
+def _epilog(parameters: dict[str, Any]) -> str:
+    """The fields of the tool's object-valued flags (from the same schema the server validates with)."""
+    sections = []
+    for name, schema in parameters.get("properties", {}).items():
+        inner = _nested(schema) if isinstance(schema, dict) else None
+        if inner is not None:
+            what = "each item" if inner is not schema else "the object"
+            lines = schema_fields(inner)
+            sections.append(f"--{name.replace('_', '-')} JSON: {what} has these fields\n" + "\n".join(lines))
+    return "\n\n".join(sections)
+
+
 def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParser:
-    """An argparse parser whose flags are the tool's input-schema properties."""
+    """An argparse parser whose flags are the tool's input-schema properties; object-valued flags
+    list their fields (types, bounds, defaults) after the flags."""
     function = definition["function"]
     parameters = function.get("parameters", {})
     required = set(parameters.get("required", []))
-    parser = argparse.ArgumentParser(prog=f"{prog} {function['name']}", description=function["description"])
+    parser = argparse.ArgumentParser(
+        prog=f"{prog} {function['name']}",
+        description=textwrap.fill(function["description"], 100),
+        epilog=_epilog(parameters) or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--json",
         dest="_json",
@@ -100,15 +191,21 @@ def tool_parser(definition: dict[str, Any], prog: str) -> argparse.ArgumentParse
     parser.add_argument("--idempotency-key", dest="_idempotency_key", help="makes a create safe to retry")
     parser.add_argument("--if-match", dest="_if_match", help="the ETag you read; a stale one gets 412")
     if set(parameters.get("properties", {})) >= UPLOAD_FIELDS:
+        limit = parameters["properties"]["content"].get("maxLength") or 0
         parser.add_argument(
             "--file",
             dest="_file",
             metavar="PATH",
-            help="upload this file: sends its text as content with its sha256 and size_bytes (name: its stem)",
+            help="upload this file with its sha256 and size_bytes (name: its stem): up to "
+            f"{limit:,} bytes as content, a larger one streamed as the body of POST "
+            f"/api/v1/tools/{function['name']}/upload",
         )
+        parser.set_defaults(_inline_limit=limit)
     for name, schema in parameters.get("properties", {}).items():
         flags = sorted({f"--{name.replace('_', '-')}", f"--{name}"})
-        help_text = (schema.get("description") or "") + (" (required)" if name in required else "")
+        described = f"{schema['description']} " if schema.get("description") else ""
+        help_text = f"{described}[{schema_summary(schema)}]" + (" (required)" if name in required else "")
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %
         kind = schema.get("type")
         if kind == "boolean":
             parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
@@ -148,23 +245,42 @@ def arguments_from(namespace: argparse.Namespace) -> dict[str, Any]:
             raise CliError("--json must be a JSON object", code=2)
         args.update(loaded)
     if values.get("_file"):
-        args.update(_file_upload(values["_file"]))
+        args.update(_file_upload(values["_file"], inline_limit=values.get("_inline_limit") or 0))
     for name, value in values.items():
         if not name.startswith("_") and value is not None:
             args[name] = value
     return args
 
 
-def _file_upload(path: str) -> dict[str, Any]:
-    """A file as an upload's arguments: its text, and the sha256 and size of its bytes."""
+def _file_upload(path: str, *, inline_limit: int) -> dict[str, Any]:
+    """A file as an upload's arguments: its text, and the sha256 and size of its bytes.
+
+    A file of more than ``inline_limit`` bytes (the tool's content bound) is not read into the
+    arguments: they carry its digest and size, and the call streams it (_streamed_call).
+    """
+    stem = os.path.splitext(os.path.basename(path))[0]
+    size = os.path.getsize(path)
+    if size > inline_limit:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+        return {"sha256": digest.hexdigest(), "size_bytes": size, "name": stem, STREAM_ARGUMENT: path}
     with open(path, "rb") as handle:
         data = handle.read()
     try:
         content = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CliError(f"{path} is not UTF-8 text (byte {exc.start + 1})", code=2) from None
-    stem = os.path.splitext(os.path.basename(path))[0]
     return {"content": content, "sha256": hashlib.sha256(data).hexdigest(), "size_bytes": len(data), "name": stem}
+
+
+def _streamed_call(url: str, token: str, args: dict[str, Any], path: str, headers: dict[str, str]) -> Any:
+    """The upload endpoint's call: the file as the body, read as it is sent; the arguments in the query."""
+    query = urllib.parse.urlencode({key: value for key, value in args.items() if key != "content"})
+    with open(path, "rb") as handle:
+        sent = {**headers, "Content-Type": "application/x-ndjson", "Content-Length": str(args["size_bytes"])}
+        return request("POST", f"{url}?{query}", token, headers=sent, file=handle)
 
 
 MCP_HELP = """usage: expos mcp
@@ -250,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
         if namespace._if_match:
             headers["If-Match"] = namespace._if_match
         url = f"{base}/tools/{urllib.parse.quote(parsed.tool)}"
+        streamed = args.pop(STREAM_ARGUMENT, None)
+        if streamed is not None:
+            _print(_streamed_call(f"{url}/upload", parsed.token, args, streamed, headers))
+            return 0
         _print(request("POST", url, parsed.token, body=args, headers=headers))
         return 0
     except CliError as exc:

@@ -180,4 +180,46 @@ def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bo
             parameter["schema"] = {"type": "integer", "minimum": 0, "maximum": MAX_SEQ}
     for name, tool in sorted(load_all().items()):
         paths[f"/api/v1/tools/{name}"] = {"post": tool_operation(tool)}
+        if tool.stream_schema is not None:
+            paths[f"/api/v1/tools/{name}/upload"] = {"post": upload_operation(tool)}
     return result
+
+
+def upload_operation(tool: Any) -> dict[str, Any]:
+    """A tool with a file streamed as the body (apps.expos.uploads): its other arguments are the query."""
+    operation = tool_operation(tool)
+    required = set(tool.stream_schema["required"])
+    query = [
+        {"name": key, "in": "query", "required": key in required, "schema": schema}
+        for key, schema in tool.stream_schema["properties"].items()
+    ]
+    operation["operationId"] = f"tool_{tool.name}_upload"
+    operation["summary"] = "Upload a file of data you made (streamed body): worker_add_data for large files"
+    operation["description"] = (
+        "worker_add_data for a file larger than the inline content limit: the body is the JSONL file's bytes "
+        "(Content-Length, or chunked), streamed to disk and never held in memory; sha256, size_bytes, generator "
+        "and the optional name, format, teacher and note are query parameters. A body whose length or sha256 is "
+        "not the declared one is refused (400 size_mismatch / sha256_mismatch) and nothing is registered. Then "
+        "exactly the checks of every upload: JSONL format, the run's upload_max_rows / upload_max_bytes (413 "
+        "before the body is read when size_bytes is over), the contamination review against the sealed items "
+        "(403 data_contaminated, naming the lines, recorded as a BlockedAttempt), the content-addressed store. "
+        "Retry-safe: the same Idempotency-Key and arguments replay the answer; identical bytes answer the entry "
+        "they made.\n\n" + operation["description"]
+    )
+    operation["parameters"] = [*operation["parameters"], *query]
+    operation["requestBody"] = {
+        "required": True,
+        "content": {
+            media: {"schema": {"type": "string", "format": "binary"}}
+            for media in ("application/x-ndjson", "application/octet-stream")
+        },
+    }
+    operation["responses"].update(
+        _error_responses(
+            {
+                "411": "length_required: no Content-Length and not chunked",
+                "413": "file_too_large: size_bytes is over the run's upload_max_bytes (nothing was read)",
+            }
+        )
+    )
+    return operation

@@ -78,6 +78,9 @@ class ToolContext:
         return self.node.handle
 
 
+# ToolContext.extra's key for the file a streamed upload was received into (Tool.stream_schema).
+STREAMED_FILE = "streamed_file"
+
 Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
 # A tool's common call done in one statement that is its own transaction (Tool.at_once): its
 # answer, or None to leave the call to the handler in a transaction.
@@ -117,6 +120,10 @@ class Tool:
     # transaction, as for any tool. The view offers it only plain calls (no Idempotency-Key
     # replay, no If-Match) outside external-harness runs, whose turns are recorded with the call.
     at_once: AtOnceHandler | None = None
+    # A tool that also takes a file streamed as the body of POST /api/v1/tools/<name>/upload
+    # (apps.expos.uploads): the schema of its other arguments, sent as the query string. The
+    # handler finds the received file in ``ctx.extra[STREAMED_FILE]``.
+    stream_schema: dict[str, Any] | None = None
 
     def definition(self) -> dict[str, Any]:
         """The OpenAI-style function definition given to an LLM agent."""
@@ -153,6 +160,7 @@ def tool(
     audit_refused: RefusalAudit | None = None,
     after_refusal: RefusalAudit | None = None,
     at_once: AtOnceHandler | None = None,
+    stream_schema: dict[str, Any] | None = None,
 ) -> Callable[[Handler], Handler]:
     """Declare a tool; the decorated function is its handler ``(ctx, args) -> result``."""
 
@@ -173,6 +181,7 @@ def tool(
             audit_refused=audit_refused,
             after_refusal=after_refusal,
             at_once=at_once,
+            stream_schema=stream_schema,
         )
         return handler
 

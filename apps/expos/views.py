@@ -478,8 +478,8 @@ class ToolCallView(APIView):
                 raise ApplicationError(
                     "invalid_if_match", f"If-Match is at most {MAX_IF_MATCH} characters: send the ETag you read."
                 )
-            args, screened = parse_body(request)
-            args = validate_input(tool, args, strings_screened=screened)
+            args = self._arguments(request, tool)
+            self._receive(request, ctx, tool, args)
             if tool.idempotent_create and ctx.idempotency_key is not None:
                 if not _IDEMPOTENCY_KEY_RE.match(ctx.idempotency_key):
                     raise ApplicationError(
@@ -520,6 +520,14 @@ class ToolCallView(APIView):
                 error_body("internal_error", f"{tool.name} failed on the server; the failure is logged."),
                 status.HTTP_500_INTERNAL_SERVER_ERROR,
             )
+
+    def _arguments(self, request: HttpRequest, tool: Tool) -> dict[str, Any]:
+        """The call's validated arguments: the JSON body here (apps.expos.uploads: the query string)."""
+        args, screened = parse_body(request)
+        return cast(dict[str, Any], validate_input(tool, args, strings_screened=screened))
+
+    def _receive(self, request: HttpRequest, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> None:
+        """What the call sends besides its arguments, read before any replay (an upload's streamed file)."""
 
     def _request_sha(self, tool: Tool, args: dict[str, Any]) -> str:
         return sha256_text(canonical_json({"tool": tool.name, "arguments": args}))

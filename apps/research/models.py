@@ -58,7 +58,7 @@ def default_policy() -> dict:
         "job_failure_threshold": 3,
         # Data an agent uploads (worker_add_data content): the most rows and bytes of one upload.
         "upload_max_rows": 200_000,
-        "upload_max_bytes": 4 * 1024 * 1024,
+        "upload_max_bytes": 64 * 1024 * 1024,
     }
 
 

@@ -29,6 +29,7 @@ from apps.expos.schemas import (
     TIMESTAMP,
     UUID,
     WORKER,
+    alternatives,
     array,
     boolean,
     closed,
@@ -259,17 +260,61 @@ def cancel_job(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     return job_brief(Job.objects.select_related("experiment").get(pk=cancelled.pk))
 
 
+# A training metric's name as the trainer logs it (loss, learning_rate, grad_norm, ...).
+METRIC_KEY_ANY = string(100, min_length=1)
+# A curve's answer holds at most this many points unless max_points asks for more (a 1,000-step
+# curve with every point was 45 KB); longer ranges are down-sampled evenly, first and last kept.
+CURVE_DEFAULT_POINTS = 200
+CURVE_MAX_POINTS = 100_000
+_CURVE_IN = {
+    **closed(
+        {
+            "job": UUID,
+            "experiment": EXPERIMENT,
+            "keys": {
+                **array(METRIC_KEY_ANY, max_items=50, min_items=1, unique=True),
+                "description": 'Metrics to return, e.g. ["loss"] (default: every metric logged).',
+            },
+            "from_step": integer(0, 2**62, description="First step to include (default: the first)."),
+            "to_step": integer(0, 2**62, description="Last step to include (default: the last)."),
+            "max_points": integer(
+                2,
+                CURVE_MAX_POINTS,
+                default=CURVE_DEFAULT_POINTS,
+                description=f"At most this many points (default {CURVE_DEFAULT_POINTS}): a longer range is "
+                "down-sampled evenly, its first and last points kept.",
+            ),
+        },
+        optional=("job", "experiment", "keys", "from_step", "to_step", "max_points"),
+    ),
+    "oneOf": [{"required": ["job"]}, {"required": ["experiment"]}],
+}
+
+
+def downsample(items: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` (>= 2) of ``items``, evenly spaced, the first and the last always kept."""
+    if len(items) <= limit:
+        return items
+    last = len(items) - 1
+    picks = sorted({round(i * last / (limit - 1)) for i in range(limit)})
+    return [items[i] for i in picks]
+
+
 @tool(
     "training_curve_read",
     category=Category.OURS,
     roles=ALL,
     description="The training curve (loss and the other logged metrics per step) of a training job, by job "
-    "uuid or by experiment (its latest training attempt).",
-    input_schema=_JOB_SELECTOR,
+    "uuid or by experiment handle (its latest training attempt). keys picks metrics, from_step/to_step a "
+    f"step range; at most max_points points come back (default {CURVE_DEFAULT_POINTS}, down-sampled evenly "
+    "with the first and last kept; total_points says how many the range holds).",
+    input_schema=_CURVE_IN,
     output_schema=closed(
         {
             "job": UUID,
             "status": string(16),
+            "total_points": integer(0, 2**62),
+            "downsampled": {"type": "boolean"},
             "points": array(
                 closed(
                     {
@@ -290,7 +335,7 @@ def training_curve_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
         raise ApplicationError("not_a_training_job", "No training job there; training curves belong to train jobs.")
     job = jobs[-1]
     metrics = job.metrics or {}
-    points = []
+    points: list[dict[str, Any]] = []
     for point in metrics.get("points", []) if isinstance(metrics, dict) else []:
         if not isinstance(point, dict):
             continue
@@ -303,12 +348,26 @@ def training_curve_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
         points.append(
             {"step": int(step) if isinstance(step, int | float) and step == step else None, "metrics": values}
         )
+    keys = set(args.get("keys") or ())
+    low, high = args.get("from_step"), args.get("to_step")
+    if keys:
+        points = [{**p, "metrics": {k: v for k, v in p["metrics"].items() if k in keys}} for p in points]
+    if low is not None or high is not None:
+        points = [
+            p
+            for p in points
+            if p["step"] is not None and (low is None or p["step"] >= low) and (high is None or p["step"] <= high)
+        ]
+    shown = downsample(points, args.get("max_points", CURVE_DEFAULT_POINTS))
     last = metrics.get("last", {}) if isinstance(metrics, dict) else {}
+    last = last if isinstance(last, dict) else {}
     return {
         "job": str(job.uuid),
         "status": job.status,
-        "points": points,
-        "last": last if isinstance(last, dict) else {},
+        "total_points": len(points),
+        "downsampled": len(shown) < len(points),
+        "points": shown,
+        "last": {k: v for k, v in last.items() if k in keys} if keys else last,
     }
 
 
@@ -392,17 +451,30 @@ def experiment_log_metrics(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     "experiment_metrics_read",
     category=Category.OURS,
     roles=ALL,
-    description="The history of one agent-logged metric of an experiment you may see, in step order (up to "
-    "25,000 points per page; pass next_after_step back as after_step for the next), and the keys logged there.",
-    input_schema=closed(
-        {
-            "experiment": EXPERIMENT,
-            "key": METRIC_KEY,
-            "after_step": STEP,
-            "limit": integer(1, MAX_HISTORY, default=MAX_HISTORY),
-        },
-        optional=("after_step", "limit"),
-    ),
+    description="The history of one agent-logged metric (key) of an experiment you may see, in step order, "
+    "after after_step and up to to_step: a page of up to limit points (default and most 25,000; pass "
+    "next_after_step back as after_step for the next), or with max_points the whole range down-sampled "
+    "evenly to at most that many (first and last kept; no next page); and the keys logged there.",
+    input_schema={
+        **closed(
+            {
+                "experiment": EXPERIMENT,
+                "key": METRIC_KEY,
+                "after_step": STEP,
+                "to_step": {**STEP, "description": "Last step to include (default: the last)."},
+                "limit": integer(1, MAX_HISTORY, default=MAX_HISTORY),
+                "max_points": integer(
+                    2, MAX_HISTORY, description="Down-sample the whole range to at most this many points."
+                ),
+            },
+            optional=("after_step", "to_step", "limit", "max_points"),
+        ),
+        **alternatives(
+            {"not": {"required": ["limit", "max_points"]}},
+            code="invalid_input",
+            message="Give limit (a page) or max_points (the range down-sampled), not both.",
+        ),
+    },
     output_schema=closed(
         {
             "experiment": string(32),
@@ -426,6 +498,8 @@ def experiment_metrics_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str,
         key=args["key"],
         after_step=args.get("after_step"),
         limit=args.get("limit", MAX_HISTORY),
+        to_step=args.get("to_step"),
+        sample=args.get("max_points"),
     )
     return {
         "experiment": experiment.handle,

@@ -8,16 +8,19 @@ from typing import Any
 
 from django.db.models import Prefetch
 
+from apps.benchmarks.models import Split
 from apps.core.errors import NotFound
 from apps.experiments.comparisons import aligned_correctness
 from apps.experiments.models import Evaluation, EvaluationSample
 from apps.expos.payloads import iso, run_node
 from apps.expos.registry import Category, Role, ToolContext, tool
 from apps.expos.schemas import (
+    EXPERIMENT,
     NODE_HANDLE,
     TIMESTAMP,
     UUID,
     WORKER,
+    alternatives,
     array,
     boolean,
     closed,
@@ -28,7 +31,7 @@ from apps.expos.schemas import (
     string,
     text,
 )
-from apps.expos.selectors import parse_uuid
+from apps.expos.selectors import experiment_for, parse_uuid
 from apps.expos.visibility import evaluation_read_check, samples_read_check
 from apps.research import services as research
 from apps.research.choices import CandidateStatus, DecisionKind, NodeKind, PredictionVerdict, Trigger
@@ -414,11 +417,37 @@ _SAMPLE_PAIR = closed(
 )
 
 
+# compare_eval_samples' a and b: what its sibling compare_experiments takes (an experiment handle),
+# or one evaluation of it by uuid.
+_EVALUATION_REF = {
+    **alternatives(
+        EXPERIMENT,
+        UUID,
+        code="invalid_identifier",
+        message="a and b are each an experiment handle (exp_0003: its latest feedback evaluation) or an "
+        "evaluation uuid (reviewer_inspect_experiment lists them).",
+    ),
+    "description": "An experiment handle (exp_0003: its latest feedback evaluation) or an evaluation uuid.",
+}
+
+
 def _evaluation(ctx: ToolContext, value: str) -> Evaluation:
+    """An evaluation of the run by uuid, or an experiment's (by handle) latest feedback evaluation."""
+    evaluations = Evaluation.objects.select_related("experiment")
+    if value.startswith("exp_"):
+        experiment = experiment_for(ctx, value)
+        evaluation = evaluations.filter(experiment=experiment, split=Split.FEEDBACK).order_by("-created_at").first()
+        if evaluation is None:
+            raise NotFound("unknown_evaluation", f"{value} has no feedback evaluation yet.")
+        return evaluation
     parsed = parse_uuid(value)
-    evaluation = Evaluation.objects.select_related("experiment").filter(uuid=parsed).first() if parsed else None
+    evaluation = evaluations.filter(uuid=parsed).first() if parsed else None
     if evaluation is None or evaluation.run_id != ctx.run.pk:
-        raise NotFound("unknown_evaluation", f"No evaluation {value} in this run.")
+        raise NotFound(
+            "unknown_evaluation",
+            f"No evaluation {value} in this run: give an evaluation uuid (reviewer_inspect_experiment lists an "
+            "experiment's evaluations) or an experiment handle (exp_0003).",
+        )
     return evaluation
 
 
@@ -437,12 +466,13 @@ def mcnemar_exact(b: int, c: int) -> float:
     category=Category.RESEARCH,
     roles={Role.REVIEWER},
     description="Align two evaluations of your scope by stable sample id and return paired diagnostics "
-    "(agreement counts, exact McNemar p) and the model outputs of the samples where they differ. "
-    "Reference answers are never returned.",
+    "(agreement counts, exact McNemar p) and the model outputs of the samples where they differ. a and b "
+    "are experiment handles, as for compare_experiments (each its latest feedback evaluation), or "
+    "evaluation uuids. Reference answers are never returned.",
     input_schema=closed(
         {
-            "a": UUID,
-            "b": UUID,
+            "a": _EVALUATION_REF,
+            "b": _EVALUATION_REF,
             "limit": integer(0, 500, default=50),
             "only_disagreements": {"type": "boolean", "default": True},
         },
@@ -463,7 +493,7 @@ def mcnemar_exact(b: int, c: int) -> float:
             "samples": array(_SAMPLE_PAIR, max_items=500),
         }
     ),
-    errors=("unknown_evaluation", "sealed"),
+    errors=("unknown_evaluation", "unknown_experiment", "invalid_identifier", "sealed"),
 )
 def compare_eval_samples(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     first, second = _evaluation(ctx, args["a"]), _evaluation(ctx, args["b"])

@@ -276,15 +276,21 @@ _EVENT = closed(
     "events_tail",
     category=Category.EXECUTION,
     roles=ALL,
-    description="Recent structured events of the run that you may see (oldest first). Pass after_seq to "
-    "page forward from the last seq you read.",
+    description="Recent structured events of the run that you may see (oldest first; at most limit, "
+    "default 50). Pass after_seq to page forward from the last seq you read; before_seq ends the range (the "
+    "latest events before it); types and tools filter.",
     input_schema=closed(
         {
             "after_seq": integer(0, 2**62),
+            "before_seq": integer(1, 2**62, description="Only events with a smaller seq."),
             "limit": integer(1, 200, default=50),
             "types": array(string(100, min_length=1), max_items=20, unique=True),
+            "tools": {
+                **array(string(100, min_length=1), max_items=20, unique=True),
+                "description": "Only the calls of these tools (tool.called events and others naming a tool).",
+            },
         },
-        optional=("after_seq", "limit", "types"),
+        optional=("after_seq", "before_seq", "limit", "types", "tools"),
     ),
     output_schema=closed({"events": array(_EVENT, max_items=200), "last_seq": integer(0, 2**62)}),
 )
@@ -293,6 +299,10 @@ def events_tail(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     events = visible_events(ctx)
     if args.get("types"):
         events = events.filter(type__in=args["types"])
+    if args.get("tools"):
+        events = events.filter(tool__in=args["tools"])
+    if "before_seq" in args:
+        events = events.filter(seq__lt=args["before_seq"])
     if "after_seq" in args:
         rows = list(events.filter(seq__gt=args["after_seq"]).order_by("seq")[:limit])
     else:

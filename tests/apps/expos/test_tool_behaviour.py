@@ -303,6 +303,13 @@ def test_openapi_documents_every_tool_with_its_schemas_and_errors(w):
     assert [p["name"] for p in spawn["parameters"]] == ["Idempotency-Key"]
     assert "/api/v1/experiments/{uuid}/lineage/" in schema["paths"]
     assert "/api/v1/tools/{name}" not in schema["paths"]
+    # A file over worker_add_data's inline bound is streamed: the body is the file, the arguments the query.
+    upload = schema["paths"]["/api/v1/tools/worker_add_data/upload"]["post"]
+    query = {p["name"]: p["required"] for p in upload["parameters"] if p["in"] == "query"}
+    assert query == {"name": False, "format": False, "teacher": False, "note": False, "sha256": True,
+                     "size_bytes": True, "generator": True}  # fmt: skip
+    assert "application/x-ndjson" in upload["requestBody"]["content"]
+    assert {"400", "403", "411", "413"} <= set(upload["responses"])
     docs = viewer.get("/api/v1/docs/")
     assert docs.status_code == 200
     assert b"redoc" in docs.content.lower()

@@ -53,7 +53,9 @@ def _forbidden(negated: dict[str, Any]) -> set[str]:
 
 def _sample(schema: dict[str, Any]) -> Any:
     """One instance meant to be valid, with every optional property present."""
-    if REFUSAL_KEY in schema:  # alternatives: every property, less those the first fitting one forbids
+    if (
+        REFUSAL_KEY in schema and "properties" in schema
+    ):  # alternatives: every property, less those the first fitting one forbids
         full = {name: _sample(sub) for name, sub in schema.get("properties", {}).items()}
         for branch in schema.get("oneOf", schema.get("anyOf", [])):
             forbidden = _forbidden(branch.get("not", {}))
@@ -73,6 +75,9 @@ def _sample(schema: dict[str, Any]) -> Any:
     if kind == "array":
         return [_sample(schema["items"])] * max(1, schema.get("minItems", 1))
     if kind in ("integer", "number"):
+        if "exclusiveMinimum" in schema:  # a learning rate: above its bound, within the maximum
+            low = schema["exclusiveMinimum"]
+            return low + 1 if kind == "integer" else (low + schema.get("maximum", low + 2)) / 2
         return schema.get("minimum", 0)
     if kind == "boolean":
         return True

@@ -12,9 +12,13 @@ import hashlib
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -147,6 +151,17 @@ def test_honest_rows_register_with_source_agent_and_show_on_the_datapool_page(li
     assert submitted.status_code in (200, 201, 202), submitted.text
 
 
+def _recorded_like_catalog_data(live_call: Any, live_world: Any, upload: BlockedAttempt) -> None:
+    """The catalog's honeypot with sealed items, trained on, is recorded as the upload's refusal was."""
+    refused = live_call("worker", "worker_submit", json=train_spec(live_world.honeypot))
+    assert refused.status_code == 403
+    catalog = BlockedAttempt.objects.get(tool="worker_submit")
+    assert (upload.subcategory, upload.request["code"]) == (catalog.subcategory, catalog.request["code"])
+    assert set(upload.request["evidence"]) <= set(catalog.request["evidence"])
+    events = Event.objects.filter(run=live_world.run, type="submission.refused").order_by("seq")
+    assert [e.tool for e in events] == ["worker_add_data", "worker_submit"]
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_sealed_items_in_an_upload_are_refused_naming_the_rows_and_recorded_like_catalog_data(
     live_call, live_world, variant
@@ -175,14 +190,7 @@ def test_sealed_items_in_an_upload_are_refused_naming_the_rows_and_recorded_like
     assert {m["sample_id"] for m in upload.request["evidence"]["matches"]} == {i for i, _, _ in items}
     assert "content" not in upload.request["spec"]  # the call is recorded by its digest, not its bytes
 
-    # The catalog's honeypot with sealed items, trained on: recorded the same way.
-    refused = live_call("worker", "worker_submit", json=train_spec(live_world.honeypot))
-    assert refused.status_code == 403
-    catalog = BlockedAttempt.objects.get(tool="worker_submit")
-    assert (upload.subcategory, upload.request["code"]) == (catalog.subcategory, catalog.request["code"])
-    assert set(upload.request["evidence"]) <= set(catalog.request["evidence"])
-    events = Event.objects.filter(run=live_world.run, type="submission.refused").order_by("seq")
-    assert [e.tool for e in events] == ["worker_add_data", "worker_submit"]
+    _recorded_like_catalog_data(live_call, live_world, upload)
 
 
 def test_an_upload_within_the_run_tolerance_registers(live_call, live_world):
@@ -298,3 +306,138 @@ def test_help_needs_no_token(live_server, db):
     assert unknown.returncode == 2
     assert "no tool 'no_such_tool'" in unknown.stderr
     assert expos("public_check_quota").returncode == 2  # a call still needs the token
+
+
+# --- the streamed upload (POST /api/v1/tools/worker_add_data/upload): files over the inline limit --------
+
+
+def _streamed(live_call: Any, text: str | bytes, *, declared: bytes | None = None, **extra: Any) -> Any:
+    """One streamed upload of ``text``, declaring the sha256 and size of ``declared`` (default: the body)."""
+    body = text.encode("utf-8") if isinstance(text, str) else text
+    meta = body if declared is None else declared
+    query = {"sha256": hashlib.sha256(meta).hexdigest(), "size_bytes": len(meta), "generator": "gen.py", **extra}
+    headers = {key: value for key, value in extra.items() if key[0].isupper()}
+    query = {key: value for key, value in query.items() if not key[0].isupper()}
+    return live_call("worker", f"worker_add_data/upload?{urlencode(query)}", data=body,
+                     **{"Content-Type": "application/x-ndjson", **headers})  # fmt: skip
+
+
+def _no_staging_left(before: set[str]) -> None:
+    assert {p.name for p in Path(tempfile.gettempdir()).glob("rsi-upload-*")} <= before
+
+
+def test_a_streamed_upload_registers_and_a_retry_answers_the_same_entry(live_call, live_world):
+    text = jsonl(honest_rows(seed=23, n=40))
+    staging = {p.name for p in Path(tempfile.gettempdir()).glob("rsi-upload-*")}
+    first = _streamed(live_call, text, name="streamed sums", **{"Idempotency-Key": "stream-23"})
+    assert first.status_code == 201, first.text
+    entry = first.json()["entry"]
+    assert (entry["source_kind"], entry["rows"], entry["name"]) == ("agent", 40, "streamed sums")
+    assert entry["source"]["generator"] == "gen.py"
+    with artifact_store().open(DataEntry.objects.get(handle=entry["handle"]).uri, "rb") as handle:
+        assert handle.read() == text.encode("utf-8")
+    # A retry with the key replays; one without it finds the bytes' entry; neither registers again.
+    again = _streamed(live_call, text, name="streamed sums", **{"Idempotency-Key": "stream-23"})
+    assert (again.status_code, again.json()["replayed"], again.json()["entry"]) == (200, True, entry)
+    plain = _streamed(live_call, text, name="streamed sums")
+    assert plain.status_code == 201, plain.text
+    assert (plain.json()["entry"]["handle"], plain.json()["created"]) == (entry["handle"], False)
+    assert Event.objects.filter(type="data.registered", arguments__sha256=entry["sha256"]).count() == 1
+    called = Event.objects.filter(type="tool.called", tool="worker_add_data", run=live_world.run)
+    assert called.count() == 3
+    assert all("content" not in e.arguments["args"] for e in called)  # recorded by digest and size
+    assert [e.arguments["args"]["size_bytes"] for e in called] == [len(text.encode())] * 3
+    _no_staging_left(staging)
+
+
+def test_a_streamed_upload_with_sealed_items_is_refused_and_recorded_like_catalog_data(live_call, live_world):
+    rng = random.Random("streamed-sealed")
+    rows: list[dict[str, Any]] = honest_rows(seed=29, n=30)
+    planted = [4, 17]
+    for line, (_, question, answer) in zip(planted, rng.sample(SEALED, 2), strict=True):
+        rows.insert(line, _retemplated(rng, question, answer))
+    text = jsonl(rows)
+    staging = {p.name for p in Path(tempfile.gettempdir()).glob("rsi-upload-*")}
+
+    response = _streamed(live_call, text)
+    assert response.status_code == 403, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["detail"]["rows"]) == ("data_contaminated", [5, 18])
+    _nothing_stored(text)
+    _no_staging_left(staging)
+
+    upload = BlockedAttempt.objects.get(tool="worker_add_data")
+    assert upload.node == live_world.worker
+    assert upload.request["spec"]["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    _recorded_like_catalog_data(live_call, live_world, upload)
+
+
+def test_a_streamed_upload_that_is_not_what_it_declares_leaves_nothing(live_call, live_world, live_server):
+    text = jsonl(honest_rows(seed=31, n=20))
+    body = text.encode("utf-8")
+    staging = {p.name for p in Path(tempfile.gettempdir()).glob("rsi-upload-*")}
+    altered = _streamed(live_call, body.replace(b"1", b"2", 1), declared=body)
+    assert (altered.status_code, altered.json()["error"]["code"]) == (400, "sha256_mismatch")
+    longer = _streamed(live_call, body + b"\n", declared=body)  # Content-Length is not size_bytes
+    assert (longer.status_code, longer.json()["error"]["code"]) == (400, "size_mismatch")
+
+    # A transfer cut short: Content-Length and size_bytes agree, the connection ends halfway.
+    from apps.expos.auth import agent_token_issue  # noqa: PLC0415
+
+    token = agent_token_issue(run=live_world.run, node=live_world.worker, role="worker")[0]
+    query = urlencode({"sha256": hashlib.sha256(body).hexdigest(), "size_bytes": len(body), "generator": "g"})
+    host, port = live_server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as conn:
+        conn.sendall(
+            f"POST /api/v1/tools/worker_add_data/upload?{query} HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n"
+            f"Content-Type: application/x-ndjson\r\nConnection: close\r\n\r\n".encode()
+            + body[: len(body) // 2]
+        )
+        conn.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"size_mismatch" in answer
+
+    other = live_call("worker", "worker_submit/upload?generator=g", data=body)  # no streamed form
+    assert (other.status_code, other.json()["error"]["code"]) == (404, "no_upload")
+
+    live_world.set_policy(upload_max_bytes=len(body) - 1)
+    over = _streamed(live_call, text)
+    assert (over.status_code, over.json()["error"]["code"]) == (413, "file_too_large")
+    assert DataEntry.objects.filter(source_kind="agent").count() == 0
+    _nothing_stored(text)
+    assert not BlockedAttempt.objects.exists()
+    refusals = Event.objects.filter(type="tool.called", tool="worker_add_data", run=live_world.run).order_by("seq")
+    assert [(e.arguments["status"], e.arguments["error"]) for e in refusals] == [
+        (400, "sha256_mismatch"), (400, "size_mismatch"), (400, "size_mismatch"), (413, "file_too_large"),
+    ]  # fmt: skip
+    _no_staging_left(staging)
+
+
+def test_cli_streams_a_file_over_the_inline_limit(live_server, live_world, tmp_path):
+    from apps.expos.auth import agent_token_issue  # noqa: PLC0415
+
+    token = agent_token_issue(run=live_world.run, node=live_world.worker, role="worker")[0]
+    path = tmp_path / "rows.jsonl"
+    rows = honest_rows(seed=37, n=40)
+    pad = "x" * ((MAX_UPLOAD_CHARS // len(rows)) + 10)  # over the inline bound, so the CLI streams it
+    path.write_text(jsonl([{**row, "note": pad} for row in rows]), encoding="utf-8")
+    assert path.stat().st_size > MAX_UPLOAD_CHARS
+    env = {**os.environ, "RSI_URL": live_server.url, "RSI_TOKEN": token}
+    done = subprocess.run(
+        [sys.executable, "-m", "apps.expos.cli", "worker_add_data", "--file", str(path), "--generator", "gen.py",
+         "--idempotency-key", "cli-big"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(done.stdout)["entry"]
+    assert (entry["sha256"], entry["size_bytes"]) == (
+        hashlib.sha256(path.read_bytes()).hexdigest(),
+        path.stat().st_size,
+    )
+    called = Event.objects.get(type="tool.called", tool="worker_add_data", run=live_world.run)
+    assert called.arguments["args"]["size_bytes"] == path.stat().st_size
+    assert called.arguments["idempotency_key"] == "cli-big"
