@@ -25,18 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 from django.conf import settings
-from django.db.models import Max, Q
+from django.db.models import Q
 from plotly.utils import PlotlyJSONEncoder
 
+from apps.benchmarks.models import Split
 from apps.core.errors import ApplicationError
 from apps.dashboard.runquery import Query, QueryError, parse_query
 from apps.datapool.models import DataEntry
 from apps.datapool.storage import artifact_store
-from apps.experiments.models import Checkpoint, Experiment, MetricPoint
+from apps.experiments.choices import EvaluationStatus
+from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Experiment, MetricPoint
 from apps.flows.compare import run_config
-from apps.flows.scores import run_scores
+from apps.flows.scores import bootstrap_ci, lite_gain
+from apps.integrity.selectors import hacking_by_run
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.research.models import Run
@@ -87,12 +91,6 @@ def _plain(value: Any) -> Any:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _returned_experiment(run: Run, handle: str | None) -> Experiment | None:
-    if not handle:
-        return None
-    return Experiment.objects.filter(run=run, handle=handle).first()
-
-
 def experiment_recipe(experiment: Experiment) -> dict[str, Any]:
     """An experiment's recipe as columns: ``recipe``, ``data``, ``evaluate`` and ``hp.<name>``."""
     action = experiment.action if isinstance(experiment.action, dict) else {}
@@ -107,76 +105,137 @@ def experiment_recipe(experiment: Experiment) -> dict[str, Any]:
     return row
 
 
-def _train_metrics_last(experiment: Experiment) -> dict[str, Any]:
-    job = (
-        Job.objects.filter(experiment=experiment, kind=JobKind.TRAIN)
-        .order_by("-attempt", "-pk")
-        .only("metrics")
-        .first()
-    )
-    last = ((job.metrics or {}).get("last") or {}) if job is not None else {}
-    return {f"train.{k}": v for k, v in last.items() if k not in ("step", "elapsed_s") and isinstance(v, int | float)}
+def _final_evaluations(runs: list[Run]) -> dict[tuple[int, int], Evaluation]:
+    """For each (run, checkpoint) the runs table needs, the final-split evaluation apps.flows.scores
+    reports (checkpoint_evaluation's order: the run's final_eval job, then a system evaluation, then
+    the newest), read in one query for all runs."""
+    wanted = {(run.pk, pk) for run in runs for pk in _scored_checkpoints(run) if pk is not None}
+    candidates = (
+        Evaluation.objects.filter(
+            checkpoint_id__in={pk for _run, pk in wanted}, benchmark_id__in={run.benchmark_id for run in runs},
+            split=Split.FINAL, status=EvaluationStatus.OK,
+        )
+        .select_related("job")
+        .order_by("-created_at", "-pk")
+    )  # fmt: skip
+    benchmarks = {run.pk: run.benchmark_id for run in runs}
+    chosen: dict[tuple[int, int], tuple[int, Evaluation]] = {}
+    for evaluation in candidates:
+        for run_id, benchmark_id in benchmarks.items():
+            key = (run_id, evaluation.checkpoint_id)
+            if key not in wanted or evaluation.benchmark_id != benchmark_id:
+                continue
+            if evaluation.run_id == run_id and evaluation.job is not None and evaluation.job.kind == JobKind.FINAL_EVAL:
+                rank = 0
+            else:
+                rank = 1 if evaluation.experiment_id is None else 2
+            if key not in chosen or rank < chosen[key][0]:  # newest first: the first of a rank wins
+                chosen[key] = (rank, evaluation)
+    return {key: evaluation for key, (_rank, evaluation) in chosen.items()}
 
 
-def _agent_metrics_last(experiment: Experiment) -> dict[str, Any]:
-    latest = MetricPoint.objects.filter(experiment=experiment).values("key").annotate(step=Max("step"))
-    wanted = Q()
-    for row in latest:
-        wanted |= Q(key=row["key"], step=row["step"])
-    if not latest:
-        return {}
-    points = MetricPoint.objects.filter(wanted, experiment=experiment).values_list("key", "value")
-    return {f"metric.{key}": value for key, value in points}
+def _scored_checkpoints(run: Run) -> tuple[int | None, int | None, int | None]:
+    return run.result_checkpoint_id, run.base_checkpoint_id, run.benchmark.reference_checkpoint_id
 
 
-def run_row(run: Run, *, best: float | None = None, experiments: int | None = None) -> dict[str, Any]:
-    """One run as a flat row of the runs table (the module docstring lists the columns)."""
-    scores = run_scores(run=run)
-    row: dict[str, Any] = {
-        "uuid": str(run.uuid),
-        "name": run.name,
-        "benchmark": run.benchmark.name,
-        "status": run.status,
-        "policy": run.agent_mode,
-        "search_policy": run.search_policy,
-        "created": run.created_at.isoformat(),
-        "flagged": run.flagged or scores.violation,
-        "tags": ", ".join(run.tags or []),
-        "best": best,
-        "experiments": experiments,
-        "final": scores.raw.score if scores.raw else None,
-        "final_low": scores.raw.low if scores.raw else None,
-        "final_high": scores.raw.high if scores.raw else None,
-        "final_n": scores.raw.n if scores.raw else None,
-        "theta0": scores.theta0.score if scores.theta0 else None,
-        "reference": scores.reference.score if scores.reference else None,
-        "gain": scores.gain,
-        "gain_note": scores.gain_note,
-        "hacking": scores.hacking_headline,
-        "hacking_rate": scores.hacking_rate,
-        "returned_experiment": scores.returned_experiment,
-        "budget.accelerator_used_fraction": (
-            run.used_accelerator_seconds / run.budget_accelerator_seconds if run.budget_accelerator_seconds else None
-        ),
-        "budget.accelerator_used_seconds": run.used_accelerator_seconds,
-        "budget.llm_tokens_used": run.used_llm_tokens,
+def _score_cis(evaluations: Iterable[Evaluation]) -> dict[int, tuple[float, float | None, float | None, int]]:
+    """score, CI low, CI high and n of each evaluation, from its per-sample rows (as run_scores)."""
+    evaluations = list(evaluations)
+    correct: dict[int, list[bool]] = {e.pk: [] for e in evaluations}
+    samples = EvaluationSample.objects.filter(evaluation__in=evaluations).order_by("evaluation_id", "sample_id")
+    for evaluation_id, right in samples.values_list("evaluation_id", "correct"):
+        correct[evaluation_id].append(right)
+    out = {}
+    for evaluation in evaluations:
+        values = np.array(correct[evaluation.pk], dtype=np.float64)
+        low = high = None
+        if values.size:
+            low, high = bootstrap_ci(values)
+        out[evaluation.pk] = (float(evaluation.score or 0.0), low, high, int(values.size or evaluation.sample_count))
+    return out
+
+
+def _returned_experiments(runs: list[Run]) -> dict[int, Experiment]:
+    """The experiment each run returned: the one whose output is the run's result checkpoint."""
+    results = {run.result_checkpoint_id: run.pk for run in runs if run.result_checkpoint_id is not None}
+    found = Experiment.objects.filter(run__in=[run.pk for run in runs], output_checkpoint_id__in=results)
+    return {
+        e.run_id: e
+        for e in found.order_by("pk")
+        if e.output_checkpoint_id is not None and results.get(e.output_checkpoint_id) == e.run_id
     }
-    for key, value in run_config(run).items():
-        row.setdefault(key, _plain(value))
-    returned = _returned_experiment(run, scores.returned_experiment)
-    if returned is not None:
-        row.update(experiment_recipe(returned))
-        row.update(_train_metrics_last(returned))
-        row.update(_agent_metrics_last(returned))
-    return row
+
+
+def _train_metrics_last(experiments: Iterable[Experiment]) -> dict[int, dict[str, Any]]:
+    jobs = Job.objects.filter(experiment__in=list(experiments), kind=JobKind.TRAIN).order_by("attempt", "pk")
+    last: dict[int, dict[str, Any]] = {}
+    for experiment_id, metrics in jobs.values_list("experiment_id", "metrics"):
+        values = (metrics or {}).get("last") or {}  # the newest attempt comes last and wins
+        last[experiment_id] = {
+            f"train.{k}": v for k, v in values.items() if k not in ("step", "elapsed_s") and isinstance(v, int | float)
+        }
+    return last
+
+
+def _agent_metrics_last(experiments: Iterable[Experiment]) -> dict[int, dict[str, Any]]:
+    last: dict[int, dict[str, Any]] = {}
+    points = MetricPoint.objects.filter(experiment__in=list(experiments)).order_by("experiment_id", "key", "step")
+    for experiment_id, key, value in points.values_list("experiment_id", "key", "value"):
+        last.setdefault(experiment_id, {})[f"metric.{key}"] = value  # ordered by step: the last one stays
+    return last
 
 
 def run_rows(runs: Iterable[Run]) -> list[dict[str, Any]]:
-    """Rows of runs annotated by apps.dashboard.selectors.run_list (or plain runs)."""
-    return [
-        run_row(run, best=getattr(run, "best_accepted_score", None), experiments=getattr(run, "experiment_count", None))
-        for run in runs
-    ]
+    """Rows of runs (annotated by apps.dashboard.selectors.run_list, or plain), read in a fixed
+    number of queries whatever the number of runs. The numbers are run_scores' (apps.flows.scores)."""
+    runs = list(runs)
+    if not runs:
+        return []
+    evaluations = _final_evaluations(runs)
+    cis = _score_cis(evaluations.values())
+    hacking = hacking_by_run(runs=Run.objects.filter(pk__in=[run.pk for run in runs]))
+    returned = _returned_experiments(runs)
+    train = _train_metrics_last(returned.values())
+    agent = _agent_metrics_last(returned.values())
+    rows = []
+    for run in runs:
+        raw, theta0, reference = (
+            cis.get(evaluations[(run.pk, pk)].pk) if pk is not None and (run.pk, pk) in evaluations else None
+            for pk in _scored_checkpoints(run)
+        )
+        gain, note = lite_gain(raw[0] if raw else None, theta0[0] if theta0 else None,
+                               reference[0] if reference else None)  # fmt: skip
+        integrity = hacking[run.pk]
+        if run.result_checkpoint_id is None:
+            gain, note = None, "undefined: the run has not returned a checkpoint"
+        elif integrity["violation"]:
+            gain, note = 0.0, "0: the run has a submission with an adjudicated violation"
+        experiment = returned.get(run.pk)
+        budget = run.budget_accelerator_seconds
+        used = run.used_accelerator_seconds / budget if budget else None
+        row: dict[str, Any] = {
+            "uuid": str(run.uuid), "name": run.name, "benchmark": run.benchmark.name, "status": run.status,
+            "policy": run.agent_mode, "search_policy": run.search_policy, "created": run.created_at.isoformat(),
+            "flagged": run.flagged or integrity["violation"], "tags": ", ".join(run.tags or []),
+            "best": getattr(run, "best_accepted_score", None), "experiments": getattr(run, "experiment_count", None),
+            "final": raw[0] if raw else None, "final_low": raw[1] if raw else None,
+            "final_high": raw[2] if raw else None, "final_n": raw[3] if raw else None,
+            "theta0": theta0[0] if theta0 else None, "reference": reference[0] if reference else None,
+            "gain": gain, "gain_note": note, "hacking": integrity["headline"],
+            "hacking_rate": integrity["hacking_rate"],
+            "returned_experiment": experiment.handle if experiment is not None else None,
+            "budget.accelerator_used_fraction": used,
+            "budget.accelerator_used_seconds": run.used_accelerator_seconds,
+            "budget.llm_tokens_used": run.used_llm_tokens,
+        }  # fmt: skip
+        for key, value in run_config(run).items():
+            row.setdefault(key, _plain(value))
+        if experiment is not None:
+            row.update(experiment_recipe(experiment))
+            row.update(train.get(experiment.pk, {}))
+            row.update(agent.get(experiment.pk, {}))
+        rows.append(row)
+    return rows
 
 
 def row_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -36,12 +36,15 @@ def _names(body: str, runs: list[Run]) -> list[str]:
     return [name for at, name in sorted(found) if at >= 0]
 
 
-def test_the_runs_table_sorts_chooses_columns_queries_by_value_and_refuses_bad_input(bench, as_role):
+def test_the_runs_table_sorts_chooses_columns_queries_by_value_and_refuses_bad_input(
+    bench, as_role, django_assert_max_num_queries
+):
     client = as_role("viewer")
     runs = [bench.low, bench.high, bench.running]
     url = reverse("dashboard:run-list")
 
-    page = client.get(url)
+    with django_assert_max_num_queries(14):  # as for one run (test_pages.py): no query per run
+        page = client.get(url)
     body = page.content.decode()
     assert page.status_code == 200
     # The final-split score with its CI and the gain over θ0, straight from apps.flows.scores.
