@@ -17,6 +17,7 @@ from django.urls import reverse
 
 from apps.datapool.storage import artifact_store
 from apps.experiments.services import checkpoint_register
+from apps.flows.scores import run_scores
 from apps.research.models import Run
 from tests.apps.dashboard.workbench_world import build_workbench
 
@@ -112,7 +113,10 @@ def test_runs_export_as_csv_and_parquet_from_the_table_or_its_selection(bench, a
     assert row["hp.max_steps"] == "50"
     assert row["recipe"] == "sft"
     assert row["policy.training_gate"] == "False"
-    assert float(row["final_low"]) <= 0.7 <= float(row["final_high"])
+    # The same numbers as the run page's (apps.flows.scores.run_scores), read for all runs at once.
+    scores = run_scores(run=bench.low)
+    assert (float(row["final_low"]), float(row["final_high"])) == pytest.approx((scores.raw.low, scores.raw.high))
+    assert row["hacking"] == scores.hacking_headline
     assert float(row["train.loss"]) > 0
     assert row["hacking"]
 
