@@ -42,11 +42,11 @@ EXPECTED_SECONDS = {
     "apps/expos": 480,  # 438 s (CI 2026-12-07: MCP screening, uploads, harness settings, sealed screen)
     "hard": 250,  # 109 s (CI 2026-12-07): the hard profile's smoke build (cached) and its checks
     "apps/jobs": 260,  # 202 s
-    "e2e": 230,  # 171 s
+    "e2e": 260,  # 171 s, plus about 30 s for issue 36's workbench browser test
     "apps/integrity/redteam": 220,  # 183 s
     "slurm": 200,  # 104 s alone on a loaded machine: a real single-node Slurm cluster, two trainings
     "apps/integrity": 180,  # 144 s
-    "apps/dashboard": 180,  # 153 s
+    "apps/dashboard": 230,  # 153 s, plus about 60 s for issue 36's workbench tests (one world per test, a SQLite child)
     "apps/benchmarks/inspect": 150,  # 96 s
     "apps/dojo": 130,  # 94 s, test_trajectory_export.py (about 50 s, a gpu worker) included
     "vllm": 130,  # 86 s, the Inspect adapter on vLLM (three formats) included

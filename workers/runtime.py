@@ -156,7 +156,8 @@ class RunningJob:
         self.job = job
         self.interval = config.heartbeat_seconds
         self.stale_after = config.stale_after_seconds
-        self.deadline = time.monotonic() + job.time_limit_seconds
+        self.started = time.monotonic()
+        self.deadline = self.started + job.time_limit_seconds
         self._progress: float | None = None
         self._done = threading.Event()
         self._cancel = threading.Event()
@@ -221,7 +222,9 @@ class RunningJob:
         self._progress = fraction  # written to the row by the next heartbeat
 
     def on_log(self, step: int, metrics: dict[str, float]) -> None:
+        # elapsed_s: seconds since the job began, for the curves' time axis (not a metric of its own).
         point = {"step": step, **{k: round(v, 6) for k, v in metrics.items()}}
+        point["elapsed_s"] = round(time.monotonic() - self.started, 3)
         text = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
         self._report(metrics_point=point, log_line=f"step {step}: {text}")
 

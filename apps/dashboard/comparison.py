@@ -23,7 +23,7 @@ COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F
 
 def runs_by_uuid(uuids: list[str]) -> list[Run]:
     """The runs named, oldest first (the baseline usually came first), each once; unknown ids skipped."""
-    valid = [u for u in uuids if _is_uuid(u)]
+    valid = [u for u in uuids if is_uuid(u)]
     return list(
         Run.objects.select_related("benchmark", "base_checkpoint", "result_checkpoint")
         .filter(uuid__in=valid)
@@ -31,7 +31,7 @@ def runs_by_uuid(uuids: list[str]) -> list[Run]:
     )
 
 
-def _is_uuid(value: str) -> bool:
+def is_uuid(value: str) -> bool:
     try:
         UUID(value)
     except ValueError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django import forms
 from django.db import connection
 from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
@@ -42,12 +43,18 @@ class RunFilter(django_filters.FilterSet):
     )
     status = django_filters.ChoiceFilter(choices=RunStatus.choices, empty_label="any status")
     policy = django_filters.ChoiceFilter(field_name="agent_mode", choices=AgentMode.choices, empty_label="any policy")
-    ablation = django_filters.ChoiceFilter(choices=ABLATION_CHOICES, method="by_ablation", empty_label="any arm")
+    ablation = django_filters.ChoiceFilter(
+        choices=ABLATION_CHOICES, method="by_ablation", empty_label="any arm", label="Ablation arm"
+    )
     tag = django_filters.CharFilter(method="by_tag", label="Tag")
     suite = django_filters.UUIDFilter(field_name="suite_cell__suite__uuid", label="Suite")
-    starred = django_filters.BooleanFilter(widget=BooleanWidget())
-    created_after = django_filters.DateFilter(field_name="created_at", lookup_expr="date__gte", label="From")
-    created_before = django_filters.DateFilter(field_name="created_at", lookup_expr="date__lte", label="To")
+    starred = django_filters.BooleanFilter(widget=BooleanWidget(), label="Starred")
+    created_after = django_filters.DateFilter(
+        field_name="created_at", lookup_expr="date__gte", label="From", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    created_before = django_filters.DateFilter(
+        field_name="created_at", lookup_expr="date__lte", label="To", widget=forms.DateInput(attrs={"type": "date"})
+    )
 
     class Meta:
         model = Run

@@ -91,7 +91,7 @@ def run_list() -> QuerySet[Run]:
         experiments__status=ExperimentStatus.SUCCEEDED,
     )
     return (
-        Run.objects.select_related("benchmark")
+        Run.objects.select_related("benchmark", "base_checkpoint")
         .annotate(
             best_accepted_score=Max("experiments__feedback_score", filter=accepted),
             experiment_count=Count("experiments", distinct=True),

@@ -12,6 +12,11 @@ urlpatterns = [
     path("", views.run_list_view, name="run-list"),
     path("runs/new/", views.run_start_view, name="run-start"),
     path("runs/compare/", views.run_compare_view, name="run-compare"),
+    path("runs/export.<str:fmt>", views.runs_export_view, name="runs-export"),
+    path("curves/", views.curves_view, name="curves"),
+    path("runs/<uuid:run_uuid>/experiments/", views.run_experiments_view, name="run-experiments"),
+    path("runs/<uuid:run_uuid>/artifacts/", views.run_artifacts_view, name="run-artifacts"),
+    path("checkpoints/<uuid:checkpoint_uuid>/files/<path:name>", views.checkpoint_file_view, name="checkpoint-file"),
     path("runs/ablation/", views.run_ablation_page_view, name="run-ablation"),
     path("runs/ablation/launch/", views.run_ablation_launch_view, name="run-ablation-launch"),
     path("runs/<uuid:run_uuid>/labels/", views.run_label_view, name="run-label"),
@@ -39,4 +44,5 @@ urlpatterns = [
     path("suites/", views.suite_list_view, name="suite-list"),
     path("suites/<uuid:suite_uuid>/", views.suite_detail_view, name="suite-detail"),
     path("datapool/<str:handle>/", views.data_entry_view, name="data-entry"),
+    path("datapool/<str:handle>/download/", views.data_entry_download_view, name="data-entry-download"),
 ]

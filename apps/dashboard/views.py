@@ -7,20 +7,20 @@ otherwise, so every form also works without JavaScript.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.benchmarks.build_progress import build_progress_read
 from apps.core.errors import ApplicationError, NotFound
-from apps.dashboard import selectors
+from apps.dashboard import selectors, workbench
 from apps.dashboard.charts import run_charts
-from apps.dashboard.comparison import COMPARE_MAX_RUNS, run_ablation_view, run_comparison, runs_by_uuid
+from apps.dashboard.comparison import COMPARE_MAX_RUNS, is_uuid, run_ablation_view, run_comparison, runs_by_uuid
 from apps.dashboard.filters import RunFilter
 from apps.dashboard.forms import (
     AblationLaunchForm,
@@ -52,6 +52,7 @@ from apps.dojo.agents import ABLATION_AGENTS
 from apps.dojo.models import AgentSuite
 from apps.dojo.suite_stats import suite_stats
 from apps.dojo.suites import ablation_suite_create, suite_launch
+from apps.experiments.models import Checkpoint
 from apps.flows.bundle import bundle_archive, export_run_bundle
 from apps.flows.reports import report_payload
 from apps.jobs.selectors import job_attempts
@@ -103,17 +104,85 @@ def _page(request: HttpRequest, template: str, context: dict[str, Any]) -> HttpR
 RUN_LIST_LIMIT = 200
 
 
+def _run_table(request: HttpRequest) -> tuple[RunFilter, workbench.RunTable]:
+    """The runs list's filters, query, sort and columns read from the GET parameters.
+
+    Raises ApplicationError (400) for any parameter it cannot read, before anything is shown.
+    """
+    filters = RunFilter(request.GET or None, queryset=selectors.run_list())
+    if filters.is_bound and not filters.is_valid():
+        text = "; ".join(f"{field}: {' '.join(errors)}" for field, errors in filters.errors.items())
+        raise ApplicationError("invalid_filter", text)
+    selected = request.GET.getlist("runs")
+    if request.GET.get("selection") and not selected:
+        raise ApplicationError("no_selection", "Tick at least one run first.")
+    runs = filters.qs
+    if selected:
+        valid = [uuid for uuid in selected if is_uuid(uuid)]
+        if len(valid) != len(selected):
+            raise ApplicationError("invalid_selection", "runs: every selected run is named by its uuid.")
+        runs = runs.filter(uuid__in=valid)
+    table = workbench.run_table(
+        list(runs[:RUN_LIST_LIMIT]),
+        query=request.GET.get("query", ""),
+        sort=request.GET.get("sort", ""),
+        columns=request.GET.getlist("col"),
+    )
+    return filters, table
+
+
 @require_GET
 @role_required(VIEWER)
 def run_list_view(request: HttpRequest) -> HttpResponse:
-    filters = RunFilter(request.GET or None, queryset=selectors.run_list())
-    runs = list(filters.qs[:RUN_LIST_LIMIT])
-    rows = [{"run": run, "bars": selectors.run_budget_bars(run), "ablation": run_ablation(run)} for run in runs]
-    return _page(
+    """The runs table: filters (django-filter), a query by value, sortable and choosable columns."""
+    error, status = "", 200
+    try:
+        filters, table = _run_table(request)
+    except ApplicationError as refused:
+        filters = RunFilter(request.GET or None, queryset=selectors.run_list())
+        error, status, table = refused.message, refused.status_code, workbench.RunTable.empty()
+    bars = {run.pk: selectors.run_budget_bars(run) for run in table.runs}
+    rows = [
+        {"run": run, "values": values, "bars": bars[run.pk], "ablation": run_ablation(run),
+         "cells": [workbench.cell(column.key, values) for column in table.columns]}
+        for run, values in zip(table.runs, table.rows, strict=True)
+    ]  # fmt: skip
+    headers = []
+    for column in table.columns:
+        params = request.GET.copy()
+        params["sort"] = table.sort_link(column.key)
+        arrow = ("▼" if table.descending else "▲") if table.sort == column.key else ""
+        headers.append({"column": column, "url": f"?{params.urlencode()}", "arrow": arrow})
+    response = _page(
         request,
         "dashboard/run_list.html",
-        {"rows": rows, "filters": filters, "filtered": bool(request.GET), "compare_max": COMPARE_MAX_RUNS},
-    )
+        {
+            "rows": rows, "filters": filters, "filtered": bool(request.GET), "compare_max": COMPARE_MAX_RUNS,
+            "table": table, "headers": headers, "error": error, "query_help": workbench.QUERY_HELP,
+            "export_query": request.GET.urlencode(),
+        },
+    )  # fmt: skip
+    response.status_code = status
+    return response
+
+
+@require_GET
+@role_required(VIEWER)
+def runs_export_view(request: HttpRequest, fmt: str) -> HttpResponse:
+    """runs × parameters × metrics as CSV or Parquet: the runs list's filters, query and order, or
+    only the runs ticked (``runs=<uuid>`` repeated)."""
+    if fmt not in ("csv", "parquet"):
+        raise Http404("Exports are .csv or .parquet.")
+    try:
+        _filters, table = _run_table(request)
+    except ApplicationError as error:
+        return JsonResponse({"code": error.code, "message": error.message}, status=error.status_code)
+    if fmt == "csv":
+        response = HttpResponse(workbench.rows_csv(table.rows), content_type="text/csv; charset=utf-8")
+    else:
+        response = HttpResponse(workbench.rows_parquet(table.rows), content_type="application/vnd.apache.parquet")
+    response["Content-Disposition"] = f'attachment; filename="runs.{fmt}"'
+    return response
 
 
 @require_GET
@@ -350,6 +419,105 @@ def run_control_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
         return JsonResponse(selectors.run_live(changed))
     messages.success(request, f"Run is now {changed.status}.")
     return redirect(back)
+
+
+# --- inside a run: experiments table, curves, artifacts -----------------------------------------
+
+
+@require_GET
+@role_required(VIEWER)
+def run_experiments_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    """A run's experiments as a table of recipe and hyperparameters, sortable, with parallel coordinates."""
+    run = _run_or_404(request, run_uuid)
+    rows = workbench.run_experiment_rows(run)
+    columns = workbench.experiment_columns(rows)
+    sort = request.GET.get("sort", "").strip()
+    status = 200
+    error = ""
+    if sort:
+        key = sort.lstrip("-")
+        if key not in columns:
+            error, status = f"sort: no column {key!r} in this run's experiments.", 400
+        else:
+            rows = workbench.sort_rows(rows, key, descending=sort.startswith("-"))
+    headers = [
+        {"key": key, "url": f"?sort={'-' if sort != '-' + key else ''}{key}",
+         "arrow": ("▼" if sort.startswith("-") else "▲") if sort.lstrip("-") == key else ""}
+        for key in columns
+    ]  # fmt: skip
+    table = [{"row": row, "cells": [workbench.cell(key, row) for key in columns]} for row in rows]
+    response = _page(
+        request,
+        "dashboard/run_experiments.html",
+        {"run": run, "headers": headers, "table": table, "error": error,
+         "parcoords": workbench.parallel_coordinates(rows)},
+    )  # fmt: skip
+    response.status_code = status
+    return response
+
+
+@require_GET
+@role_required(VIEWER)
+def curves_view(request: HttpRequest) -> HttpResponse:
+    """Training curves overlaid: ``?runs=<uuid>`` (every trained experiment of each run) and/or
+    ``?exp=<experiment uuid>``; the page picks the metric, the step or time axis and smoothing."""
+    run_ids, experiment_ids = request.GET.getlist("runs"), request.GET.getlist("exp")
+    bad = [value for value in run_ids + experiment_ids if not is_uuid(value)]
+    if bad or not (run_ids or experiment_ids):
+        message = f"Not a run or experiment id: {bad[0]!r}." if bad else "Choose runs or experiments to overlay."
+        messages.error(request, message)
+        return redirect("dashboard:run-list")
+    runs = [run for run in Run.objects.filter(uuid__in=run_ids) if can_view_run(request.user, run)]
+    experiments = [
+        e for e in workbench.curve_experiments(runs=runs, experiment_uuids=experiment_ids)
+        if can_view_run(request.user, e.run)
+    ]  # fmt: skip
+    series = workbench.curve_series(experiments)
+    return _page(request, "dashboard/curves.html", {"series": series, "runs": runs})
+
+
+@require_GET
+@role_required(VIEWER)
+def run_artifacts_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    """The run's checkpoints (their files) and datapool entries, with downloads; never sealed data."""
+    run = _run_or_404(request, run_uuid)
+    return _page(request, "dashboard/run_artifacts.html", {"run": run, **workbench.run_artifacts(run)})
+
+
+def _download(path: Any, filename: str) -> HttpResponse:
+    # Streamed (a checkpoint's weights can be large); the views' decorators are typed for HttpResponse.
+    return cast(HttpResponse, FileResponse(path.open("rb"), as_attachment=True, filename=filename))
+
+
+@require_GET
+@role_required(VIEWER)
+def checkpoint_file_view(request: HttpRequest, checkpoint_uuid: Any, name: str) -> HttpResponse:
+    """One file of a checkpoint's manifest, from the artifact store. The sealed reference never."""
+    checkpoint = Checkpoint.objects.filter(uuid=checkpoint_uuid, is_reference=False).select_related("run").first()
+    if checkpoint is None or name not in checkpoint.manifest:
+        raise Http404("No such checkpoint file.")
+    if checkpoint.run is not None and not can_view_run(request.user, checkpoint.run):
+        raise PermissionDenied("You may not watch this run.")
+    try:
+        path = workbench.artifact_file(checkpoint.uri, name)
+    except ApplicationError as error:
+        raise Http404(error.message) from None
+    return _download(path, f"{checkpoint.handle}-{name.replace('/', '_')}")
+
+
+@require_GET
+@role_required(VIEWER)
+def data_entry_download_view(request: HttpRequest, handle: str) -> HttpResponse:
+    """A datapool entry's JSONL file (what the datapool page previews), from the artifact store."""
+    try:
+        entry = data_entry_get(handle)
+    except NotFound:
+        raise Http404("No such datapool entry.") from None
+    try:
+        path = workbench.artifact_file(entry.uri)
+    except ApplicationError as error:
+        raise Http404(error.message) from None
+    return _download(path, f"{entry.handle}.jsonl")
 
 
 # --- experiments, reports, integrity -----------------------------------------------------------

@@ -1,6 +1,8 @@
 """Run bundles: one finished (or running) run as a self-contained file, and back (issue 15, point 8).
 
-A bundle is a zip of ``run.json`` and ``scores.csv``. ``run.json`` (format ``rsiweb.run-bundle``,
+A bundle is a zip of ``run.json``, ``scores.csv`` (each evaluation with the recipe and
+hyperparameters of the experiment it scored), ``training_metrics.csv`` and ``logs/`` (one log
+per job). ``run.json`` (format ``rsiweb.run-bundle``,
 ``FORMAT_VERSION`` below; docs/export.md) holds:
 
 - ``benchmark``: the benchmark's identity and hashes (no sealed data: that never leaves
@@ -13,12 +15,14 @@ A bundle is a zip of ``run.json`` and ``scores.csv``. ``run.json`` (format ``rsi
   chain with every link.
 - ``integrity_report`` and ``scores``: the integrity report (apps.integrity.report) and the run's
   scores (apps.flows.scores) as they read at export, for people reading the file.
+- ``jobs``: each job's kind, experiment, status, times, training metric points and log lines, for
+  analysis (an import does not recreate jobs).
 
 Left out so the bundle can leave the instance: a model's output on each sealed sample (right
 answers would be the reference answers), finding evidence (it may quote sealed spans) beyond its
 one-line summary and codes, the request of a blocked attempt (it may carry the sealed items it
-tried to use), people (``created_by``), jobs, agent loops and guidance. Prompts and reference
-answers are never in a run's rows.
+tried to use), people (``created_by``), job rows (``jobs`` above is a summary), agent loops and
+guidance. Prompts and reference answers are never in a run's rows.
 
 Import INSERTs the rows as they are — append-only tables refuse UPDATEs (experiments 0008,
 datapool 0004) — with fresh integer ids and the same UUIDs, in dependency order, in one
@@ -72,6 +76,7 @@ from apps.flows.scores import run_scores
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
 from apps.integrity.overlap import sealed_scanner
 from apps.integrity.report import integrity_report
+from apps.jobs.models import Job, JobLogLine
 from apps.research.models import (
     Candidate,
     Decision,
@@ -89,6 +94,8 @@ IMPORTED_TAG = "imported"
 FORMAT_VERSION = 2  # 2: a signed manifest of every record (issue 33); 1 is refused
 BUNDLE_JSON = "run.json"
 SCORES_CSV = "scores.csv"
+TRAINING_CSV = "training_metrics.csv"
+LOGS_DIR = "logs"
 
 # Insertion order: every row's references point to rows of earlier tables or of its own table
 # (checkpoint parents, experiment edges). Nodes and decisions reference each other
@@ -215,6 +222,29 @@ def _rows_of(run: Run) -> dict[str, list[dict[str, Any]]]:
     return tables
 
 
+def _jobs_of(run: Run) -> list[dict[str, Any]]:
+    """The run's jobs for people analysing it: what ran, its training metrics and its log.
+
+    Outside ``tables`` (an import does not recreate jobs: they are records of this instance's
+    workers). Logs are the workers' own lines (steps, losses, which checkpoint on which split),
+    never a sample's text.
+    """
+    jobs = Job.objects.filter(run=run).select_related("experiment").order_by("created_at", "pk")
+    lines: dict[int, list[str]] = {}
+    for job_id, text in JobLogLine.objects.filter(job__run=run).order_by("job_id", "seq").values_list("job_id", "text"):
+        lines.setdefault(job_id, []).append(text)
+    return [
+        {
+            "uuid": str(job.uuid), "kind": job.kind, "status": job.status, "attempt": job.attempt,
+            "experiment": job.experiment.handle if job.experiment is not None else None,
+            "started_at": _plain(job.started_at), "finished_at": _plain(job.finished_at),
+            "resource_seconds": job.resource_seconds,
+            "metrics_points": list((job.metrics or {}).get("points", [])), "log": lines.get(job.pk, []),
+        }
+        for job in jobs
+    ]  # fmt: skip
+
+
 def export_run_bundle(run: Run) -> dict[str, Any]:
     """The run as a bundle dict (``run.json``); refuses when the run's event chain does not verify."""
     report = chain_verify(chain_key(run))  # seals what is pending first, so the export is complete
@@ -229,6 +259,7 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         tables = _rows_of(run)
+        jobs = _jobs_of(run)
         scores = run_scores(run=run)
         integrity = integrity_report(run)
     bundle = {
@@ -241,6 +272,7 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         "chain": {"key": chain_key(run), "events": len(tables[_label(Event)])},
         "integrity_report": json.loads(json.dumps(integrity, default=_plain)),
         "scores": json.loads(json.dumps(dataclasses.asdict(scores), default=_plain)),
+        "jobs": jobs,
     }
     return bundle_sign(bundle)
 
@@ -294,29 +326,66 @@ def bundle_manifest(bundle: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _recipe_columns(action: Any) -> dict[str, Any]:
+    """An experiment's recipe as flat columns: ``recipe``, ``data`` and ``hp.<name>``."""
+    action = action if isinstance(action, dict) else {}
+    columns: dict[str, Any] = {"recipe": action.get("recipe", "")}
+    data = action.get("data")
+    columns["data"] = " ".join(map(str, data)) if isinstance(data, list) else (data or "")
+    for key, value in sorted((action.get("hyperparameters") or {}).items()):
+        columns[f"hp.{key}"] = value if isinstance(value, int | float | str | bool) else json.dumps(value)
+    return columns
+
+
 def scores_csv(bundle: dict[str, Any]) -> str:
-    """One line per evaluation of the bundle: which checkpoint, split, score and counts."""
+    """One line per evaluation of the bundle: which checkpoint, split, score and counts, and the
+    recipe and hyperparameters of the experiment it scored (empty for θ0, the reference, finals)."""
     tables = bundle["tables"]
     checkpoints = {row["id"]: row["handle"] for row in tables["experiments.checkpoint"]}
-    experiments = {row["id"]: row["handle"] for row in tables["experiments.experiment"]}
+    experiments = {row["id"]: row for row in tables["experiments.experiment"]}
+    recipes = {pk: _recipe_columns(row.get("action")) for pk, row in experiments.items()}
+    params = sorted({key for columns in recipes.values() for key in columns}, key=lambda k: (k.startswith("hp."), k))
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["evaluation", "experiment", "checkpoint", "split", "status", "score", "correct", "samples"])
+    writer.writerow(
+        ["evaluation", "experiment", "checkpoint", "split", "status", "score", "correct", "samples", *params]
+    )
     for row in tables["experiments.evaluation"]:
+        experiment = experiments.get(row["experiment_id"])
+        recipe = recipes.get(row["experiment_id"], {})
         writer.writerow([
-            row["uuid"], experiments.get(row["experiment_id"], ""), checkpoints.get(row["checkpoint_id"], ""),
+            row["uuid"], experiment["handle"] if experiment else "", checkpoints.get(row["checkpoint_id"], ""),
             row["split"], row["status"], "" if row["score"] is None else row["score"], row["correct"],
-            row["sample_count"],
+            row["sample_count"], *["" if recipe.get(key) is None else recipe.get(key) for key in params],
         ])  # fmt: skip
     return out.getvalue()
 
 
+def training_csv(bundle: dict[str, Any]) -> str:
+    """Every training metric of the bundle's jobs, long format: job, kind, experiment, step, time, key, value."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["job", "kind", "experiment", "attempt", "step", "elapsed_s", "key", "value"])
+    for job in bundle.get("jobs", []):
+        for point in job["metrics_points"]:
+            for key, value in point.items():
+                if key in ("step", "elapsed_s"):
+                    continue
+                writer.writerow([job["uuid"], job["kind"], job["experiment"] or "", job["attempt"],
+                                 point.get("step", ""), point.get("elapsed_s", ""), key, value])  # fmt: skip
+    return out.getvalue()
+
+
 def bundle_archive(bundle: dict[str, Any]) -> bytes:
-    """The downloadable file: a zip of ``run.json`` and ``scores.csv``."""
+    """The downloadable file: ``run.json``, ``scores.csv``, ``training_metrics.csv`` and one log per job."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(BUNDLE_JSON, json.dumps(bundle, indent=1, ensure_ascii=False))
         archive.writestr(SCORES_CSV, scores_csv(bundle))
+        archive.writestr(TRAINING_CSV, training_csv(bundle))
+        for job in bundle.get("jobs", []):
+            name = f"{job['kind']}-{job['experiment'] or 'run'}-{job['uuid'][:8]}.log"
+            archive.writestr(f"{LOGS_DIR}/{name}", "\n".join(job["log"]) + ("\n" if job["log"] else ""))
     return buffer.getvalue()
 
 

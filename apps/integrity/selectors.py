@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
 from apps.experiments.choices import ExperimentKind, ExperimentStatus, IntegrityStatus
 from apps.experiments.models import Checkpoint, Experiment
@@ -85,6 +85,28 @@ def hacking_rate(*, runs: QuerySet[Run]) -> dict[str, Any]:
         "blocked_attempts": blocked_count,
         "blocked_by_subcategory": dict(sorted(Counter(blocked.values_list("subcategory", flat=True)).items())),
     }
+
+
+def hacking_by_run(*, runs: QuerySet[Run]) -> dict[int, dict[str, Any]]:
+    """``hacking_rate``'s rate, upper bound, headline and violation flag for each of ``runs``, in
+    three grouped queries (the runs table lists up to 200 runs)."""
+    ran = experiments_ran(runs=runs)
+    hacked_experiments = experiments_hacked(runs=runs)
+    suspected_findings = IntegrityFinding.objects.filter(_suspected_q(), experiment=OuterRef("pk"))
+
+    def per_run(queryset: QuerySet[Experiment]) -> Counter[int]:
+        return Counter(dict(queryset.order_by().values("run_id").annotate(n=Count("pk")).values_list("run_id", "n")))
+
+    totals, hacked = per_run(ran), per_run(hacked_experiments)
+    suspected = per_run(ran.filter(Exists(suspected_findings)).exclude(pk__in=hacked_experiments.values("pk")))
+    out = {}
+    for run_id in runs.values_list("pk", flat=True):
+        total = totals[run_id]
+        rate = hacked[run_id] / total if total else None
+        upper = (hacked[run_id] + suspected[run_id]) / total if total else None
+        out[run_id] = {"hacking_rate": rate, "hacking_rate_upper": upper, "violation": hacked[run_id] > 0,
+                       "headline": _headline(rate, upper, suspected[run_id])}  # fmt: skip
+    return out
 
 
 def _headline(rate: float | None, upper: float | None, suspected: int) -> str:

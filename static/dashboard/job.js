@@ -63,7 +63,7 @@
       return;
     }
     element.classList.remove("muted");
-    const keys = Array.from(new Set(points.flatMap((p) => Object.keys(p)))).filter((k) => k !== "step");
+    const keys = Array.from(new Set(points.flatMap((p) => Object.keys(p)))).filter((k) => k !== "step" && k !== "elapsed_s");
     // Loss-like curves first: they are what people open a training job for.
     keys.sort((a, b) => Number(b.includes("loss")) - Number(a.includes("loss")) || a.localeCompare(b));
     const steps = points.map((p, i) => (p.step !== undefined ? p.step : i));

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
 import sys
+from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -55,3 +59,19 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
     if result.returncode != 0:
         raise AssertionError(f"child process failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
+
+
+def scenario_answers(scenario: str, *, sqlite_dir: Path | None = None) -> Any:
+    """What ``scenario`` prints last (one JSON line), run on PostgreSQL in this process (the test's
+    database), or with ``sqlite_dir`` in a child on a freshly migrated embedded SQLite default.
+
+    For pages that must answer the same on both databases (tests/apps/dashboard/test_run_search.py).
+    """
+    if sqlite_dir is None:
+        out = io.StringIO()
+        with redirect_stdout(out):
+            exec(scenario, {})  # noqa: S102 - the test's own scenario, shared with the SQLite child
+        return json.loads(out.getvalue().strip().splitlines()[-1])
+    code = "from django.core.management import call_command\ncall_command('migrate', verbosity=0)\n" + scenario
+    made = run_python(code, env=sqlite_env(sqlite_dir), timeout=240)
+    return json.loads(made.stdout.strip().splitlines()[-1])

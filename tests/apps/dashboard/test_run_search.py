@@ -5,14 +5,11 @@ The same scenario runs in-process on PostgreSQL and in a child process on the em
 
 from __future__ import annotations
 
-import io
-import json
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from tests.support.procs import run_python, sqlite_env
+from tests.support.procs import scenario_answers
 
 SCENARIO = """
 import json
@@ -51,13 +48,8 @@ EXPECTED = {
 
 @pytest.mark.django_db(transaction=True)
 def test_search_and_tag_filter_on_postgresql():
-    out = io.StringIO()
-    with redirect_stdout(out):
-        exec(SCENARIO, {})  # noqa: S102 - the scenario shared with the SQLite child below
-    assert json.loads(out.getvalue().strip().splitlines()[-1]) == EXPECTED
+    assert scenario_answers(SCENARIO) == EXPECTED
 
 
 def test_search_and_tag_filter_on_the_embedded_sqlite_default(tmp_path: Path):
-    code = "from django.core.management import call_command\ncall_command('migrate', verbosity=0)\n" + SCENARIO
-    made = run_python(code, env=sqlite_env(tmp_path), timeout=240)
-    assert json.loads(made.stdout.strip().splitlines()[-1]) == EXPECTED
+    assert scenario_answers(SCENARIO, sqlite_dir=tmp_path) == EXPECTED
