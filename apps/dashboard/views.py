@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -108,7 +108,13 @@ RUN_LIST_LIMIT = 200
 def run_list_view(request: HttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET or None, queryset=selectors.run_list())
     runs = list(filters.qs[:RUN_LIST_LIMIT])
-    rows = [{"run": run, "bars": selectors.run_budget_bars(run), "ablation": run_ablation(run)} for run in runs]
+    in_flight = selectors.runs_accelerator_in_flight(runs)
+    flags = selectors.runs_flag_reasons(runs)
+    rows = [
+        {"run": run, "bars": selectors.run_budget_bars(run, in_flight=in_flight.get(run.pk, 0.0)),
+         "ablation": run_ablation(run), "flags": flags[run.pk]}
+        for run in runs
+    ]  # fmt: skip
     return _page(
         request,
         "dashboard/run_list.html",
@@ -125,6 +131,9 @@ def run_compare_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Select two or more runs to compare.")
         return redirect("dashboard:run-list")
     comparison = run_comparison(runs)
+    flags = selectors.runs_flag_reasons(runs)
+    for column in comparison["columns"]:
+        column["flags"] = flags[column["run"].pk]
     ablation_form = AblationLaunchForm(initial={"run": runs[0].uuid, "seeds": 5, "max_concurrent": 1})
     return _page(
         request,
@@ -200,8 +209,26 @@ def run_label_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
 
 @role_required(OPERATOR)
 def run_start_view(request: HttpRequest) -> HttpResponse:
-    """Start a run from the browser (operators): the form, then the service start_run calls."""
-    form = RunStartForm(request.POST or None)
+    """Start a run from the browser (operators): the form, then the service start_run calls.
+
+    ``?clone=<run uuid>`` ("re-run with changes") fills the form with every setting of that run;
+    nothing is created until the person submits it.
+    """
+    clone, status = None, 200
+    notes: list[str] = []
+    if request.method == "GET" and "clone" in request.GET:
+        try:
+            clone = selectors.run_get(request.GET["clone"])
+        except ValidationError:  # not a uuid
+            clone = None
+        if clone is None or not can_view_run(request.user, clone):
+            messages.error(request, f"No run {request.GET['clone'][:64]!r} to clone: the form starts blank.")
+            clone, status = None, 404
+    if clone is not None:
+        initial, notes = RunStartForm.initial_from_run(clone)
+        form = RunStartForm(initial=initial)
+    else:
+        form = RunStartForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
             run = run_start_for_person(user=request.user, **form.launch_arguments())
@@ -212,7 +239,9 @@ def run_start_view(request: HttpRequest) -> HttpResponse:
             return redirect("dashboard:run-detail", run_uuid=run.uuid)
     # An invalid form answers 200 with its messages, as Django's forms do: a 4xx page would be
     # a console error in the browser for what is only a typo.
-    return _page(request, "dashboard/run_start.html", {"form": form})
+    page = _page(request, "dashboard/run_start.html", {"form": form, "clone": clone, "clone_notes": notes})
+    page.status_code = status
+    return page
 
 
 @require_GET
@@ -226,6 +255,8 @@ def run_detail_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
             "run": run,
             "page_config": {"run": str(run.uuid), "urls": _run_urls(run)},
             "bars": selectors.run_budget_bars(run),
+            "flags": selectors.runs_flag_reasons([run])[run.pk],
+            "stop_request": selectors.run_stop_request(run),
             "references": selectors.run_reference_scores(run),
             "job_health": run_job_health(run=run),
             "guidance_form": GuidanceForm(),
@@ -242,8 +273,9 @@ RUN_CONTROL_HELP = {
     "pause": "no new agent step or submission; jobs already running go on to the end and their results "
     "are recorded; the wall clock keeps counting.",
     "resume": "agents take their next steps again.",
-    "stop": "no new work; jobs already running finish, then the final evaluation runs and the run returns "
-    "its checkpoint.",
+    "stop": "no new work: queued trainings are cancelled at once; jobs already running and the evaluations "
+    "of finished trainings finish, then the final evaluation runs and the run ends finished (stopped early) "
+    "with its checkpoint.",
 }
 
 # A placeholder the page's script swaps for a record's id (URL converters need a valid value).
