@@ -7,6 +7,8 @@ from typing import Any
 
 from django import forms
 
+from apps.alerts.choices import AlertChannel, AlertTrigger
+from apps.alerts.services import TRIGGER_LABELS
 from apps.benchmarks.models import Benchmark
 from apps.dashboard.services import GUIDANCE_MAX_CHARS, RUN_ACTIONS
 from apps.experiments.models import Checkpoint
@@ -208,3 +210,13 @@ class AblationLaunchForm(forms.Form):
     seeds = forms.IntegerField(min_value=1, max_value=20, initial=5, help_text="seeds 0 .. N-1, one run per arm each")
     max_concurrent = forms.IntegerField(min_value=1, max_value=8, initial=1, label="Runs at once")
     with_uct = forms.BooleanField(required=False, label="also the full system under the uct search policy")
+
+
+class AlertRuleForm(forms.Form):
+    """A person's alert: where (Slack or Discord webhook, or e-mail), on what, for one run or all."""
+
+    channel = forms.ChoiceField(choices=AlertChannel.choices)
+    target = forms.CharField(max_length=500, strip=True, label="Webhook URL or e-mail address")
+    triggers = forms.MultipleChoiceField(choices=[(t, TRIGGER_LABELS[t]) for t in AlertTrigger],
+                                         widget=forms.CheckboxSelectMultiple, label="Tell me when")  # fmt: skip
+    run = forms.UUIDField(required=False, help_text="blank: every run you can see")

@@ -30,6 +30,8 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.alerts.models import AlertRule
+from apps.alerts.services import target_display
 from apps.core.queues import Queue
 from apps.core.records import cut
 from apps.datapool.selectors import data_readme, data_rows
@@ -648,3 +650,22 @@ def data_entry_detail(entry: Any) -> dict[str, Any]:
         "preview_columns": sorted({key for row in preview or [] for key in row}),
         "preview_error": preview_error,
     }
+
+
+# --- alerts ------------------------------------------------------------------------------------
+
+ALERT_DELIVERIES_SHOWN = 5
+
+
+def alert_rules(user: Any) -> list[dict[str, Any]]:
+    """The person's alert rules, newest first, each with its target as shown and its last deliveries."""
+    rules = AlertRule.objects.filter(owner=user).select_related("run").order_by("-created_at", "-pk")
+    return [
+        {"rule": rule, "target": target_display(rule),
+         "deliveries": list(rule.deliveries.order_by("-created_at", "-pk")[:ALERT_DELIVERIES_SHOWN])}
+        for rule in rules
+    ]  # fmt: skip
+
+
+def alert_rule_get(rule_uuid: Any) -> AlertRule | None:
+    return AlertRule.objects.filter(uuid=rule_uuid).first()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.alerts.models import AlertRule
+from apps.alerts.services import alert_rule_create, alert_rule_delete
 from apps.core.errors import ApplicationError
 from apps.flows import runs
 from apps.integrity.models import IntegrityFinding
@@ -84,3 +86,17 @@ def finding_adjudicate_for_person(
     return finding_adjudicate(
         finding=finding, adjudication=adjudication, actor=_actor(user), rationale=rationale, observation=observation
     )
+
+
+def alert_rule_create_for_person(
+    *, user: Any, channel: str, target: str, triggers: list[str], run: Run | None = None
+) -> AlertRule:
+    """A person's alert rule (apps.alerts.services.alert_rule_create owns the checks)."""
+    return alert_rule_create(owner=user, run=run, channel=channel, target=target, triggers=triggers)
+
+
+def alert_rule_delete_for_person(*, user: Any, rule: AlertRule) -> None:
+    """Remove one of the person's own rules; another person's is not theirs to remove."""
+    if rule.owner_id != user.pk:
+        raise ApplicationError("not_yours", "That alert belongs to someone else.")
+    alert_rule_delete(rule=rule)

@@ -39,4 +39,6 @@ urlpatterns = [
     path("suites/", views.suite_list_view, name="suite-list"),
     path("suites/<uuid:suite_uuid>/", views.suite_detail_view, name="suite-detail"),
     path("datapool/<str:handle>/", views.data_entry_view, name="data-entry"),
+    path("alerts/", views.alert_list_view, name="alerts"),
+    path("alerts/<uuid:rule_uuid>/delete/", views.alert_delete_view, name="alert-delete"),
 ]

@@ -25,6 +25,7 @@ from apps.dashboard.filters import RunFilter
 from apps.dashboard.forms import (
     AblationLaunchForm,
     AdjudicationForm,
+    AlertRuleForm,
     GuidanceForm,
     RunControlForm,
     RunLabelForm,
@@ -41,6 +42,8 @@ from apps.dashboard.permissions import (
     user_role,
 )
 from apps.dashboard.services import (
+    alert_rule_create_for_person,
+    alert_rule_delete_for_person,
     finding_adjudicate_for_person,
     guidance_post,
     run_control,
@@ -557,3 +560,52 @@ def suite_detail_view(request: HttpRequest, suite_uuid: Any) -> HttpResponse:
     ablation = set(ABLATION_AGENTS) <= set(suite.agents)
     return _page(request, "dashboard/suite_detail.html", {"suite": suite, "stats": suite_stats(suite),
                                                           "ablation": ablation})  # fmt: skip
+
+
+# --- alerts ------------------------------------------------------------------------------------
+
+
+@role_required(VIEWER)
+def alert_list_view(request: HttpRequest) -> HttpResponse:
+    """A person's alerts: their rules with recent deliveries, and the form for a new one.
+
+    ``?run=<uuid>`` fills the form for that run (the run page's link). A bad post answers 400 with
+    the form's messages and stores nothing.
+    """
+    status = 200
+    if request.method == "POST":
+        form = AlertRuleForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            run = selectors.run_get(data["run"]) if data["run"] else None
+            if data["run"] and (run is None or not can_view_run(request.user, run)):
+                form.add_error("run", "No such run that you may watch.")
+            else:
+                try:
+                    alert_rule_create_for_person(user=request.user, channel=data["channel"], target=data["target"],
+                                                 triggers=data["triggers"], run=run)  # fmt: skip
+                except ApplicationError as error:
+                    form.add_error("target" if error.code == "invalid_target" else None, error.message)
+                else:
+                    messages.success(request, "Alert saved.")
+                    return redirect("dashboard:alerts")
+        status = 400
+    else:
+        form = AlertRuleForm(initial={"run": request.GET.get("run", "")})
+    page = _page(request, "dashboard/alerts.html", {"form": form, "rules": selectors.alert_rules(request.user)})
+    page.status_code = status
+    return page
+
+
+@require_POST
+@role_required(VIEWER)
+def alert_delete_view(request: HttpRequest, rule_uuid: Any) -> HttpResponse:
+    rule = selectors.alert_rule_get(rule_uuid)
+    if rule is None:
+        raise Http404("No such alert.")
+    try:
+        alert_rule_delete_for_person(user=request.user, rule=rule)
+    except ApplicationError as error:
+        return _refused(request, error, reverse("dashboard:alerts"))
+    messages.success(request, "Alert removed.")
+    return redirect("dashboard:alerts")
