@@ -14,6 +14,7 @@ from apps.dashboard.services import GUIDANCE_MAX_CHARS, RUN_ACTIONS
 from apps.experiments.models import Checkpoint
 from apps.integrity.choices import Adjudication, Observation
 from apps.research.agent_config import DEFAULT_PROFILE, DEFAULT_SEARCH_POLICY, SEARCH_POLICIES, llm_profiles
+from apps.research.notes import NOTE_MAX_CHARS
 
 
 class GuidanceForm(forms.Form):
@@ -220,3 +221,10 @@ class AlertRuleForm(forms.Form):
     triggers = forms.MultipleChoiceField(choices=[(t, TRIGGER_LABELS[t]) for t in AlertTrigger],
                                          widget=forms.CheckboxSelectMultiple, label="Tell me when")  # fmt: skip
     run = forms.UUIDField(required=False, help_text="blank: every run you can see")
+
+
+class NoteForm(forms.Form):
+    """A new version of the note on a run or on one of its experiments (markdown)."""
+
+    text = forms.CharField(max_length=NOTE_MAX_CHARS, strip=True, widget=forms.Textarea(attrs={"rows": 5}))
+    experiment = forms.CharField(max_length=64, required=False, widget=forms.HiddenInput)

@@ -16,7 +16,8 @@ from apps.flows import runs
 from apps.integrity.models import IntegrityFinding
 from apps.integrity.services import finding_adjudicate
 from apps.research import services as research_services
-from apps.research.models import Guidance, Run
+from apps.research.models import Guidance, Note, Run
+from apps.research.notes import note_add
 
 GUIDANCE_MAX_CHARS = 4000
 RUN_ACTIONS = ("pause", "resume", "stop")
@@ -100,3 +101,8 @@ def alert_rule_delete_for_person(*, user: Any, rule: AlertRule) -> None:
     if rule.owner_id != user.pk:
         raise ApplicationError("not_yours", "That alert belongs to someone else.")
     alert_rule_delete(rule=rule)
+
+
+def note_add_for_person(*, run: Run, user: Any, text: str, experiment: Any = None) -> Note:
+    """A person's new note version (apps.research.notes.note_add owns the rules)."""
+    return note_add(run=run, author=user, text=text, experiment=experiment)

@@ -27,6 +27,7 @@ from apps.dashboard.forms import (
     AdjudicationForm,
     AlertRuleForm,
     GuidanceForm,
+    NoteForm,
     RunControlForm,
     RunLabelForm,
     RunStartForm,
@@ -46,6 +47,7 @@ from apps.dashboard.services import (
     alert_rule_delete_for_person,
     finding_adjudicate_for_person,
     guidance_post,
+    note_add_for_person,
     run_control,
     run_label_for_person,
     run_start_for_person,
@@ -60,6 +62,7 @@ from apps.flows.reports import report_payload
 from apps.jobs.selectors import job_attempts
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
+from apps.research.notes import note_versions
 from apps.research.selectors import run_ablation, run_job_health
 from apps.reviews.services import LIST_FIELDS
 
@@ -260,6 +263,8 @@ def run_detail_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
             "bars": selectors.run_budget_bars(run),
             "flags": selectors.runs_flag_reasons([run])[run.pk],
             "stop_request": selectors.run_stop_request(run),
+            "notes": list(note_versions(run=run)),
+            "note_form": NoteForm(),
             "references": selectors.run_reference_scores(run),
             "job_health": run_job_health(run=run),
             "guidance_form": GuidanceForm(),
@@ -400,7 +405,13 @@ def experiment_detail_view(request: HttpRequest, run_uuid: Any, experiment: str)
     return _page(
         request,
         "dashboard/experiment_detail.html",
-        {"run": run, **selectors.experiment_detail(found), "adjudication_form": AdjudicationForm()},
+        {
+            "run": run,
+            **selectors.experiment_detail(found),
+            "adjudication_form": AdjudicationForm(),
+            "notes": list(note_versions(run=run, experiment=found)),
+            "note_form": NoteForm(initial={"experiment": found.handle}),
+        },  # fmt: skip
     )
 
 
@@ -609,3 +620,32 @@ def alert_delete_view(request: HttpRequest, rule_uuid: Any) -> HttpResponse:
         return _refused(request, error, reverse("dashboard:alerts"))
     messages.success(request, "Alert removed.")
     return redirect("dashboard:alerts")
+
+
+# --- notes -------------------------------------------------------------------------------------
+
+
+@require_POST
+@role_required(OPERATOR)
+def note_post_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    """Save a new version of the note on the run, or on ``experiment`` (a handle) of it."""
+    run = _run_or_404(request, run_uuid)
+    form = NoteForm(request.POST)
+    handle = request.POST.get("experiment", "")
+    back = (reverse("dashboard:experiment", args=[run.uuid, handle]) if handle and len(handle) <= 64
+            else reverse("dashboard:run-detail", args=[run.uuid])) + "#notes"  # fmt: skip
+    if not form.is_valid():
+        return _invalid(request, form, back)
+    experiment = None
+    if form.cleaned_data["experiment"]:
+        experiment = selectors.experiment_get(run=run, handle_or_uuid=form.cleaned_data["experiment"])
+        if experiment is None:
+            raise Http404("No such experiment in this run.")
+    try:
+        note = note_add_for_person(run=run, user=request.user, text=form.cleaned_data["text"], experiment=experiment)
+    except ApplicationError as error:
+        return _refused(request, error, back)
+    if _wants_json(request):
+        return JsonResponse({"version": note.version, "uuid": str(note.uuid)}, status=201)
+    messages.success(request, f"Note saved (version {note.version}).")
+    return redirect(back)

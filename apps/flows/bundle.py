@@ -71,6 +71,7 @@ from apps.research.models import (
     Run,
     RunStatusChange,
 )
+from apps.research.notes import notes_export
 
 FORMAT = "rsiweb.run-bundle"
 FORMAT_VERSION = 1
@@ -218,6 +219,7 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         tables = _rows_of(run)
         scores = run_scores(run=run)
         integrity = integrity_report(run)
+        notes = notes_export(run)
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -228,6 +230,8 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         "chain": {"key": chain_key(run), "events": len(tables[_label(Event)])},
         "integrity_report": json.loads(json.dumps(integrity, default=_plain)),
         "scores": json.loads(json.dumps(dataclasses.asdict(scores), default=_plain)),
+        # Every version of the people's notes on the run and its experiments (markdown source).
+        "notes": notes,
     }
 
 
