@@ -892,7 +892,7 @@
     controlForm.addEventListener("submit", async (event) => {
       event.preventDefault();
       const action = event.submitter ? event.submitter.value : "";
-      if (action === "stop" && !window.confirm("Stop this run? Running jobs finish, then the final evaluation runs.")) return;
+      if (action === "stop" && !window.confirm("Stop this run? Queued trainings are cancelled; running jobs finish, then the final evaluation runs.")) return;
       const seenBefore = runRecordsSeen;
       try {
         const run = await postForm(controlForm, { action });
