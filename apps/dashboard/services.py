@@ -43,9 +43,9 @@ def guidance_post(*, run: Run, author: Any, text: str) -> Guidance:
 def run_control(*, run: Run, action: str, user: Any, reason: str = "") -> Run:
     """Pause, resume or stop a run for a person; returns the run as it is now.
 
-    apps.research.services ``run_pause`` / ``run_resume`` / ``run_stop`` own the rules (what a
-    pause does to running jobs; a stop lets running jobs finish, then the final evaluation
-    runs) and publish ``run.updated``; this names the person as actor.
+    apps.flows.runs ``run_pause`` / ``run_resume`` / ``run_stop`` own the rules (what a pause does
+    to running jobs; a person's stop cancels queued trainings, lets running jobs finish, then the
+    final evaluation runs) and publish ``run.updated``; this names the person as actor.
     """
     actor = _actor(user)
     reason = reason.strip() or f"{action} from the dashboard"
@@ -54,7 +54,8 @@ def run_control(*, run: Run, action: str, user: Any, reason: str = "") -> Run:
     elif action == "resume":
         runs.run_resume(run=run, actor=actor)
     elif action == "stop":
-        runs.run_stop(run=run, actor=actor, reason=reason)
+        # The Stop button promises "no new work": queued trainings are cancelled (RUN_CONTROL_HELP).
+        runs.run_stop(run=run, actor=actor, reason=reason, cancel_queued=True)
     else:
         raise ApplicationError("invalid_action", f"A run can be paused, resumed or stopped, not {action!r}.")
     # Re-read with what the page's answer shows (run_live): the services return the locked row.

@@ -332,12 +332,14 @@ def run_resume(*, run: Run, actor: str) -> Run:
     return resumed
 
 
-def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True) -> Run:
+def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True, cancel_queued: bool = False) -> Run:
     """An operator stops a run.
 
-    ``final_eval=True``: like the Main Agent's stop_loop — no new work (queued trainings and data
-    jobs are cancelled), running jobs and queued evaluations finish, then the final evaluation
-    (also from a paused run); the run then ends ``finished``, its status history naming the stop.
+    ``final_eval=True``: like the Main Agent's stop_loop — no new work, running jobs finish, then the
+    final evaluation (also from a paused run); the run then ends ``finished``, its status history
+    naming the stop. ``cancel_queued`` (a person's Stop): queued trainings and data jobs are
+    cancelled too, and only running jobs and queued evaluations of finished trainings finish; the
+    Main Agent's stop_loop leaves its queued work to run, as its prompt says.
     ``final_eval=False``: abort — active jobs are
     cancelled, agent loops end, and the run is ``stopped`` with no result.
     """
@@ -349,8 +351,8 @@ def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True)
             return Run.objects.get(pk=run.pk)
         with transaction.atomic():
             stopped = run_set_status(run=run, status=RunStatus.STOPPING, actor=actor, reason=reason or "stopped")
-            # "No new work" includes what is queued: a training not yet started never starts.
-            cancelled = run_queued_work_cancel(run=stopped, actor=actor)
+            # A person's "no new work" includes what is queued: a training not yet started never starts.
+            cancelled = run_queued_work_cancel(run=stopped, actor=actor) if cancel_queued else []
             event_append(run=stopped, type="run.stop_requested", actor=actor, role=SYSTEM,
                          arguments={"reason": reason or "stopped", "cancelled_jobs": cancelled,
                                     "finishing_jobs": run_finishing_jobs(run=stopped)})  # fmt: skip
