@@ -177,8 +177,11 @@ def alerts_on_event(event: Event) -> list[AlertDelivery]:
     trigger = alert_trigger_of(event)
     if trigger is None:
         return []
-    rules = [rule for rule in AlertRule.objects.filter(Q(run__isnull=True) | Q(run_id=event.run_id), active=True)
-             if trigger in rule.triggers]  # fmt: skip
+    # A person who left (inactive) is told nothing more.
+    candidates = AlertRule.objects.filter(
+        Q(run__isnull=True) | Q(run_id=event.run_id), active=True, owner__is_active=True
+    ).order_by("pk")
+    rules = [rule for rule in candidates if trigger in rule.triggers]
     if not rules:
         return []
     deliveries = []

@@ -173,3 +173,10 @@ def test_bad_rules_are_refused_and_nothing_is_stored(person, channel, target, tr
         alert_rule_create(owner=person, channel=channel, target=target, triggers=triggers)
     assert refused.value.code == code
     assert AlertRule.objects.count() == 0
+
+
+def test_a_person_who_left_is_told_nothing(run, person):
+    alert_rule_create(owner=person, channel="email", target="me@example.org", triggers=["run_failed"])
+    type(person).objects.filter(pk=person.pk).update(is_active=False)
+    run_set_status(run=run, status=RunStatus.FAILED, actor="test")
+    assert AlertDelivery.objects.count() == 0
