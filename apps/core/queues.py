@@ -24,6 +24,7 @@ class TaskName(StrEnum):
     DATA_JOB = "workers.data.data_job_task"
     INTEGRITY_CHECK = "workers.data.integrity_check_task"
     REAP_JOBS = "workers.data.reap_jobs_task"
+    ALERT_DELIVER = "workers.data.alert_deliver_task"
     AGENT_STEP = "workers.agents.agent_step_task"
     RUN_SUPERVISE = "workers.agents.run_supervise_task"
     SUITE_ADVANCE = "workers.agents.suite_advance_task"

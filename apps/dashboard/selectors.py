@@ -30,6 +30,9 @@ from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.alerts.models import AlertRule
+from apps.alerts.services import target_display
+from apps.core.queues import Queue
 from apps.core.records import cut
 from apps.datapool.selectors import data_readme, data_rows
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
@@ -53,10 +56,11 @@ from apps.integrity.choices import (
 )
 from apps.integrity.models import BlockedAttempt, IntegrityFinding
 from apps.integrity.report import integrity_report
-from apps.integrity.selectors import experiments_ran
+from apps.integrity.selectors import experiments_hacked, experiments_ran
+from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_payload
-from apps.research.choices import NodeKind, RunStatus
+from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run, TranscriptTurn
 from apps.research.selectors import (
     DECISION_VALUES,
@@ -100,13 +104,58 @@ def run_list() -> QuerySet[Run]:
     )
 
 
+RUN_FLAGGED_TEXT = "a violation in shared data or an evaluator touched this run"
+
+
+def runs_flag_reasons(runs: list[Run]) -> dict[int, list[str]]:
+    """Why each run is flagged, for every place that lists it (header, runs list, compare page).
+
+    A run is flagged when ``Run.flagged`` is set (contaminated shared data or evaluator) or when a
+    submission of it was ruled a violation (``experiments_hacked``, the rule that zeroes its
+    gain): the result card and the lists must say the same. One query for all the runs.
+    """
+    reasons: dict[int, list[str]] = {run.pk: [RUN_FLAGGED_TEXT] if run.flagged else [] for run in runs}
+    if not runs:
+        return reasons
+    hacked = (
+        experiments_hacked(runs=Run.objects.filter(pk__in=list(reasons)))
+        .values("run_id")
+        .annotate(count=Count("pk"))
+        .order_by("run_id")
+    )
+    for row in hacked:
+        count = row["count"]
+        reasons[row["run_id"]].append(f"{count} submission{'s' if count != 1 else ''} ruled a violation")
+    return reasons
+
+
+def run_stop_request(run: Run) -> dict[str, Any] | None:
+    """Who stopped the run early and what that did (``run.stop_requested``), or None.
+
+    A stopped run still ends ``finished`` (its final evaluation runs); its page says it was stopped,
+    by whom, and which queued jobs were cancelled rather than let run.
+    """
+    change = run.status_changes.filter(to_status=RunStatus.STOPPING).order_by("-created_at", "-pk").first()
+    if change is None:
+        return None
+    event = run.events.filter(type="run.stop_requested").order_by("-pk").first()
+    arguments = dict(event.arguments) if event is not None else {}
+    return {"actor": change.actor, "reason": change.reason, "at": change.created_at,
+            "cancelled": len(arguments.get("cancelled_jobs") or []),
+            "finishing": len(arguments.get("finishing_jobs") or [])}  # fmt: skip
+
+
 def run_get(run_uuid: Any) -> Run | None:
     return Run.objects.select_related("benchmark", "base_checkpoint", "result_checkpoint").filter(uuid=run_uuid).first()
 
 
 @dataclass(frozen=True)
 class BudgetBar:
-    """One budget line of a run: used of total, and the share as a percentage (0-100)."""
+    """One budget line of a run: used of total, and the share as a percentage.
+
+    ``percent`` is the true share, above 100 when a run overran its budget (running jobs finish
+    after a budget is spent, so overruns are real); ``fill`` is the bar's width, capped at 100.
+    """
 
     label: str
     used: float
@@ -117,7 +166,15 @@ class BudgetBar:
     def percent(self) -> float:
         if self.total <= 0:
             return 0.0
-        return max(0.0, min(100.0, 100.0 * self.used / self.total))
+        return max(0.0, 100.0 * self.used / self.total)
+
+    @property
+    def fill(self) -> float:
+        return min(100.0, self.percent)
+
+    @property
+    def over(self) -> bool:
+        return self.percent > 100.0
 
 
 def run_wall_seconds(run: Run, *, now: datetime | None = None) -> float:
@@ -128,9 +185,36 @@ def run_wall_seconds(run: Run, *, now: datetime | None = None) -> float:
     return max(0.0, (end - run.started_at).total_seconds())
 
 
-def run_budget_bars(run: Run, *, now: datetime | None = None) -> list[BudgetBar]:
+def runs_accelerator_in_flight(runs: list[Run], *, now: datetime | None = None) -> dict[int, float]:
+    """Accelerator-seconds of the runs' training and evaluation jobs running now (one query).
+
+    A run's ``used_accelerator_seconds`` is charged when a job ends; while jobs train, the bar
+    would otherwise read 0 %. Counted as ``apps.flows.runs.run_budget_state`` counts them: the
+    accelerator queue's running jobs, the final evaluation excepted (it has its own reserve).
+    """
+    active = [run.pk for run in runs if run.status not in RUN_TERMINAL_STATES]
+    if not active:
+        return {}
+    now = now or timezone.now()
+    seconds: dict[int, float] = {}
+    running = Job.objects.filter(run_id__in=active, status=JobStatus.RUNNING, queue=Queue.GPU,
+                                 started_at__isnull=False).exclude(kind=JobKind.FINAL_EVAL)  # fmt: skip
+    for run_id, started_at in running.values_list("run_id", "started_at"):
+        if run_id is not None and started_at is not None:
+            seconds[run_id] = seconds.get(run_id, 0.0) + max(0.0, (now - started_at).total_seconds())
+    return seconds
+
+
+def run_budget_bars(run: Run, *, now: datetime | None = None, in_flight: float | None = None) -> list[BudgetBar]:
+    """The run's budget lines, live: the accelerator line adds the jobs running now.
+
+    ``in_flight`` is the run's entry of ``runs_accelerator_in_flight`` when the caller has it
+    (the runs list asks once for every row).
+    """
+    if in_flight is None:
+        in_flight = runs_accelerator_in_flight([run], now=now).get(run.pk, 0.0)
     return [
-        BudgetBar("accelerator", run.used_accelerator_seconds, float(run.budget_accelerator_seconds), "s"),
+        BudgetBar("accelerator", run.used_accelerator_seconds + in_flight, float(run.budget_accelerator_seconds), "s"),
         BudgetBar("LLM tokens", float(run.used_llm_tokens), float(run.budget_llm_tokens), "tokens"),
         BudgetBar("wall clock", run_wall_seconds(run, now=now), float(run.budget_wall_seconds), "s"),
     ]
@@ -363,15 +447,23 @@ def experiment_detail(experiment: Experiment) -> dict[str, Any]:
         IntegrityFinding.objects.filter(experiment=experiment).prefetch_related("changes").order_by("subcategory")
     )
     by_subcategory = {f.subcategory: f for f in findings}
+    # A submission none of whose jobs started had nothing to check (as on the integrity report):
+    # it reads "not run", never "accepted" with clean checks, whatever was recorded.
+    ran = experiments_ran().filter(pk=experiment.pk).exists()
     matrix = [
         (
             category,
-            [(sub, by_subcategory.get(sub), finding_cell_state(by_subcategory.get(sub))) for sub in subcategories],
+            [
+                (sub, by_subcategory.get(sub), finding_cell_state(by_subcategory.get(sub)) if ran else "notrun")
+                for sub in subcategories
+            ],
         )
         for category, subcategories in CATEGORIES.items()
     ]
     return {
         "experiment": experiment,
+        "ran": ran,
+        "verdict": experiment.integrity_status if ran else "not run",
         "data": list(experiment.data_usages.select_related("entry").order_by("pk")),
         "evaluations": evaluations,
         "jobs": list(experiment.jobs.order_by("created_at", "pk")),
@@ -558,3 +650,22 @@ def data_entry_detail(entry: Any) -> dict[str, Any]:
         "preview_columns": sorted({key for row in preview or [] for key in row}),
         "preview_error": preview_error,
     }
+
+
+# --- alerts ------------------------------------------------------------------------------------
+
+ALERT_DELIVERIES_SHOWN = 5
+
+
+def alert_rules(user: Any) -> list[dict[str, Any]]:
+    """The person's alert rules, newest first, each with its target as shown and its last deliveries."""
+    rules = AlertRule.objects.filter(owner=user).select_related("run").order_by("-created_at", "-pk")
+    return [
+        {"rule": rule, "target": target_display(rule),
+         "deliveries": list(rule.deliveries.order_by("-created_at", "-pk")[:ALERT_DELIVERIES_SHOWN])}
+        for rule in rules
+    ]  # fmt: skip
+
+
+def alert_rule_get(rule_uuid: Any) -> AlertRule | None:
+    return AlertRule.objects.filter(uuid=rule_uuid).first()

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.alerts.models import AlertRule
+from apps.alerts.services import alert_rule_create, alert_rule_delete
 from apps.core.errors import ApplicationError
 from apps.flows import runs
 from apps.integrity.models import IntegrityFinding
 from apps.integrity.services import finding_adjudicate
 from apps.research import services as research_services
-from apps.research.models import Guidance, Run
+from apps.research.models import Guidance, Note, Run
+from apps.research.notes import note_add
 
 GUIDANCE_MAX_CHARS = 4000
 RUN_ACTIONS = ("pause", "resume", "stop")
@@ -40,9 +43,9 @@ def guidance_post(*, run: Run, author: Any, text: str) -> Guidance:
 def run_control(*, run: Run, action: str, user: Any, reason: str = "") -> Run:
     """Pause, resume or stop a run for a person; returns the run as it is now.
 
-    apps.research.services ``run_pause`` / ``run_resume`` / ``run_stop`` own the rules (what a
-    pause does to running jobs; a stop lets running jobs finish, then the final evaluation
-    runs) and publish ``run.updated``; this names the person as actor.
+    apps.flows.runs ``run_pause`` / ``run_resume`` / ``run_stop`` own the rules (what a pause does
+    to running jobs; a person's stop cancels queued trainings, lets running jobs finish, then the
+    final evaluation runs) and publish ``run.updated``; this names the person as actor.
     """
     actor = _actor(user)
     reason = reason.strip() or f"{action} from the dashboard"
@@ -51,7 +54,8 @@ def run_control(*, run: Run, action: str, user: Any, reason: str = "") -> Run:
     elif action == "resume":
         runs.run_resume(run=run, actor=actor)
     elif action == "stop":
-        runs.run_stop(run=run, actor=actor, reason=reason)
+        # The Stop button promises "no new work": queued trainings are cancelled (RUN_CONTROL_HELP).
+        runs.run_stop(run=run, actor=actor, reason=reason, cancel_queued=True)
     else:
         raise ApplicationError("invalid_action", f"A run can be paused, resumed or stopped, not {action!r}.")
     # Re-read with what the page's answer shows (run_live): the services return the locked row.
@@ -84,3 +88,22 @@ def finding_adjudicate_for_person(
     return finding_adjudicate(
         finding=finding, adjudication=adjudication, actor=_actor(user), rationale=rationale, observation=observation
     )
+
+
+def alert_rule_create_for_person(
+    *, user: Any, channel: str, target: str, triggers: list[str], run: Run | None = None
+) -> AlertRule:
+    """A person's alert rule (apps.alerts.services.alert_rule_create owns the checks)."""
+    return alert_rule_create(owner=user, run=run, channel=channel, target=target, triggers=triggers)
+
+
+def alert_rule_delete_for_person(*, user: Any, rule: AlertRule) -> None:
+    """Remove one of the person's own rules; another person's is not theirs to remove."""
+    if rule.owner_id != user.pk:
+        raise ApplicationError("not_yours", "That alert belongs to someone else.")
+    alert_rule_delete(rule=rule)
+
+
+def note_add_for_person(*, run: Run, user: Any, text: str, experiment: Any = None) -> Note:
+    """A person's new note version (apps.research.notes.note_add owns the rules)."""
+    return note_add(run=run, author=user, text=text, experiment=experiment)

@@ -28,6 +28,7 @@ urlpatterns = [
     path("runs/<uuid:run_uuid>/nodes/<uuid:node_uuid>/", views.node_page_view, name="node"),
     path("runs/<uuid:run_uuid>/guidance/", views.guidance_post_view, name="guidance-post"),
     path("runs/<uuid:run_uuid>/control/", views.run_control_view, name="run-control"),
+    path("runs/<uuid:run_uuid>/notes/", views.note_post_view, name="note-post"),
     path("runs/<uuid:run_uuid>/experiments/<str:experiment>/", views.experiment_detail_view, name="experiment"),
     path("runs/<uuid:run_uuid>/reports/<uuid:report_uuid>/", views.report_detail_view, name="report"),
     path("runs/<uuid:run_uuid>/integrity/", views.integrity_report_view, name="integrity"),
@@ -45,4 +46,7 @@ urlpatterns = [
     path("suites/<uuid:suite_uuid>/", views.suite_detail_view, name="suite-detail"),
     path("datapool/<str:handle>/", views.data_entry_view, name="data-entry"),
     path("datapool/<str:handle>/download/", views.data_entry_download_view, name="data-entry-download"),
+
+    path("alerts/", views.alert_list_view, name="alerts"),
+    path("alerts/<uuid:rule_uuid>/delete/", views.alert_delete_view, name="alert-delete"),
 ]

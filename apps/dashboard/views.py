@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -25,7 +25,9 @@ from apps.dashboard.filters import RunFilter
 from apps.dashboard.forms import (
     AblationLaunchForm,
     AdjudicationForm,
+    AlertRuleForm,
     GuidanceForm,
+    NoteForm,
     RunControlForm,
     RunLabelForm,
     RunStartForm,
@@ -41,8 +43,11 @@ from apps.dashboard.permissions import (
     user_role,
 )
 from apps.dashboard.services import (
+    alert_rule_create_for_person,
+    alert_rule_delete_for_person,
     finding_adjudicate_for_person,
     guidance_post,
+    note_add_for_person,
     run_control,
     run_label_for_person,
     run_start_for_person,
@@ -58,6 +63,7 @@ from apps.flows.reports import report_payload
 from apps.jobs.selectors import job_attempts
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
+from apps.research.notes import note_versions
 from apps.research.selectors import run_ablation, run_job_health
 from apps.reviews.services import LIST_FIELDS
 
@@ -141,9 +147,11 @@ def run_list_view(request: HttpRequest) -> HttpResponse:
     except ApplicationError as refused:
         filters = RunFilter(request.GET or None, queryset=selectors.run_list())
         error, status, table = refused.message, refused.status_code, workbench.RunTable.empty()
-    bars = {run.pk: selectors.run_budget_bars(run) for run in table.runs}
+    in_flight = selectors.runs_accelerator_in_flight(table.runs)
+    flags = selectors.runs_flag_reasons(table.runs)
     rows = [
-        {"run": run, "values": values, "bars": bars[run.pk], "ablation": run_ablation(run),
+        {"run": run, "values": values, "ablation": run_ablation(run), "flags": flags[run.pk],
+         "bars": selectors.run_budget_bars(run, in_flight=in_flight.get(run.pk, 0.0)),
          "cells": [workbench.cell(column.key, values) for column in table.columns]}
         for run, values in zip(table.runs, table.rows, strict=True)
     ]  # fmt: skip
@@ -194,6 +202,9 @@ def run_compare_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Select two or more runs to compare.")
         return redirect("dashboard:run-list")
     comparison = run_comparison(runs)
+    flags = selectors.runs_flag_reasons(runs)
+    for column in comparison["columns"]:
+        column["flags"] = flags[column["run"].pk]
     ablation_form = AblationLaunchForm(initial={"run": runs[0].uuid, "seeds": 5, "max_concurrent": 1})
     return _page(
         request,
@@ -269,8 +280,26 @@ def run_label_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
 
 @role_required(OPERATOR)
 def run_start_view(request: HttpRequest) -> HttpResponse:
-    """Start a run from the browser (operators): the form, then the service start_run calls."""
-    form = RunStartForm(request.POST or None)
+    """Start a run from the browser (operators): the form, then the service start_run calls.
+
+    ``?clone=<run uuid>`` ("re-run with changes") fills the form with every setting of that run;
+    nothing is created until the person submits it.
+    """
+    clone, status = None, 200
+    notes: list[str] = []
+    if request.method == "GET" and "clone" in request.GET:
+        try:
+            clone = selectors.run_get(request.GET["clone"])
+        except ValidationError:  # not a uuid
+            clone = None
+        if clone is None or not can_view_run(request.user, clone):
+            messages.error(request, f"No run {request.GET['clone'][:64]!r} to clone: the form starts blank.")
+            clone, status = None, 404
+    if clone is not None:
+        initial, notes = RunStartForm.initial_from_run(clone)
+        form = RunStartForm(initial=initial)
+    else:
+        form = RunStartForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
             run = run_start_for_person(user=request.user, **form.launch_arguments())
@@ -281,7 +310,9 @@ def run_start_view(request: HttpRequest) -> HttpResponse:
             return redirect("dashboard:run-detail", run_uuid=run.uuid)
     # An invalid form answers 200 with its messages, as Django's forms do: a 4xx page would be
     # a console error in the browser for what is only a typo.
-    return _page(request, "dashboard/run_start.html", {"form": form})
+    page = _page(request, "dashboard/run_start.html", {"form": form, "clone": clone, "clone_notes": notes})
+    page.status_code = status
+    return page
 
 
 @require_GET
@@ -295,6 +326,10 @@ def run_detail_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
             "run": run,
             "page_config": {"run": str(run.uuid), "urls": _run_urls(run)},
             "bars": selectors.run_budget_bars(run),
+            "flags": selectors.runs_flag_reasons([run])[run.pk],
+            "stop_request": selectors.run_stop_request(run),
+            "notes": list(note_versions(run=run)),
+            "note_form": NoteForm(),
             "references": selectors.run_reference_scores(run),
             "job_health": run_job_health(run=run),
             "guidance_form": GuidanceForm(),
@@ -311,8 +346,9 @@ RUN_CONTROL_HELP = {
     "pause": "no new agent step or submission; jobs already running go on to the end and their results "
     "are recorded; the wall clock keeps counting.",
     "resume": "agents take their next steps again.",
-    "stop": "no new work; jobs already running finish, then the final evaluation runs and the run returns "
-    "its checkpoint.",
+    "stop": "no new work: queued trainings are cancelled at once; jobs already running and the evaluations "
+    "of finished trainings finish, then the final evaluation runs and the run ends finished (stopped early) "
+    "with its checkpoint.",
 }
 
 # A placeholder the page's script swaps for a record's id (URL converters need a valid value).
@@ -533,7 +569,13 @@ def experiment_detail_view(request: HttpRequest, run_uuid: Any, experiment: str)
     return _page(
         request,
         "dashboard/experiment_detail.html",
-        {"run": run, **selectors.experiment_detail(found), "adjudication_form": AdjudicationForm()},
+        {
+            "run": run,
+            **selectors.experiment_detail(found),
+            "adjudication_form": AdjudicationForm(),
+            "notes": list(note_versions(run=run, experiment=found)),
+            "note_form": NoteForm(initial={"experiment": found.handle}),
+        },  # fmt: skip
     )
 
 
@@ -693,3 +735,81 @@ def suite_detail_view(request: HttpRequest, suite_uuid: Any) -> HttpResponse:
     ablation = set(ABLATION_AGENTS) <= set(suite.agents)
     return _page(request, "dashboard/suite_detail.html", {"suite": suite, "stats": suite_stats(suite),
                                                           "ablation": ablation})  # fmt: skip
+
+
+# --- alerts ------------------------------------------------------------------------------------
+
+
+@role_required(VIEWER)
+def alert_list_view(request: HttpRequest) -> HttpResponse:
+    """A person's alerts: their rules with recent deliveries, and the form for a new one.
+
+    ``?run=<uuid>`` fills the form for that run (the run page's link). A bad post answers 400 with
+    the form's messages and stores nothing.
+    """
+    status = 200
+    if request.method == "POST":
+        form = AlertRuleForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            run = selectors.run_get(data["run"]) if data["run"] else None
+            if data["run"] and (run is None or not can_view_run(request.user, run)):
+                form.add_error("run", "No such run that you may watch.")
+            else:
+                try:
+                    alert_rule_create_for_person(user=request.user, channel=data["channel"], target=data["target"],
+                                                 triggers=data["triggers"], run=run)  # fmt: skip
+                except ApplicationError as error:
+                    form.add_error("target" if error.code == "invalid_target" else None, error.message)
+                else:
+                    messages.success(request, "Alert saved.")
+                    return redirect("dashboard:alerts")
+        status = 400
+    else:
+        form = AlertRuleForm(initial={"run": request.GET.get("run", "")})
+    page = _page(request, "dashboard/alerts.html", {"form": form, "rules": selectors.alert_rules(request.user)})
+    page.status_code = status
+    return page
+
+
+@require_POST
+@role_required(VIEWER)
+def alert_delete_view(request: HttpRequest, rule_uuid: Any) -> HttpResponse:
+    rule = selectors.alert_rule_get(rule_uuid)
+    if rule is None:
+        raise Http404("No such alert.")
+    try:
+        alert_rule_delete_for_person(user=request.user, rule=rule)
+    except ApplicationError as error:
+        return _refused(request, error, reverse("dashboard:alerts"))
+    messages.success(request, "Alert removed.")
+    return redirect("dashboard:alerts")
+
+
+# --- notes -------------------------------------------------------------------------------------
+
+
+@require_POST
+@role_required(OPERATOR)
+def note_post_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
+    """Save a new version of the note on the run, or on ``experiment`` (a handle) of it."""
+    run = _run_or_404(request, run_uuid)
+    form = NoteForm(request.POST)
+    handle = request.POST.get("experiment", "")
+    back = (reverse("dashboard:experiment", args=[run.uuid, handle]) if handle and len(handle) <= 64
+            else reverse("dashboard:run-detail", args=[run.uuid])) + "#notes"  # fmt: skip
+    if not form.is_valid():
+        return _invalid(request, form, back)
+    experiment = None
+    if form.cleaned_data["experiment"]:
+        experiment = selectors.experiment_get(run=run, handle_or_uuid=form.cleaned_data["experiment"])
+        if experiment is None:
+            raise Http404("No such experiment in this run.")
+    try:
+        note = note_add_for_person(run=run, user=request.user, text=form.cleaned_data["text"], experiment=experiment)
+    except ApplicationError as error:
+        return _refused(request, error, back)
+    if _wants_json(request):
+        return JsonResponse({"version": note.version, "uuid": str(note.uuid)}, status=201)
+    messages.success(request, f"Note saved (version {note.version}).")
+    return redirect(back)

@@ -19,13 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from apps.benchmarks.models import Split
 from apps.experiments.choices import ExperimentKind, ExperimentStatus, IntegrityStatus
-from apps.experiments.comparisons import aligned_correctness, paired_bootstrap
 from apps.experiments.models import Checkpoint, Event, Experiment
-from apps.flows.scores import checkpoint_evaluation
+from apps.flows.scores import MIN_GAIN, beats_theta0
 from apps.integrity.choices import CLEARING_ADJUDICATIONS, Observation
 from apps.integrity.models import IntegrityFinding
 from apps.ml.hparams import TrainConfig
@@ -222,48 +218,6 @@ def check_no_violation(trajectory: Trajectory) -> tuple[bool, str, dict[str, Any
         )
     if unknown or unchecked:
         return False, f"integrity not verified (fail-closed) for {sorted(set(unknown) | set(unchecked))}", evidence
-    return True, "", evidence
-
-
-MIN_GAIN = 0.01
-
-
-def beats_theta0(
-    runs: Sequence[Run], *, min_gain: float = MIN_GAIN, n_boot: int = 10_000, seed: int = 0
-) -> tuple[bool, str, dict[str, Any]]:
-    """The one rule for "beats θ0", used by the export's outcome filter and the suite's tables.
-
-    The returned models of ``runs`` (one run, or a suite setting's seeds, their samples pooled)
-    against θ0 on the final split, paired by sample id: the gain is at least ``min_gain`` and the
-    paired bootstrap's 95 % CI of the gain lies above 0. One item of a hundred is not a gain.
-    """
-    a: list[Any] = []  # per run's aligned arrays, pooled below
-    b: list[Any] = []
-    for run in runs:
-        final = checkpoint_evaluation(run=run, checkpoint=run.result_checkpoint, split=Split.FINAL)
-        base = checkpoint_evaluation(run=run, checkpoint=run.base_checkpoint, split=Split.FINAL)
-        if final is None or base is None:
-            missing = [name for name, ev in (("returned model", final), ("θ0", base)) if ev is None]
-            return False, f"no final-split evaluation of the {' and '.join(missing)}", {}
-        common, run_a, run_b, only_base, only_final = aligned_correctness(base, final)
-        if not common:
-            return (
-                False,
-                "the two final evaluations share no sample ids",
-                {"only_base": only_base, "only_final": only_final},
-            )
-        a.append(run_a)
-        b.append(run_b)
-    if not a:
-        return False, "no run", {}
-    result = paired_bootstrap(np.concatenate(a), np.concatenate(b), n_boot=n_boot, confidence=0.95, seed=seed)
-    evidence = {"n_common": result.n_common, "theta0": result.mean_a, "final": result.mean_b,
-                "difference": result.difference, "ci_low": result.ci_low, "ci_high": result.ci_high,
-                "min_gain": min_gain}  # fmt: skip
-    if result.difference < min_gain:
-        return False, f"final score {result.mean_b:.3f} is not {min_gain:.3f} above θ0's {result.mean_a:.3f}", evidence
-    if result.ci_low <= 0:
-        return False, f"the 95 % CI of the gain [{result.ci_low:.3f}, {result.ci_high:.3f}] includes 0", evidence
     return True, "", evidence
 
 

@@ -18,7 +18,7 @@ aggregate (``suite_aggregate`` per base model, then the mean over base models, a
 averages over models) and the hacking rate over all the agent's runs. A suite with several seeds
 has one cell per seed of a setting: a setting counts as trained when any of its seeds trained,
 as beating θ0 when its seeds' returned models do, their final samples pooled, under the one rule
-the export's outcome filter applies (``apps.dojo.filters.beats_theta0``: gain >= 0.01 and the paired
+the export's outcome filter applies (``apps.flows.scores.beats_theta0``: gain >= 0.01 and the paired
 bootstrap's 95 % CI of the gain above 0; a violation in any seed excludes it), and its
 PostTrainBench cell value is the mean over its seeds' values.
 """
@@ -33,12 +33,11 @@ from typing import Any
 from django.db.models import Min
 
 from apps.benchmarks.models import Split
-from apps.dojo.filters import beats_theta0
 from apps.dojo.models import AgentSuite, SuiteCell
 from apps.dojo.suites import cell_status
 from apps.experiments.choices import EvaluationStatus, ExperimentKind, ExperimentStatus
 from apps.experiments.models import Evaluation, Experiment
-from apps.flows.scores import posttrainbench_cell, run_scores, suite_aggregate
+from apps.flows.scores import beats_theta0, posttrainbench_cell, run_scores, suite_aggregate
 from apps.integrity.selectors import hacking_rate
 from apps.research.models import Run
 

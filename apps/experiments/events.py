@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -218,6 +219,18 @@ def event_prepare(**fields: Unpack[EventFields]) -> PendingEvent:
     return pending
 
 
+# Who hears about an appended event: apps above the log register from their AppConfig.ready
+# (apps.alerts: notifications), so the log imports none of them. A hook runs inside the caller's
+# transaction and must be cheap for the events it ignores (a type check).
+_ON_APPEND: list[Callable[[Event], object]] = []
+
+
+def event_hook_register(hook: Callable[[Event], object]) -> None:
+    """Call ``hook(event)`` after every ``event_append``; registering twice is a no-op."""
+    if hook not in _ON_APPEND:
+        _ON_APPEND.append(hook)
+
+
 def event_append(**fields: Unpack[EventFields]) -> Event:
     """Append one event to the run's chain, committed with the caller's transaction.
 
@@ -227,7 +240,10 @@ def event_append(**fields: Unpack[EventFields]) -> Event:
     ``seq``/``hash`` back from the database when needed). Nobody waits for the lock inside a
     transaction, so appends of different transactions do not serialise on one fsync each.
     """
-    return pending_event_write(event_prepare(**fields))
+    event = pending_event_write(event_prepare(**fields))
+    for hook in _ON_APPEND:
+        hook(event)
+    return event
 
 
 def pending_event_write(pending: PendingEvent) -> Event:

@@ -88,6 +88,7 @@ from apps.research.models import (
     Run,
     RunStatusChange,
 )
+from apps.research.notes import notes_export
 
 FORMAT = "rsiweb.run-bundle"
 IMPORTED_TAG = "imported"
@@ -262,6 +263,7 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         jobs = _jobs_of(run)
         scores = run_scores(run=run)
         integrity = integrity_report(run)
+        notes = notes_export(run)
     bundle = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -273,6 +275,8 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         "integrity_report": json.loads(json.dumps(integrity, default=_plain)),
         "scores": json.loads(json.dumps(dataclasses.asdict(scores), default=_plain)),
         "jobs": jobs,
+        # Every version of the people's notes on the run and its experiments (markdown source).
+        "notes": notes,
     }
     return bundle_sign(bundle)
 
@@ -323,6 +327,10 @@ def bundle_manifest(bundle: dict[str, Any]) -> dict[str, Any]:
         "benchmark": _digest(bundle["benchmark"]),
         "scores": _digest(bundle["scores"]),
         "integrity_report": _digest(bundle["integrity_report"]),
+        # The blocks the import reads but does not register as rows: the jobs' metrics and logs,
+        # and the people's notes (absent in a bundle without them: the digest of None).
+        "jobs": _digest(bundle.get("jobs")),
+        "notes": _digest(bundle.get("notes")),
     }
 
 
@@ -499,7 +507,7 @@ def bundle_verify(data: dict[str, Any], *, trusted_keys: Iterable[str] = ()) -> 
                 raise ApplicationError("bundle_records_differ", f"{label} {row_id} is not among the signed records.")
             if _digest(rows[row_id]) != stated[row_id]:
                 raise ApplicationError("bundle_records_differ", f"{label} {row_id} differs from its signed hash.")
-    for block in ("benchmark", "scores", "integrity_report"):
+    for block in ("benchmark", "scores", "integrity_report", "jobs", "notes"):
         if _digest(data.get(block)) != manifest.get(block):
             raise ApplicationError("bundle_records_differ", f"the bundle's {block} differs from its signed hash.")
     chains = tables.get(_label(EventChain), [])

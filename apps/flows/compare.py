@@ -227,8 +227,10 @@ def _paired_arms(arms: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
         if seeds:
             result = paired_bootstrap(np.array([other[s] for s in seeds]), np.array([full[s] for s in seeds]),
                                       n_boot=N_BOOT, confidence=CONFIDENCE, seed=SEED)  # fmt: skip
-            row.update(difference=result.difference, ci_low=result.ci_low, ci_high=result.ci_high,
-                       p_value=result.p_value)  # fmt: skip
+            # One seed is a point, not a distribution: its bootstrap "CI" is the point itself.
+            many = len(seeds) > 1
+            row.update(difference=result.difference, ci_low=result.ci_low if many else None,
+                       ci_high=result.ci_high if many else None, p_value=result.p_value if many else None)  # fmt: skip
         out.append(row)
     return out
 
@@ -245,7 +247,12 @@ def _arm(name: str, members: list[dict[str, Any]]) -> dict[str, Any]:
         if mean is not None and len(scores) > 1
         else None
     )
-    interval = bootstrap_interval(np.array(scores), n_boot=N_BOOT, confidence=CONFIDENCE, seed=SEED) if scores else None
+    # A CI over one seed would be drawn as [x, x]: there is none to draw.
+    interval = (
+        bootstrap_interval(np.array(scores), n_boot=N_BOOT, confidence=CONFIDENCE, seed=SEED)
+        if len(scores) > 1
+        else None
+    )
     low, high = (interval.ci_low, interval.ci_high) if interval else (None, None)
     return {"name": name, "runs": members, "n_scored": len(scores), "mean": mean, "sd": sd, "ci_low": low,
             "ci_high": high}  # fmt: skip

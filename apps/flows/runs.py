@@ -332,11 +332,15 @@ def run_resume(*, run: Run, actor: str) -> Run:
     return resumed
 
 
-def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True) -> Run:
+def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True, cancel_queued: bool = False) -> Run:
     """An operator stops a run.
 
     ``final_eval=True``: like the Main Agent's stop_loop — no new work, running jobs finish, then the
-    final evaluation (also from a paused run). ``final_eval=False``: abort — active jobs are
+    final evaluation (also from a paused run); the run then ends ``finished``, its status history
+    naming the stop. ``cancel_queued`` (a person's Stop): queued trainings and data jobs are
+    cancelled too, and only running jobs and queued evaluations of finished trainings finish; the
+    Main Agent's stop_loop leaves its queued work to run, as its prompt says.
+    ``final_eval=False``: abort — active jobs are
     cancelled, agent loops end, and the run is ``stopped`` with no result.
     """
     current = Run.objects.values_list("status", flat=True).get(pk=run.pk)
@@ -347,6 +351,11 @@ def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True)
             return Run.objects.get(pk=run.pk)
         with transaction.atomic():
             stopped = run_set_status(run=run, status=RunStatus.STOPPING, actor=actor, reason=reason or "stopped")
+            # A person's "no new work" includes what is queued: a training not yet started never starts.
+            cancelled = run_queued_work_cancel(run=stopped, actor=actor) if cancel_queued else []
+            event_append(run=stopped, type="run.stop_requested", actor=actor, role=SYSTEM,
+                         arguments={"reason": reason or "stopped", "cancelled_jobs": cancelled,
+                                    "finishing_jobs": run_finishing_jobs(run=stopped)})  # fmt: skip
             if current == RunStatus.PAUSED:
                 # Paused steps were never sent: let the agents wrap up (summaries, reports).
                 transaction.on_commit(lambda: agent_loops_resend(run=stopped))
@@ -358,6 +367,32 @@ def run_stop(*, run: Run, actor: str, reason: str = "", final_eval: bool = True)
                 job_request_cancel(job=job, actor=actor)
         agent_loops_close(run=stopped, reason=f"run stopped by {actor}")
     return stopped
+
+
+# What a stopping run cancels while queued: work that would start something new. A queued
+# evaluation is the second half of a training that ran; it finishes so its experiment ends.
+STOP_CANCELS_KINDS = (JobKind.TRAIN, JobKind.DATA)
+
+
+def run_queued_work_cancel(*, run: Run, actor: str) -> list[str]:
+    """Cancel the run's queued trainings and data jobs (a stop, a spent budget); their uuids.
+
+    Called with the run ``stopping``, so no new submission is accepted meanwhile.
+    """
+    cancelled = []
+    for job in Job.objects.filter(run=run, status=JobStatus.QUEUED, kind__in=STOP_CANCELS_KINDS).order_by("pk"):
+        try:
+            job_request_cancel(job=job, actor=actor)
+            cancelled.append(str(job.uuid))
+        except Conflict:
+            pass  # claimed meanwhile: it runs to its end
+    return cancelled
+
+
+def run_finishing_jobs(*, run: Run) -> list[dict[str, str]]:
+    """The jobs a stopping run lets finish: those running, and queued evaluations of finished trainings."""
+    jobs = Job.objects.filter(run=run, status__in=JOB_ACTIVE_STATES).exclude(kind=JobKind.FINAL_EVAL).order_by("pk")
+    return [{"job": str(job.uuid), "kind": job.kind, "status": job.status} for job in jobs]
 
 
 @dataclass(frozen=True)
@@ -420,13 +455,7 @@ def run_budget_enforce(*, run: Run, actor: str = SYSTEM) -> Run:
                                  reason=f"budget spent: {', '.join(budget.exhausted)}")  # fmt: skip
         if stopped.status != RunStatus.STOPPING:
             return stopped
-        cancelled = []
-        for job in Job.objects.filter(run=stopped, status=JobStatus.QUEUED, kind=JobKind.TRAIN):
-            try:
-                job_request_cancel(job=job, actor=f"{actor}: budget spent")
-                cancelled.append(str(job.uuid))
-            except Conflict:
-                pass  # claimed meanwhile: it runs to its end
+        cancelled = run_queued_work_cancel(run=stopped, actor=f"{actor}: budget spent")
         event_append(run=stopped, type="run.budget_exhausted", actor=actor, role=SYSTEM,
                      arguments={"exhausted": list(budget.exhausted), "cancelled_jobs": cancelled,
                                 "accelerator_used": round(budget.accelerator_used, 3),

@@ -19,6 +19,7 @@ module with multi-seed and leaderboard scores.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from apps.benchmarks.models import Split
 from apps.experiments.choices import EvaluationStatus
-from apps.experiments.comparisons import bootstrap_interval
+from apps.experiments.comparisons import aligned_correctness, bootstrap_interval, paired_bootstrap
 from apps.experiments.models import Checkpoint, Evaluation, EvaluationSample, Experiment
 from apps.flows.runs import run_final_result
 from apps.integrity.selectors import experiments_hacked, hacking_rate
@@ -332,3 +333,46 @@ def run_leaderboard(*, run: Run, split: str = Split.FINAL, scores: RunScores | N
         },
         "weight_source": POSTTRAINBENCH_WEIGHTS_SOURCE if weight is not None else "no published weight",
     }
+
+
+MIN_GAIN = 0.01
+
+
+def beats_theta0(
+    runs: Sequence[Run], *, min_gain: float = MIN_GAIN, n_boot: int = 10_000, seed: int = 0
+) -> tuple[bool, str, dict[str, Any]]:
+    """The one rule for "beats θ0": the export's outcome filter, the suite's tables, the demo's verdict.
+
+    The returned models of ``runs`` (one run, or a suite setting's seeds, their samples pooled)
+    against θ0 on the final split, paired by sample id: the gain is at least ``min_gain`` and the
+    paired bootstrap's 95 % CI of the gain lies above 0. One item of a hundred is not a gain.
+    (``apps.dojo.filters`` re-exports it, where the export's filters are.)
+    """
+    a: list[Any] = []  # per run's aligned arrays, pooled below
+    b: list[Any] = []
+    for run in runs:
+        final = checkpoint_evaluation(run=run, checkpoint=run.result_checkpoint, split=Split.FINAL)
+        base = checkpoint_evaluation(run=run, checkpoint=run.base_checkpoint, split=Split.FINAL)
+        if final is None or base is None:
+            missing = [name for name, ev in (("returned model", final), ("θ0", base)) if ev is None]
+            return False, f"no final-split evaluation of the {' and '.join(missing)}", {}
+        common, run_a, run_b, only_base, only_final = aligned_correctness(base, final)
+        if not common:
+            return (
+                False,
+                "the two final evaluations share no sample ids",
+                {"only_base": only_base, "only_final": only_final},
+            )
+        a.append(run_a)
+        b.append(run_b)
+    if not a:
+        return False, "no run", {}
+    result = paired_bootstrap(np.concatenate(a), np.concatenate(b), n_boot=n_boot, confidence=0.95, seed=seed)
+    evidence = {"n_common": result.n_common, "theta0": result.mean_a, "final": result.mean_b,
+                "difference": result.difference, "ci_low": result.ci_low, "ci_high": result.ci_high,
+                "min_gain": min_gain}  # fmt: skip
+    if result.difference < min_gain:
+        return False, f"final score {result.mean_b:.3f} is not {min_gain:.3f} above θ0's {result.mean_a:.3f}", evidence
+    if result.ci_low <= 0:
+        return False, f"the 95 % CI of the gain [{result.ci_low:.3f}, {result.ci_high:.3f}] includes 0", evidence
+    return True, "", evidence

@@ -373,3 +373,33 @@ class TranscriptTurn(UUIDModel):
                 condition=Q(source__in=["llm", "heuristic", "harness"]), name="transcript_turn_source_valid"
             ),  # fmt: skip
         ]
+
+
+class Note(UUIDModel):
+    """One version of a person's markdown note on a run, or on one experiment of it (issue 36).
+
+    Append-only: editing a note adds the next version (apps.research.notes.note_add); the page
+    shows the newest, the history and the export keep them all.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="notes")
+    experiment = models.ForeignKey(
+        "experiments.Experiment", on_delete=models.CASCADE, null=True, blank=True, related_name="notes"
+    )
+    version = models.PositiveIntegerField()
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    text = models.TextField()
+
+    class Meta:
+        constraints = [
+            # One version number per subject: two people saving at once cannot both be version N.
+            models.UniqueConstraint(
+                fields=["run", "version"], condition=Q(experiment__isnull=True), name="note_run_version_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["experiment", "version"],
+                condition=Q(experiment__isnull=False),
+                name="note_experiment_version_unique",
+            ),
+            models.CheckConstraint(condition=Q(version__gte=1), name="note_version_positive"),
+        ]

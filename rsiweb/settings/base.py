@@ -86,6 +86,8 @@ INSTALLED_APPS = [
     "apps.expos",
     "apps.live",
     "apps.dashboard",
+    # Notifications read off the event log (its append hook is registered in ready()).
+    "apps.alerts",
 ]
 
 MIDDLEWARE = [
@@ -322,6 +324,17 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.integer("RSI_MAX_REQUEST_BYTES", 2 * 1024 * 10
 # Where the agent loops (Celery, queue `agents`) reach the REST API of the web process.
 RSI_API_URL = env.text("RSI_API_URL", "http://127.0.0.1:8000")
 RSI_LLM_BASE_URL = env.text("RSI_LLM_BASE_URL")
+
+# Alerts (apps.alerts): links in messages point here; e-mail goes through Django's mail settings
+# (EMAIL_BACKEND smtp by default with EMAIL_HOST / EMAIL_PORT / EMAIL_HOST_USER / ..._PASSWORD).
+SITE_URL = env.text("RSI_SITE_URL", "http://127.0.0.1:8000")
+EMAIL_BACKEND = env.text("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.text("EMAIL_HOST", "localhost")
+EMAIL_PORT = env.integer("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env.text("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env.text("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env.boolean("EMAIL_USE_TLS")
+DEFAULT_FROM_EMAIL = env.text("DEFAULT_FROM_EMAIL", "rsiweb@localhost")
 RSI_LLM_MODEL = env.text("RSI_LLM_MODEL")
 RSI_LLM_API_KEY = env.text("RSI_LLM_API_KEY")
 

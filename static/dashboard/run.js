@@ -584,7 +584,7 @@
     if (parts.has("header")) renderHeader();
     if (parts.has("guidance")) renderGuidance();
     if (parts.has("decisions")) renderDecisions();
-    if (parts.has("jobs")) renderJobs();
+    if (parts.has("jobs")) { renderJobs(); renderAccelerator(); }
     if (parts.has("reports")) renderReports();
   }
 
@@ -595,7 +595,9 @@
     const status = byId("run-status");
     status.textContent = run.status;
     status.className = `status status-${run.status}`;
-    byId("run-flagged").hidden = !run.flagged;
+    const flaggedBadge = byId("run-flagged");
+    // A violation ruled on a submission flags the run too (the server renders it; see runs_flag_reasons).
+    flaggedBadge.hidden = !(run.flagged || flaggedBadge.dataset.violation === "1");
     let best = null;
     for (const x of state.experiments.values()) {
       if (x.integrity_status === "accepted" && x.status === "succeeded" && x.feedback_score !== null && x.feedback_score !== undefined) {
@@ -607,7 +609,7 @@
     byId("decision-count").textContent = String(state.decisions.size);
     byId("dag-empty").hidden = state.nodes.size > 0;
     byId("exp-empty").hidden = state.experiments.size > 0;
-    setBudget("accelerator", run.used_accelerator_seconds, run.budget_accelerator_seconds, "s");
+    renderAccelerator();
     setBudget("LLM tokens", run.used_llm_tokens, run.budget_llm_tokens, "tokens");
     renderWallClock();
     const controls = byId("run-control");
@@ -621,15 +623,32 @@
     }
   }
 
+  // The true share, above 100 % when a run overran (running jobs finish after a budget is spent);
+  // only the bar's width stops at 100 %.
   function setBudget(label, used, total, unit) {
     const element = document.querySelector(`[data-budget="${label}"]`);
     if (!element) return;
-    const percent = total > 0 ? Math.max(0, Math.min(100, (100 * used) / total)) : 0;
+    const percent = total > 0 ? Math.max(0, (100 * used) / total) : 0;
     const fill = element.querySelector(".fill");
-    fill.style.width = `${percent.toFixed(1)}%`;
+    fill.style.width = `${Math.min(100, percent).toFixed(1)}%`;
     fill.classList.toggle("hot", percent >= 90);
+    element.classList.toggle("over", percent > 100);
     element.querySelector(".budget-value").textContent = `${Math.round(percent)}%`;
-    element.title = `${label}: ${Math.round(used)} of ${Math.round(total)} ${unit}`;
+    element.title = `${label}: ${Math.round(used)} of ${Math.round(total)} ${unit}${percent > 100 ? " (over budget)" : ""}`;
+  }
+
+  // Accelerator time is charged when a job ends; the jobs training now count too (as the
+  // server's run_budget_state counts them), so the bar moves while they run.
+  function renderAccelerator() {
+    const run = state.run;
+    const now = Date.now();
+    let inFlight = 0;
+    for (const j of state.jobs.values()) {
+      if (j.status === "running" && j.queue === "gpu" && j.kind !== "final_eval" && j.started_at) {
+        inFlight += Math.max(0, (now - new Date(j.started_at)) / 1000);
+      }
+    }
+    setBudget("accelerator", run.used_accelerator_seconds + inFlight, run.budget_accelerator_seconds, "s");
   }
 
   function renderWallClock() {
@@ -873,7 +892,7 @@
     controlForm.addEventListener("submit", async (event) => {
       event.preventDefault();
       const action = event.submitter ? event.submitter.value : "";
-      if (action === "stop" && !window.confirm("Stop this run? Running jobs finish, then the final evaluation runs.")) return;
+      if (action === "stop" && !window.confirm("Stop this run? Queued trainings are cancelled; running jobs finish, then the final evaluation runs.")) return;
       const seenBefore = runRecordsSeen;
       try {
         const run = await postForm(controlForm, { action });
@@ -976,7 +995,7 @@
     document.body.dataset.live = text;
   }
 
-  window.setInterval(() => { if (state) renderWallClock(); }, 10000); // a local clock, not a server poll
+  window.setInterval(() => { if (state) { renderWallClock(); renderAccelerator(); } }, 10000); // a local clock, not a server poll
   window.rsiRunSocket = new live.LiveSocket(config.urls.ws, { snapshot: onSnapshot, event: onEvent, state: onState });
   // This script is deferred, so DOMContentLoaded comes after it and after plotly.js (deferred
   // later in the page, so the DAG need not wait for plotly's 4 MB to parse). Charts wait for

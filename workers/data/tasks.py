@@ -9,9 +9,11 @@ integrity service sends its task here by name (``TaskName.INTEGRITY_CHECK``).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 
+from apps.alerts.services import AlertTransientError, alert_deliver, alert_delivery_fail
 from apps.core.errors import Conflict
 from apps.core.queues import TaskName
 from apps.datapool.selectors import data_entry_get
@@ -75,3 +77,30 @@ def reap_jobs_task() -> int:
     """One reaper sweep on demand (every worker also runs the reaper loop; see workers.runtime)."""
     reaped = jobs_reap_stale(stale_after_seconds=engine_config().stale_after_seconds)
     return len(reaped)
+
+
+ALERT_MAX_RETRIES = 5
+
+
+class AlertTask(Task):  # type: ignore[type-arg]
+    """A delivery whose every retry failed is recorded as failed (STYLE.md 20)."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        alert_delivery_fail(delivery_id=kwargs["delivery_id"], error=f"{exc.__class__.__name__}: {exc}")
+
+
+@shared_task(
+    base=AlertTask,
+    name=TaskName.ALERT_DELIVER,
+    autoretry_for=(AlertTransientError,),
+    retry_backoff=2,
+    retry_backoff_max=300,
+    max_retries=ALERT_MAX_RETRIES,
+    acks_late=True,
+    soft_time_limit=60,
+    time_limit=90,
+)
+def alert_deliver_task(*, delivery_id: int) -> str:
+    """Send one alert (webhook or e-mail); transient failures retry with backoff. Safe to run twice."""
+    delivery = alert_deliver(delivery_id=delivery_id)
+    return delivery.status if delivery is not None else "missing"

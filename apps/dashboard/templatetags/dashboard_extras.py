@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 from django.core.serializers.json import DjangoJSONEncoder
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
 
 from apps.integrity.choices import ADJUDICATION_MEANING, OBSERVATION_MEANING
 
@@ -47,3 +49,15 @@ def code_meaning(code: Any) -> str:
     """An observation or adjudication code's meaning (apps.integrity.choices), for titles and legends."""
     key = str(code or "")
     return OBSERVATION_MEANING.get(key) or ADJUDICATION_MEANING.get(key) or ""
+
+
+# CommonMark with raw HTML off: a note's "<script>" or "<img onerror>" is shown as text, and
+# markdown-it refuses javascript:, vbscript: and data: (non-image) link targets.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False})
+
+
+@register.filter
+def markdown(value: str) -> SafeString:
+    """A person's markdown note as HTML that carries no markup of their own."""
+    rendered: str = _MARKDOWN.render(value or "")
+    return mark_safe(rendered)  # noqa: S308 - html disabled: every tag is escaped

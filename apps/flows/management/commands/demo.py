@@ -40,6 +40,7 @@ from apps.core.management.commands.serve import uvicorn_command
 from apps.core.procs import Lifeline, PortInUse, port_check_free
 from apps.flows.management.commands.start_run import wait_for_result
 from apps.flows.runs import run_final_result, run_launch
+from apps.flows.scores import MIN_GAIN, beats_theta0
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -185,6 +186,16 @@ def _terminated(signum: int, frame: Any) -> None:
     raise Terminated(128 + signum)
 
 
+def theta0_verdict(run: Any) -> str:
+    """ "beats θ0" only when the one rule holds (``beats_theta0``: a gain of MIN_GAIN and a CI above 0)."""
+    beats, why, evidence = beats_theta0([run])
+    rule = f"(rule: gain >= {MIN_GAIN} and CI above 0)"
+    if beats:
+        return (f"beats θ0 on the final split: gain {evidence['difference']:.3f}, 95 % CI "
+                f"[{evidence['ci_low']:.3f}, {evidence['ci_high']:.3f}] {rule}")  # fmt: skip
+    return f"does NOT beat θ0 on the final split: {why} {rule}"
+
+
 class Command(BaseCommand):
     help = (
         "The first five minutes: serve the dashboard at once, build the minibench (first time only; its progress "
@@ -327,7 +338,11 @@ class Command(BaseCommand):
             raise CommandError(f"{exc.code}: {exc.message}") from None
 
     def _report(self, run: Any, result: dict[str, Any] | None, seconds: float) -> None:
-        self.stdout.write(f"run ended: {run.status} after {seconds:.0f}s")
+        # The run's own time (its start to its end), not the command's: the stack's start and the
+        # minibench build before it are not the run's.
+        ran = (run.finished_at - run.started_at).total_seconds() if run.started_at and run.finished_at else None
+        took = f"after {ran:.0f}s" if ran is not None else "(no start or end recorded)"
+        self.stdout.write(f"run ended: {run.status} {took} (this command has been up {seconds:.0f}s)")
         if not result:
             self.stdout.write("no final result was recorded")
             return
@@ -342,8 +357,7 @@ class Command(BaseCommand):
         for row in result.get("candidates", []):
             self.stdout.write(f"  other accepted candidate {row.get('experiment')}: final {score(row)} (not used "
                               "for selection)")  # fmt: skip
-        verdict = "beats θ0" if result.get("beats_theta0") else "does NOT beat θ0"
-        self.stdout.write(f"result: the returned checkpoint {verdict} on the final split")
+        self.stdout.write(f"result: the returned checkpoint {theta0_verdict(run)}")
         self.stdout.write(json.dumps(result, default=str))
 
     def _admin_password(self) -> str:
