@@ -21,6 +21,9 @@ What the one-device path promises holds here too:
 
 from __future__ import annotations
 
+import apps.ml.offline  # noqa: F401 - before transformers: the Hub stays off
+
+# isort: split
 import contextlib
 import dataclasses
 import json
@@ -35,8 +38,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from apps.core.procs import Lifeline
 from apps.ml.hparams import TrainConfig, validate_train_config
+from apps.ml.training import Cancelled, TrainHooks, TrainResult, train
+
+# The job runner's one door to training (workers.gpu.tasks imports these from here).
+__all__ = ["Cancelled", "RankFailed", "TrainHooks", "TrainResult", "launch_train"]
 
 MAX_DEVICES = 8
 CONFIG_DIR = Path(__file__).with_name("accelerate")
@@ -105,14 +114,15 @@ def launch_train(
     devices: int,
     strategy: str = "ddp",
     hooks: Any = None,
+    visible_devices: list[int] | None = None,
 ) -> Any:
     """Train like `training.train` on `devices` devices of this host; returns its TrainResult.
 
-    One device runs in this process, exactly as before. Raises `RankFailed` when a rank fails,
+    One device runs in this process, exactly as before. ``visible_devices``: the CUDA device
+    indices the scheduler gave the job (apps.jobs ``Job.devices``), made the ranks' only ones.
+    Raises `RankFailed` when a rank fails,
     `Cancelled` on cooperative cancel, and ValueError for settings that cannot run.
     """
-    from apps.ml.training import Cancelled, TrainHooks, TrainResult, train  # noqa: PLC0415 - TRL
-
     hooks = hooks or TrainHooks()
     rank_config = per_device_config(config, devices)
     if strategy != "ddp" and config.adapter == "lora":
@@ -121,8 +131,6 @@ def launch_train(
         return train(config, base_dir=base_dir, data_files=data_files, out_dir=out_dir, hooks=hooks)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"output directory {out_dir} is not empty")
-    import torch  # noqa: PLC0415 - heavy
-
     with tempfile.TemporaryDirectory(prefix="rsi-launch-") as tmp:
         run_dir = Path(tmp)
         spec = {
@@ -138,7 +146,10 @@ def launch_train(
         events = _Events(run_dir / "events.jsonl", hooks)
         started = time.monotonic()
         with (run_dir / "launcher.log").open("wb") as launcher_log:
-            proc = subprocess.Popen(cmd, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True)
+            env = dict(os.environ)
+            if visible_devices and torch.cuda.is_available():
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in visible_devices)
+            proc = subprocess.Popen(cmd, stdout=launcher_log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         lifeline = Lifeline([proc.pid])
         try:
             while proc.poll() is None:
@@ -234,8 +245,6 @@ def _failure(run_dir: Path, returncode: int | None) -> RankFailed:
 
 
 def _rank_main(spec_path: Path) -> int:
-    from apps.ml.training import TrainHooks, train  # noqa: PLC0415 - TRL
-
     spec = json.loads(spec_path.read_text())
     run_dir = Path(spec["run_dir"])
     rank = int(os.environ.get("RANK", "0"))
