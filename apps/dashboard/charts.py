@@ -433,7 +433,7 @@ def hardware_figure(job: Job) -> dict[str, Any]:
     figure.add_scatter(x=t, y=[s.get("ram_mib") for s in samples], name="RAM MiB", mode="lines", yaxis="y2")
     indices = sorted({g["index"] for s in samples for g in s.get("gpus", [])})
     for index in indices:
-        per = [next((g for g in s.get("gpus", []) if g["index"] == index), {}) for s in samples]
+        per: list[dict[str, Any]] = [next((g for g in s.get("gpus", []) if g["index"] == index), {}) for s in samples]
         figure.add_scatter(x=t, y=[g.get("util_percent") for g in per], name=f"GPU {index} util %", mode="lines")
         figure.add_scatter(x=t, y=[g.get("memory_mib") for g in per], name=f"GPU {index} MiB", mode="lines", yaxis="y2")
         figure.add_scatter(

@@ -60,6 +60,8 @@ from apps.experiments.models import (
 from apps.flows.scores import run_scores
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
 from apps.integrity.report import integrity_report
+from apps.jobs.models import Job
+from apps.jobs.selectors import job_hardware
 from apps.research.models import (
     Candidate,
     Decision,
@@ -216,6 +218,11 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         tables = _rows_of(run)
+        # Not a table (jobs are not exported): each job's hardware evidence, summary and samples.
+        hardware = [
+            {**job_hardware(job=job), "experiment": str(job.experiment.uuid) if job.experiment else None}
+            for job in Job.objects.filter(run=run).select_related("experiment").order_by("pk")
+        ]
         scores = run_scores(run=run)
         integrity = integrity_report(run)
     return {
@@ -228,6 +235,7 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         "chain": {"key": chain_key(run), "events": len(tables[_label(Event)])},
         "integrity_report": json.loads(json.dumps(integrity, default=_plain)),
         "scores": json.loads(json.dumps(dataclasses.asdict(scores), default=_plain)),
+        "hardware": json.loads(json.dumps(hardware, default=_plain)),
     }
 
 
