@@ -39,3 +39,15 @@ def test_a_job_without_samples_says_so(world, as_role):
     response = as_role("viewer").get(reverse("dashboard:job", args=[job.uuid]))
     texts = [a["text"] for a in response.context["hardware_figure"]["layout"].get("annotations", [])]
     assert texts == ["No samples yet."]
+
+
+def test_the_experiment_node_summarises_each_jobs_hardware(world, as_role):
+    job = world.jobs["running"]
+    samples = [{"t": 10, "cpu_percent": 95, "ram_mib": 2048, "host_ram_percent": 31, "gpus": [GPU]}]
+    Job.objects.filter(pk=job.pk).update(metrics={**job.metrics, "hardware": samples})
+    experiment = job.experiment
+    response = as_role("viewer").get(reverse("dashboard:experiment", args=[experiment.run.uuid, experiment.handle]))
+    html = response.content.decode()
+    assert "peak RAM 2048.0 MiB · GPU 0 peak 70000.0 MiB" in html
+    row = next(r for r in response.context["jobs"] if r["job"].pk == job.pk)
+    assert row["hardware"]["runtime_seconds"] is not None
