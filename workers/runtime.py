@@ -30,10 +30,12 @@ from apps.core.queues import Queue
 from apps.core.transient import DB_TRANSIENT_ERRORS
 from apps.datapool.storage import artifact_store
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobStatus
+from apps.jobs.hardware import Sampler, sample_seconds
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_get
 from apps.jobs.services import (
     HARD_LIMIT_GRACE_SECONDS,
+    DevicesBusy,
     engine_config,
     job_cancel,
     job_claim,
@@ -110,6 +112,18 @@ def job_task(name: str, *, soft_time_limit: int) -> Callable[[Callable[..., Any]
     )
 
 
+def host_devices(job: Job) -> int | None:
+    """The accelerators of this worker's host (``RSI_HOST_DEVICES``) for a job of the accelerator queue.
+
+    Unset (the embedded default), device accounting is off: the worker's Celery concurrency is
+    the only bound, as before multi-device jobs.
+    """
+    if job.queue != Queue.GPU:
+        return None
+    configured = os.environ.get("RSI_HOST_DEVICES")
+    return int(configured) if configured else None
+
+
 def job_start(*, job_id: int, passes: int = 0) -> Job | None:
     """Fetch and claim the job a message points at; None (logged) when there is nothing to run.
 
@@ -128,7 +142,15 @@ def job_start(*, job_id: int, passes: int = 0) -> Job | None:
         job_pass_turn(job=job, passes=passes + 1)
         logger.info("job %s passes its turn to a run with fewer jobs running", job.uuid)
         return None
-    claimed = job_claim(job_id=job_id, worker=worker_name())
+    try:
+        claimed = job_claim(job_id=job_id, worker=worker_name(), host_devices=host_devices(job))
+    except DevicesBusy as exc:
+        # Not all its devices are free on this host (or its run holds its cap): it waits queued,
+        # holding none, and its message goes to the back of the queue.
+        time.sleep(PASS_TURN_PAUSE_SECONDS)
+        job_pass_turn(job=job, passes=passes)
+        logger.info("job %s waits: %s", job.uuid, exc)
+        return None
     if claimed is None:
         # A redelivered message, a duplicate, or a job cancelled while queued: nothing to do.
         logger.info("job %s is %s, not queued; another worker has or had it", job.uuid, job.status)
@@ -169,15 +191,31 @@ class RunningJob:
         self._report_lock = threading.Lock()
         self._contact = time.monotonic()  # when the database last took a beat or a report
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{job.pk}", daemon=True)
+        self._sampler = Sampler(devices=job.devices)
+        self._sample_every = sample_seconds()
+        self._sampling = threading.Thread(target=self._sample, name=f"hardware-{job.pk}", daemon=True)
 
     def __enter__(self) -> RunningJob:
         self._thread.start()
+        self._report(hardware_sample=self._sampler.sample())
+        self._sampling.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join(timeout=30)
+        self._sampling.join(timeout=30)
+        self._report(hardware_sample=self._sampler.sample())  # the last point, however short the job
         self.flush()
+
+    def _sample(self) -> None:
+        # Hardware evidence (apps.jobs.hardware): every RSI_HARDWARE_SAMPLE_SECONDS, through the
+        # same ordered report queue as metrics, so one writer appends to the job's metrics JSON.
+        try:
+            while not self._done.wait(self._sample_every):
+                self._report(hardware_sample=self._sampler.sample())
+        finally:
+            connection.close()  # this thread's own connection
 
     def _beat(self) -> None:
         try:
@@ -265,6 +303,7 @@ class RunningJob:
         a report would be dropped, so loss lines logged during an outage that outlasted the body
         would be lost (CI: a 400-step training ended inside a 20 s outage, steps 260-400 gone).
         """
+        self._report(hardware_sample=self._sampler.sample())  # the last point before the job ends
         while not self.flush() and time.monotonic() - self._contact <= self.stale_after:
             logger.warning("job %s: the database is away; its reports and result wait", self.job.uuid)
             time.sleep(self.interval)

@@ -412,3 +412,31 @@ def run_charts(run: Run) -> dict[str, Any]:
     figures = {name: build(run).to_plotly_json() for name, build in CHARTS.items()}
     # PlotlyJSONEncoder turns datetimes and numpy values into what plotly.js reads.
     return json.loads(json.dumps(figures, cls=PlotlyJSONEncoder))
+
+
+def hardware_figure(job: Job) -> dict[str, Any]:
+    """The job page's hardware chart (apps.jobs.hardware samples): CPU and GPU utilisation in percent
+    on the left axis, the job's RAM and each GPU's memory in MiB on the right; plotly JSON."""
+    samples = list((job.metrics or {}).get("hardware", []))
+    figure = go.Figure(
+        layout=_layout(
+            "Hardware",
+            xaxis={"title": {"text": "seconds since the job started"}},
+            yaxis={"title": {"text": "%"}, "rangemode": "tozero"},
+            yaxis2={"title": {"text": "MiB"}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
+        )
+    )
+    if not samples:
+        return dict(json.loads(json.dumps(_empty(figure, "No samples yet.").to_plotly_json(), cls=PlotlyJSONEncoder)))
+    t = [s.get("t") for s in samples]
+    figure.add_scatter(x=t, y=[s.get("cpu_percent") for s in samples], name="CPU %", mode="lines")
+    figure.add_scatter(x=t, y=[s.get("ram_mib") for s in samples], name="RAM MiB", mode="lines", yaxis="y2")
+    indices = sorted({g["index"] for s in samples for g in s.get("gpus", [])})
+    for index in indices:
+        per: list[dict[str, Any]] = [next((g for g in s.get("gpus", []) if g["index"] == index), {}) for s in samples]
+        figure.add_scatter(x=t, y=[g.get("util_percent") for g in per], name=f"GPU {index} util %", mode="lines")
+        figure.add_scatter(x=t, y=[g.get("memory_mib") for g in per], name=f"GPU {index} MiB", mode="lines", yaxis="y2")
+        figure.add_scatter(
+            x=t, y=[g.get("temperature_c") for g in per], name=f"GPU {index} °C", mode="lines", visible="legendonly"
+        )
+    return dict(json.loads(json.dumps(figure.to_plotly_json(), cls=PlotlyJSONEncoder)))

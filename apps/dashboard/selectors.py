@@ -59,7 +59,7 @@ from apps.integrity.report import integrity_report
 from apps.integrity.selectors import experiments_hacked, experiments_ran
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine
-from apps.jobs.selectors import job_payload
+from apps.jobs.selectors import job_hardware, job_payload
 from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run, TranscriptTurn
 from apps.research.selectors import (
@@ -466,7 +466,11 @@ def experiment_detail(experiment: Experiment) -> dict[str, Any]:
         "verdict": experiment.integrity_status if ran else "not run",
         "data": list(experiment.data_usages.select_related("entry").order_by("pk")),
         "evaluations": evaluations,
-        "jobs": list(experiment.jobs.order_by("created_at", "pk")),
+        "jobs": [
+            # Each job with its hardware summary (apps.jobs.hardware): runtime, peaks, OOM.
+            {"job": job, "hardware": job_hardware(job=job, with_samples=False)["summary"]}
+            for job in experiment.jobs.order_by("created_at", "pk")
+        ],
         "ancestors": sorted(
             ((related[pk], depth) for pk, depth in ancestor_ids.items() if pk in related), key=lambda x: (x[1], x[0].pk)
         ),

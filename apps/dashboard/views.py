@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.benchmarks.build_progress import build_progress_read
 from apps.core.errors import ApplicationError, NotFound
 from apps.dashboard import selectors, workbench
-from apps.dashboard.charts import run_charts
+from apps.dashboard.charts import hardware_figure, run_charts
 from apps.dashboard.comparison import COMPARE_MAX_RUNS, is_uuid, run_ablation_view, run_comparison, runs_by_uuid
 from apps.dashboard.filters import RunFilter
 from apps.dashboard.forms import (
@@ -60,7 +60,7 @@ from apps.dojo.suites import ablation_suite_create, suite_launch
 from apps.experiments.models import Checkpoint
 from apps.flows.bundle import bundle_archive, export_run_bundle
 from apps.flows.reports import report_payload
-from apps.jobs.selectors import job_attempts
+from apps.jobs.selectors import job_attempts, job_hardware
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
 from apps.research.notes import note_versions
@@ -679,6 +679,8 @@ def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
             "job": job,
             "snapshot": selectors.job_snapshot(job=job),
             "attempts": job_attempts(job=job),
+            "hardware": job_hardware(job=job, with_samples=False)["summary"],
+            "hardware_figure": hardware_figure(job),
             "page_config": {
                 "ws": f"/ws/jobs/{job.uuid}/",
                 "experiment": job.experiment.handle if job.experiment_id else None,

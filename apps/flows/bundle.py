@@ -77,6 +77,7 @@ from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFindin
 from apps.integrity.overlap import sealed_scanner
 from apps.integrity.report import integrity_report
 from apps.jobs.models import Job, JobLogLine
+from apps.jobs.selectors import job_hardware
 from apps.research.models import (
     Candidate,
     Decision,
@@ -261,6 +262,11 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         tables = _rows_of(run)
         jobs = _jobs_of(run)
+        # Not a table (jobs are not exported): each job's hardware evidence, summary and samples.
+        hardware = [
+            {**job_hardware(job=job), "experiment": str(job.experiment.uuid) if job.experiment else None}
+            for job in Job.objects.filter(run=run).select_related("experiment").order_by("pk")
+        ]
         scores = run_scores(run=run)
         integrity = integrity_report(run)
         notes = notes_export(run)
@@ -277,6 +283,7 @@ def export_run_bundle(run: Run) -> dict[str, Any]:
         "jobs": jobs,
         # Every version of the people's notes on the run and its experiments (markdown source).
         "notes": notes,
+        "hardware": json.loads(json.dumps(hardware, default=_plain)),
     }
     return bundle_sign(bundle)
 
@@ -331,6 +338,7 @@ def bundle_manifest(bundle: dict[str, Any]) -> dict[str, Any]:
         # and the people's notes (absent in a bundle without them: the digest of None).
         "jobs": _digest(bundle.get("jobs")),
         "notes": _digest(bundle.get("notes")),
+        "hardware": _digest(bundle.get("hardware")),
     }
 
 
@@ -507,7 +515,7 @@ def bundle_verify(data: dict[str, Any], *, trusted_keys: Iterable[str] = ()) -> 
                 raise ApplicationError("bundle_records_differ", f"{label} {row_id} is not among the signed records.")
             if _digest(rows[row_id]) != stated[row_id]:
                 raise ApplicationError("bundle_records_differ", f"{label} {row_id} differs from its signed hash.")
-    for block in ("benchmark", "scores", "integrity_report", "jobs", "notes"):
+    for block in ("benchmark", "scores", "integrity_report", "jobs", "notes", "hardware"):
         if _digest(data.get(block)) != manifest.get(block):
             raise ApplicationError("bundle_records_differ", f"the bundle's {block} differs from its signed hash.")
     chains = tables.get(_label(EventChain), [])

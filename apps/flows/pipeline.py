@@ -104,7 +104,8 @@ def experiment_start(*, experiment: Experiment) -> Job:
             for entry in entries:
                 data_usage_record(entry=entry, experiment=locked, purpose="train")
             seed = int(spec["hyperparameters"].get("seed", 0))
-            return job_enqueue(kind=JobKind.TRAIN, spec=spec, experiment=locked, seed=seed)
+            accelerators = int(locked.action.get("accelerators", 1))
+            return job_enqueue(kind=JobKind.TRAIN, spec=spec, experiment=locked, seed=seed, accelerators=accelerators)
         if locked.kind == ExperimentKind.EVAL_ONLY:
             spec = evaluation_spec(checkpoint=locked.input_checkpoint, benchmark=locked.run.benchmark)
             return job_enqueue(kind=JobKind.EVALUATE, spec=spec, experiment=locked)

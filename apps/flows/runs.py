@@ -415,7 +415,7 @@ def run_budget_state(*, run: Run) -> BudgetState:
     running = Job.objects.filter(run=run, status=JobStatus.RUNNING, queue=Queue.GPU, started_at__isnull=False).exclude(
         kind=JobKind.FINAL_EVAL
     )
-    in_flight = sum(max(0.0, (now - job.started_at).total_seconds()) for job in running)
+    in_flight = sum(max(0.0, (now - job.started_at).total_seconds()) * job.accelerators for job in running)
     accelerator_used = run.used_accelerator_seconds + in_flight
     accelerator_left = run.budget_accelerator_seconds - run.reserved_final_seconds - accelerator_used
     elapsed = (now - run.started_at).total_seconds() if run.started_at else 0.0

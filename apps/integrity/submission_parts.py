@@ -91,6 +91,17 @@ def train_config(train: dict[str, Any]) -> TrainConfig:
         raise invalid(f"train: {exc}") from None
 
 
+def accelerators(train: dict[str, Any], policy: dict[str, Any]) -> int:
+    """``train.accelerators``: the devices the training asks for (default 1), within the run's cap."""
+    value = train.get("accelerators", 1)
+    cap = int(policy.get("accelerators_per_job", 1))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 8:
+        raise invalid(f"train.accelerators must be an integer from 1 to 8, got {value!r}.")
+    if value > cap:
+        raise invalid(f"train.accelerators={value} is over the run policy's cap of {cap} per job.")
+    return value
+
+
 def dataset_handles(train: dict[str, Any]) -> list[str]:
     handles = train.get("datasets")
     if not isinstance(handles, list) or not handles or not all(isinstance(h, str) for h in handles):

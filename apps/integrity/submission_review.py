@@ -70,6 +70,7 @@ class ReviewResult:
     feedback_evals_allowed: int
     feedback_allowance: FeedbackAllowance | None = None
     override: ReviewOverride | None = None
+    accelerators: int = 1
 
     @property
     def overridden(self) -> bool:
@@ -88,6 +89,8 @@ class ReviewResult:
             # The full config, defaults included: a later change of a default must not change
             # what this experiment meant.
             action["hyperparameters"] = dataclasses.asdict(self.train_config)
+            if self.accelerators > 1:
+                action["accelerators"] = self.accelerators
             action["datasets"] = [
                 {"handle": e.handle, "uuid": str(e.uuid), "sha256": e.sha256, "teacher": e.teacher}
                 for e in self.datasets
@@ -165,6 +168,8 @@ def submission_review(
     policy = run.policy or {}
     refusals: list[Refusal] = []
     config = request.train_config
+    train = request.spec.get("train")
+    accelerators = parts.accelerators(train, policy) if config is not None and isinstance(train, dict) else 1
     datasets, data_refusals = parts.datasets(request.dataset_handles, subjects.datasets, config) if config else ([], [])
     refusals += data_refusals
     refusals += parts.checkpoint_refusals(run, request.checkpoint_handle, subjects)
@@ -190,6 +195,7 @@ def submission_review(
         feedback_evals_used=allowance.binding.used,
         feedback_evals_allowed=allowance.binding.allowed,
         feedback_allowance=allowance,
+        accelerators=accelerators,
     )
     if refusals and all(r.overridable for r in refusals):
         result.override = override_find(run=run, worker=worker, spec_sha256=request.spec_sha256)

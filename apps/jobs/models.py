@@ -42,6 +42,10 @@ class Job(UUIDModel):
     seed = models.BigIntegerField(default=0)
     versions = models.JSONField(default=dict, blank=True)  # package versions, code commit
     time_limit_seconds = models.PositiveIntegerField(default=3600)
+    # Devices the job needs, all on one host (apps.ml.launch runs it on that many); the budget is
+    # charged per device-second. `devices`: the indices on the claiming worker's host it holds.
+    accelerators = models.PositiveSmallIntegerField(default=1)
+    devices = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [
@@ -50,6 +54,9 @@ class Job(UUIDModel):
             models.CheckConstraint(condition=Q(attempt__gte=1), name="job_attempt_gte_1"),
             models.CheckConstraint(condition=Q(progress__gte=0) & Q(progress__lte=1), name="job_progress_0_1"),
             models.CheckConstraint(condition=Q(resource_seconds__gte=0), name="job_resource_seconds_gte_0"),
+            models.CheckConstraint(
+                condition=Q(accelerators__gte=1) & Q(accelerators__lte=8), name="job_accelerators_1_8"
+            ),
             models.CheckConstraint(
                 condition=Q(attempt=1, previous_attempt__isnull=True)
                 | Q(attempt__gt=1, previous_attempt__isnull=False),

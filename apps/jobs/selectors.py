@@ -6,6 +6,8 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from apps.core.clock import db_now
+from apps.jobs import hardware
 from apps.jobs.choices import JOB_ACTIVE_STATES
 from apps.jobs.models import Job, JobLogLine
 
@@ -64,3 +66,21 @@ def job_payload(job: Job) -> dict[str, Any]:
         "metrics_last": (job.metrics or {}).get("last", {}),
         "experiment": str(job.experiment.uuid) if job.experiment_id is not None else None,
     }
+
+
+def job_hardware(*, job: Job, with_samples: bool = True) -> dict[str, Any]:
+    """The job's hardware evidence: its summary (runtime, peaks, OOM) and, optionally, the samples."""
+    samples = list((job.metrics or {}).get("hardware", []))
+    runtime = None
+    if job.started_at is not None:
+        runtime = ((job.finished_at or db_now()) - job.started_at).total_seconds()
+    out: dict[str, Any] = {
+        "job": str(job.uuid),
+        "kind": job.kind,
+        "status": job.status,
+        "accelerators": job.accelerators,
+        "summary": hardware.summary(samples, runtime_seconds=runtime, error=job.error),
+    }
+    if with_samples:
+        out["samples"] = samples
+    return out

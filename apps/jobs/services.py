@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count, Max
+from django.db import connection, transaction
+from django.db.models import Max, Sum
 from django.db.models.functions import Coalesce, Now
 from kombu.exceptions import OperationalError
 
@@ -71,6 +71,8 @@ logger = logging.getLogger(__name__)
 
 SYSTEM = "system"
 DEFAULT_TIME_LIMIT_SECONDS = 3600
+MAX_ACCELERATORS = 8  # one host's worth (apps.ml.launch.MAX_DEVICES)
+DEFAULT_ACCELERATORS_PER_RUN = 8  # the run policy's default cap (docs/run-policy.md)
 # Extra seconds between the soft limit (cooperative stop, clean failure) and the hard kill.
 HARD_LIMIT_GRACE_SECONDS = 60
 # Loss-curve points kept per job; beyond this the older half is thinned, so rows stay small.
@@ -217,6 +219,7 @@ def _create(
     queue: str,
     seed: int,
     time_limit_seconds: int,
+    accelerators: int = 1,
     previous_attempt: Job | None = None,
     reason: str,
 ) -> Job:
@@ -228,6 +231,7 @@ def _create(
         queue=queue,
         seed=seed,
         time_limit_seconds=time_limit_seconds,
+        accelerators=accelerators,
         versions={"enqueued": versions_capture()},
         celery_id=str(uuid.uuid4()),
         attempt=1 if previous_attempt is None else previous_attempt.attempt + 1,
@@ -253,10 +257,15 @@ def job_enqueue(
     queue: str | None = None,
     seed: int = 0,
     time_limit_seconds: int = DEFAULT_TIME_LIMIT_SECONDS,
+    accelerators: int = 1,
 ) -> Job:
     """Create a queued job (recording package versions and code commit) and send its id to a worker."""
     if kind not in JobKind.values:
         raise ApplicationError("invalid_job_kind", f"Job kind must be one of {JobKind.values}, got {kind!r}.")
+    if isinstance(accelerators, bool) or not isinstance(accelerators, int) or not 1 <= accelerators <= MAX_ACCELERATORS:
+        raise ApplicationError(
+            "invalid_accelerators", f"A job needs 1 to {MAX_ACCELERATORS} accelerators, got {accelerators!r}."
+        )
     if time_limit_seconds < 1:
         raise ApplicationError("invalid_time_limit", "A job's time limit must be at least one second.")
     if experiment is not None:
@@ -272,24 +281,77 @@ def job_enqueue(
             queue=queue or DEFAULT_QUEUES[JobKind(kind)],
             seed=seed,
             time_limit_seconds=time_limit_seconds,
+            accelerators=accelerators,
             reason="enqueued",
         )
 
 
-def job_claim(*, job_id: int, worker: str) -> Job | None:
+class DevicesBusy(Conflict):
+    """The job's devices are not all free on this host now (or its run holds its cap): it waits queued."""
+
+
+def worker_host(worker: str) -> str:
+    """The host part of a worker name (``host:pid``, workers.runtime.worker_name)."""
+    return worker.rsplit(":", 1)[0]
+
+
+def _lock_host(host: str) -> None:
+    # One claim at a time per host while devices are counted. PostgreSQL: a transaction-scoped
+    # advisory lock; SQLite serialises writers already (the claim's UPDATE comes first there).
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"rsiweb.jobs.host:{host}"])
+
+
+def _devices_for(job: Job, *, host: str, host_devices: int) -> list[int]:
+    """All of ``job``'s devices from those free on ``host``, or DevicesBusy: never a partial hold.
+
+    A job holding some devices while it waits for the rest is how two 4-device jobs deadlock an
+    8-device host; a job takes all its devices in one claim or none. The run's policy caps the
+    devices its running jobs hold together (``accelerators_per_run``); final evaluations are not
+    counted against it, so they never wait for the run's own trainings.
+    """
+    running = Job.objects.filter(status=JobStatus.RUNNING).exclude(pk=job.pk)
+    held = {d for devices in running.filter(worker__startswith=f"{host}:").values_list("devices", flat=True)
+            for d in devices}  # fmt: skip
+    free = [d for d in range(host_devices) if d not in held]
+    if len(free) < job.accelerators:
+        raise DevicesBusy(
+            "devices_busy", f"Job {job.uuid} needs {job.accelerators} devices; {len(free)} of {host_devices} are free."
+        )
+    if job.run is not None and job.kind != JobKind.FINAL_EVAL:
+        cap = int((job.run.policy or {}).get("accelerators_per_run", DEFAULT_ACCELERATORS_PER_RUN))
+        in_use = (
+            running.filter(run=job.run, queue=job.queue).exclude(kind=JobKind.FINAL_EVAL)
+            .aggregate(n=Sum("accelerators"))["n"] or 0
+        )  # fmt: skip
+        if in_use + job.accelerators > cap:
+            raise DevicesBusy("run_accelerators_cap", f"The run holds {in_use} of its {cap} accelerators.")
+    return free[: job.accelerators]
+
+
+def job_claim(*, job_id: int, worker: str, host_devices: int | None = None) -> Job | None:
     """Move a queued job to running for ``worker``; None when someone else has it (or it ended).
 
     The conditional UPDATE is the claim: the database lets exactly one of two racing workers
     change ``status=queued`` to running, so a redelivered or duplicated message is harmless.
+    With ``host_devices`` (the accelerators on the worker's host) the claim also takes all the
+    job's devices there, or raises `DevicesBusy` and leaves the job queued.
     """
     now = Now()  # the database's clock, in the statement: heartbeats and reapers compare with it
     with transaction.atomic():
+        if host_devices is not None:
+            _lock_host(worker_host(worker))
         claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
             status=JobStatus.RUNNING, worker=worker[:200], started_at=now, heartbeat_at=now, updated_at=now
         )
         if claimed != 1:
             return None
         job = Job.objects.select_related("run").get(pk=job_id)  # row-locked by the UPDATE above
+        if host_devices is not None:
+            # Raising rolls the claim back: the job stays queued, untouched.
+            job.devices = _devices_for(job, host=worker_host(worker), host_devices=host_devices)
+            job.save(update_fields=["devices", "updated_at"])
         _lock_experiment(job)
         # The host that runs the job may differ from the one that queued it.
         job.versions = {**job.versions, "executed": versions_capture()}
@@ -329,6 +391,7 @@ def job_report(
     progress: float | None = None,
     metrics_point: dict[str, Any] | None = None,
     log_line: str | None = None,
+    hardware_sample: dict[str, Any] | None = None,
 ) -> None:
     """Stream progress, a metrics point (loss, tokens/s at a step) and/or a log line into the records.
 
@@ -349,6 +412,14 @@ def job_report(
             points = points[:half:2] + points[half:]
         last = {**metrics.get("last", {}), **metrics_point}
         fields["metrics"] = {**metrics, "points": points, "last": last}
+    if hardware_sample is not None:
+        # apps.jobs.hardware: CPU, RAM and per-GPU points, thinned like the loss points.
+        metrics = fields.get("metrics") or Job.objects.filter(pk=job.pk).values_list("metrics", flat=True).first() or {}
+        samples = [*metrics.get("hardware", []), json_safe(hardware_sample)]
+        if len(samples) > MAX_METRIC_POINTS:
+            half = len(samples) // 2
+            samples = samples[:half:2] + samples[half:]
+        fields["metrics"] = {**metrics, "hardware": samples}
     with transaction.atomic():
         running = Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING)
         if fields:
@@ -400,7 +471,10 @@ def _finish(
         now = db_now()
         # A lost job stopped at its last heartbeat, not now; its tail is not charged.
         end = locked.heartbeat_at if to_status == JobStatus.LOST and locked.heartbeat_at else now
-        seconds = max(0.0, (end - locked.started_at).total_seconds()) if locked.started_at else 0.0
+        # Device-seconds: a job on N accelerators spends N seconds of the budget per second.
+        seconds = (
+            max(0.0, (end - locked.started_at).total_seconds()) * locked.accelerators if locked.started_at else 0.0
+        )
         locked.status = to_status
         locked.finished_at = now
         locked.resource_seconds = seconds
@@ -583,7 +657,8 @@ def job_yields_turn(*, job: Job) -> bool:
     hold every slot while runs that submitted a moment later wait (concurrent runs of an agent
     suite or an ablation then compare scheduling luck, not agents). A run's job yields when
     another run has a job queued on the same queue and fewer jobs running there than this one:
-    max-min fairness over runs, one slot at a time. A run with nothing running never yields, so
+    max-min fairness over runs, one slot at a time (counted in devices: a 4-device job holds 4
+    slots). A run with nothing running never yields, so
     every run with work gets a slot; final evaluations and jobs of no run never yield.
     """
     if job.run_id is None or job.kind == JobKind.FINAL_EVAL:
@@ -591,7 +666,7 @@ def job_yields_turn(*, job: Job) -> bool:
     running = dict(
         Job.objects.filter(queue=job.queue, status=JobStatus.RUNNING, run__isnull=False)
         .values_list("run_id")
-        .annotate(n=Count("id"))
+        .annotate(n=Sum("accelerators"))
         .values_list("run_id", "n")
     )
     mine = running.get(job.run_id, 0)

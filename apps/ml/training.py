@@ -302,11 +302,19 @@ def train(
         trainer.train()
         if callback.cancelled:
             raise Cancelled(f"training cancelled at step {trainer.state.global_step}")
+        model_dir = staging / "model"
+        sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
+        if sharded:
+            # FSDP / ZeRO-3 (apps.ml.launch, full models only): every rank gathers, the main writes.
+            trainer.save_model(str(model_dir))
+        if not trainer.is_world_process_zero():
+            # One of several ranks (apps.ml.launch): the main process alone writes the checkpoint.
+            return TrainResult(trainer.state.global_step, callback.last_loss, 0.0, time.monotonic() - started, out_dir)
         trained: Any = trainer.model
         if config.adapter == "lora":
             trained = trained.merge_and_unload()
-        model_dir = staging / "model"
-        trained.save_pretrained(model_dir)  # safetensors is the only format transformers 5 writes
+        if not sharded:
+            trained.save_pretrained(model_dir)  # safetensors is the only format transformers 5 writes
         for name in TOKENIZER_FILES:
             if (base_dir / name).is_file():
                 shutil.copy2(base_dir / name, model_dir / name)

@@ -59,6 +59,10 @@ def default_policy() -> dict:
         # Data an agent uploads (worker_add_data content): the most rows and bytes of one upload.
         "upload_max_rows": 200_000,
         "upload_max_bytes": 64 * 1024 * 1024,
+        # Accelerators: the most one job may ask for (worker_submit's train.accelerators), and the
+        # most the run's running jobs hold together (the scheduler waits beyond it).
+        "accelerators_per_job": 1,
+        "accelerators_per_run": 8,
     }
 
 

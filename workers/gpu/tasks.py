@@ -60,12 +60,23 @@ def train_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
         return
 
     def run(base_dir: Path, data_files: list[Path], out_dir: Path, hooks: Any, log: Any) -> Any:
-        from apps.ml.training import train  # noqa: PLC0415 - torch/TRL take seconds; beat first
+        from apps.ml.launch import launch_train  # noqa: PLC0415 - torch/TRL take seconds; beat first
 
         # The job's seed wins, so "the seed recorded on the job" is the seed that trained.
         config = validate_train_config({**job.spec["hyperparameters"], "seed": job.seed})
-        log(f"training {config.recipe}/{config.adapter} for {config.max_steps} steps")
-        return train(config, base_dir=base_dir, data_files=data_files, out_dir=out_dir, hooks=hooks)
+        on = f" on {job.accelerators} devices" if job.accelerators > 1 else ""
+        log(f"training {config.recipe}/{config.adapter} for {config.max_steps} steps{on}")
+        # One device: in this process, as always; more: Accelerate's launcher (apps.ml.launch).
+        return launch_train(
+            config,
+            base_dir=base_dir,
+            data_files=data_files,
+            out_dir=out_dir,
+            hooks=hooks,
+            devices=job.accelerators,
+            strategy=job.spec.get("strategy", "ddp"),
+            visible_devices=job.devices or None,
+        )
 
     _train_and_register(job, parent_uuid=job.spec["input_checkpoint"], run=run)
 
@@ -78,7 +89,7 @@ def _train_and_register(job: Job, *, parent_uuid: str, run: Callable[..., Any]) 
     out_dir = checkpoint_dir_for(job)
     # Beating from the claim on: importing torch/TRL alone takes seconds.
     with RunningJob(job) as running:
-        from apps.ml.training import Cancelled, TrainHooks  # noqa: PLC0415 - torch/TRL take seconds; beat first
+        from apps.ml.launch import Cancelled, TrainHooks  # noqa: PLC0415 - torch/TRL take seconds; beat first
 
         parent = Checkpoint.objects.get(uuid=parent_uuid)
         base_dir = checkpoint_verified_dir(parent)

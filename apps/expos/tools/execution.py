@@ -96,6 +96,15 @@ TRAIN_SCHEMA = {
                 "description": "append: completions end with EOS so the model learns to stop.",
             },
             "max_steps": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 1000},
+            "accelerators": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 8,
+                "default": 1,
+                "description": "Devices for this training, all on one host (DDP; hyperparameters.batch_size stays "
+                "the global batch). At most the run policy's accelerators_per_job; the budget is charged "
+                "per device-second.",
+            },
             "hyperparameters": _hyperparameter_schema(),
         },
         required=["datasets"],

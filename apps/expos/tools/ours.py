@@ -44,6 +44,7 @@ from apps.expos.selectors import experiment_for, feedback_evaluation, lineage_pa
 from apps.expos.visibility import SealedAccessDenied, in_review_scope, is_agent, score_for
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
+from apps.jobs.selectors import job_hardware as job_hardware_evidence
 from apps.jobs.selectors import job_log_tail
 from apps.jobs.services import job_request_cancel
 from apps.research import services as research
@@ -238,6 +239,55 @@ def job_logs(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         "lines": [{"seq": line.seq, "text": line.text, "at": line.created_at.isoformat()} for line in lines],
         "last_seq": lines[-1].seq if lines else args.get("after_seq", 0),
     }
+
+
+_GPU_PEAK = closed(
+    {"index": integer(), "memory_mib": number(0), "memory_total_mib": number(0), "util_percent": number(0),
+     "temperature_c": number()}
+)  # fmt: skip
+_HARDWARE = closed(
+    {
+        "job": UUID,
+        "kind": string(32),
+        "status": string(16),
+        "accelerators": integer(1, 8),
+        "summary": closed(
+            {
+                "runtime_seconds": nullable(number(0)),
+                "samples": integer(),
+                "peak_ram_mib": nullable(number(0)),
+                "peak_cpu_percent": nullable(number(0)),
+                "gpus": array(_GPU_PEAK, max_items=8),
+                "oom": boolean(),
+            }
+        ),
+        "samples": array(free_object(), max_items=100_000),
+    },
+    optional=("samples",),
+)
+
+
+@tool(
+    "job_hardware",
+    category=Category.OURS,
+    roles={Role.MAIN, Role.REVIEWER},
+    description="Hardware evidence of one job (by uuid) or of every job of an experiment you may see: runtime, "
+    "peak RAM and CPU of the job's processes, peak memory, utilisation and temperature per GPU, and whether it "
+    "ran out of memory; with samples=true also the points, sampled every 10 s by default. Use peak memory and "
+    "runtime to size the next job.",
+    input_schema={
+        **closed(
+            {"job": UUID, "experiment": EXPERIMENT, "samples": boolean(default=False)},
+            optional=("job", "experiment", "samples"),
+        ),
+        "oneOf": [{"required": ["job"]}, {"required": ["experiment"]}],
+    },
+    output_schema=closed({"jobs": array(_HARDWARE, max_items=1000)}),
+    errors=("unknown_job", "unknown_experiment"),
+)
+def job_hardware(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    with_samples = bool(args.get("samples", False))
+    return {"jobs": [job_hardware_evidence(job=j, with_samples=with_samples) for j in _jobs_arg(ctx, args)]}
 
 
 @tool(

@@ -116,6 +116,10 @@ MATRIX: dict[str, tuple[Callable[[World], dict[str, Any]], dict[str, Any]]] = {
         lambda w: {"job": str(w.jobs["own_train"].uuid)},
         agents(main=OK, own=OK, other=HIDDEN, rin=OK, rout=HIDDEN),
     ),
+    "job_hardware": (
+        lambda w: {"job": str(w.jobs["own_train"].uuid)},
+        agents(main=OK, own=ROLE, other=ROLE, rin=OK, rout=HIDDEN),
+    ),
     "job_logs": (
         lambda w: {"job": str(w.jobs["own_train"].uuid)},
         agents(main=OK, own=OK, other=HIDDEN, rin=OK, rout=HIDDEN),
@@ -215,6 +219,7 @@ READS = (
     "get_lineage",
     "job_status",
     "job_logs",
+    "job_hardware",
     "training_curve_read",
     "compare_experiments",
     "experiment_metrics_read",

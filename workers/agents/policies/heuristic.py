@@ -30,7 +30,15 @@ from typing import Any
 
 from workers.agents.client import ServerFault, ToolResult
 from workers.agents.policies.base import Outcome, StepView
-from workers.agents.policies.search import Budget, FollowUp, diagnosis_weight, lines_of, loss_drop, search_policy
+from workers.agents.policies.search import (
+    Budget,
+    FollowUp,
+    diagnosis_weight,
+    lines_of,
+    loss_drop,
+    search_policy,
+    size_next_job,
+)
 
 EXP_RE = re.compile(r"\bexp_\d{4,}\b")
 WORKER_RE = re.compile(r"\bworker_\d{4,}\b")
@@ -1250,12 +1258,35 @@ class MainHeuristic:
                 recipe = {"recipe": line.get("recipe"), "learning_rate": float(line.get("lr", 0.001)),
                           "max_steps": int(line.get("steps", 200)), "seed": int(line.get("seed", 0))}  # fmt: skip
                 state.setdefault("verify_recipe", recipe)
+        sized: dict[str, Any] | None = None
+        if direction == "continue" and source:
+            sized, why = self._size_continuation(view, state["workers"][line_of]["best"])
+            if sized:
+                rationale = f"{rationale} Sized from the last job's hardware: {why}."
         decision = self._decide(
             view, state, kind, trigger, rationale, subject=predecessors[0] if predecessors else None
         )
         state["pending"].append({"direction": direction, "predecessors": predecessors, "source": source,
-                                 "data": data, "decision": decision, "why": trigger,
+                                 "data": data, "decision": decision, "why": trigger, "recipe": sized,
                                  "search": self._search_terms(view) if search else []})  # fmt: skip
+
+    def _size_continuation(self, view: StepView, line: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        """The continuation's steps and batch from the line's last training's runtime and peak memory."""
+        read = view.call("job_hardware", {"experiment": line["experiment"]})
+        trainings = [j for j in (read.data or {}).get("jobs", []) if j.get("kind") == "train"] if read.ok else []
+        if not trainings:
+            return None, "no hardware evidence"
+        accel = self.quota.get("accelerator_seconds") or {}
+        changes, why = size_next_job(
+            planned_steps=int(self.defaults["train_steps"] * 1.5),
+            last_steps=int(line.get("steps", 200)),
+            last_hardware=trainings[-1].get("summary"),
+            accelerator_left_seconds=float(accel.get("left", 0.0)),
+            batch_size=int(self.defaults["batch_size"]),
+        )
+        if not changes:
+            return None, why
+        return {"recipe": str(line.get("recipe") or "sft"), **changes}, why
 
     def _search_terms(self, view: StepView) -> list[str]:
         """Other words for the target: the longer words of the run's target capability text."""
@@ -1287,7 +1318,7 @@ class MainHeuristic:
                     or self._budget_low():  # fmt: skip
                 continue  # dropped: the run has spent what it allows for new branches
             direction = spec["direction"]
-            recipe = state.get("verify_recipe") if direction == "verify" else None
+            recipe = state.get("verify_recipe") if direction == "verify" else spec.get("recipe")
             task = self._task(
                 view,
                 state,

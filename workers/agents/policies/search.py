@@ -231,3 +231,41 @@ def search_policy(name: str | None) -> GreedyPolicy:
     if chosen is None:
         raise ValueError(f"no search policy {name!r} (one of {', '.join(SEARCH_POLICIES)})")
     return chosen()
+
+
+def size_next_job(
+    *,
+    planned_steps: int,
+    last_steps: int,
+    last_hardware: dict[str, Any] | None,
+    accelerator_left_seconds: float,
+    batch_size: int,
+) -> tuple[dict[str, int], str]:
+    """How big the next training of a line may be, from its last job's hardware (issue 37).
+
+    ``last_hardware`` is the ``summary`` of the ``job_hardware`` tool for the line's last training.
+    Its runtime per step predicts the next job's runtime: steps are cut so it takes at most a
+    third of the accelerator time left (never under 10). Its memory decides the batch: halved
+    after an out-of-memory failure or a peak above 90 % of a device's memory. Returns the recipe
+    changes (empty: as planned) and the reason, for the decision record.
+    """
+    if not last_hardware:
+        return {}, "no hardware evidence for the last job: as planned"
+    changes: dict[str, int] = {}
+    reasons = []
+    runtime = last_hardware.get("runtime_seconds")
+    if runtime and last_steps > 0 and accelerator_left_seconds > 0:
+        per_step = float(runtime) / last_steps
+        allowed = int(accelerator_left_seconds / 3 / per_step)
+        if planned_steps * per_step > accelerator_left_seconds / 3:
+            changes["max_steps"] = max(10, allowed)
+            reasons.append(f"{per_step:.2f} s/step last time: {changes['max_steps']} steps fit a third of the "
+                           f"{accelerator_left_seconds:.0f} s left")  # fmt: skip
+    gpus = last_hardware.get("gpus") or []
+    tight = any(g.get("memory_total_mib") and g["memory_mib"] > 0.9 * g["memory_total_mib"] for g in gpus)
+    if last_hardware.get("oom") or tight:
+        changes["batch_size"] = max(1, batch_size // 2)
+        reasons.append("the last job ran out of memory" if last_hardware.get("oom") else
+                       "the last job peaked above 90 % of a device's memory")  # fmt: skip
+        reasons[-1] += f": batch {batch_size} -> {changes['batch_size']}"
+    return changes, "; ".join(reasons) or "the last job's runtime and memory leave room: as planned"
