@@ -46,7 +46,6 @@ urlpatterns = [
     path("suites/<uuid:suite_uuid>/", views.suite_detail_view, name="suite-detail"),
     path("datapool/<str:handle>/", views.data_entry_view, name="data-entry"),
     path("datapool/<str:handle>/download/", views.data_entry_download_view, name="data-entry-download"),
-
     path("alerts/", views.alert_list_view, name="alerts"),
     path("alerts/<uuid:rule_uuid>/delete/", views.alert_delete_view, name="alert-delete"),
 ]
