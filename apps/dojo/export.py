@@ -64,7 +64,7 @@ _STATUS_PREFIX = re.compile(r'^\s*\{\s*"status"\s*:\s*(\d{3})')
 FILTER_GROUPS = {"all", "none", BEHAVIOUR, OUTCOME}
 # What the report counts while conversations are built.
 COUNTS = ("nodes", "turns", "segments", "segments_without_trained_turn", "segments_unexportable",
-          "assistant_messages_refused", "masked_assistant_messages")  # fmt: skip
+          "assistant_messages_refused", "masked_assistant_messages", "trained_messages_without_context")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -351,6 +351,10 @@ def _examples(
                 continue
             counts["assistant_messages_refused"] += refused
             trained = [j for j, m in enumerate(messages) if m.pop("train")]
+            # A message with nothing before it (a harness's first call: the harness's own prompt is
+            # not on the record) has no prompt to be learned from: counted, and in no row's completion.
+            counts["trained_messages_without_context"] += trained.count(0)
+            trained = [j for j in trained if j > 0]
             if not trained:
                 counts["segments_without_trained_turn"] += 1
                 continue
