@@ -33,7 +33,7 @@ from apps.core.errors import ApplicationError, NotFound
 from apps.core.middleware import CHUNKED_STREAM_KEY
 from apps.datapool.services import upload_limits
 from apps.expos.registry import STREAMED_FILE, Tool, ToolContext
-from apps.expos.views import ToolCallView, validate_input
+from apps.expos.views import ToolCallView
 
 _CHUNK = 1 << 20
 
@@ -64,12 +64,14 @@ class ToolUploadView(ToolCallView):
             for folder in self._staging:
                 shutil.rmtree(folder, ignore_errors=True)
 
-    def _arguments(self, request: HttpRequest, tool: Tool) -> dict[str, Any]:
+    def _parse(self, request: HttpRequest, tool: Tool) -> tuple[Any, bool, Tool]:
         if tool.stream_schema is None:
             raise NotFound("no_upload", f"{tool.name} takes no streamed upload; POST its arguments as JSON.")
-        args = _query_arguments(request)
-        upload_tool = replace(tool, name=f"{tool.name}/upload", input_schema=tool.stream_schema)
-        return dict(validate_input(upload_tool, args))
+        return (
+            _query_arguments(request),
+            False,
+            replace(tool, name=f"{tool.name}/upload", input_schema=tool.stream_schema),
+        )
 
     def _receive(self, request: HttpRequest, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> None:
         declared_size, declared_sha = args["size_bytes"], args["sha256"]

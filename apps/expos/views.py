@@ -478,7 +478,10 @@ class ToolCallView(APIView):
                 raise ApplicationError(
                     "invalid_if_match", f"If-Match is at most {MAX_IF_MATCH} characters: send the ETag you read."
                 )
-            args = self._arguments(request, tool)
+            # Parsed first and kept: a refusal of the values still records (and audits: a final-split
+            # request with a bad string elsewhere counts as an attempt) what the call asked for.
+            args, screened, schema = self._parse(request, tool)
+            args = cast(dict[str, Any], validate_input(schema, args, strings_screened=screened))
             self._receive(request, ctx, tool, args)
             if tool.idempotent_create and ctx.idempotency_key is not None:
                 if not _IDEMPOTENCY_KEY_RE.match(ctx.idempotency_key):
@@ -521,10 +524,11 @@ class ToolCallView(APIView):
                 status.HTTP_500_INTERNAL_SERVER_ERROR,
             )
 
-    def _arguments(self, request: HttpRequest, tool: Tool) -> dict[str, Any]:
-        """The call's validated arguments: the JSON body here (apps.expos.uploads: the query string)."""
+    def _parse(self, request: HttpRequest, tool: Tool) -> tuple[Any, bool, Tool]:
+        """The call's arguments as sent — the JSON body here (apps.expos.uploads: the query string) —,
+        whether their strings were screened already, and the tool whose schema they answer to."""
         args, screened = parse_body(request)
-        return cast(dict[str, Any], validate_input(tool, args, strings_screened=screened))
+        return args, screened, tool
 
     def _receive(self, request: HttpRequest, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> None:
         """What the call sends besides its arguments, read before any replay (an upload's streamed file)."""
