@@ -500,8 +500,10 @@ def _start_harness(
     memory_bytes: int,
 ) -> tuple[subprocess.Popen[bytes], threading.Thread]:
     """One harness process in its own sandbox, holding exactly ``fds`` besides its stdio."""
+    # Unbuffered (-u): both processes are killed as soon as the verdict is read, so what a
+    # completion printed must already be in the log, not in a buffer the kill throws away.
     process = subprocess.Popen(  # noqa: S603 - fixed argv; the data arrives on stdin
-        bwrap_command(python, "-c", HARNESS, role),
+        bwrap_command(python, "-u", "-c", HARNESS, role),
         stdin=subprocess.PIPE,
         stdout=log,
         stderr=subprocess.STDOUT,
