@@ -36,21 +36,23 @@ EXCLUDED: dict[str, str] = {}
 # Seconds each suite takes in a full run (2 cores, two lanes, warm caches): its budget, and the
 # order (the long ones start first). A suite not listed counts as a short one with no budget.
 EXPECTED_SECONDS = {
-    "workers/agents": 1150,  # 1,135 s (CI 2026-12-07, two lanes); 861 s quiet before test_review_not_a_gate
-    "apps/ml": 900,  # 678 s (CI 2026-12-07, minibench cached); 978 s in a run that built it
-    "faults": 450,  # 373 s (CI 2026-12-07)
-    "apps/expos": 480,  # 438 s (CI 2026-12-07: MCP screening, uploads, harness settings, sealed screen)
-    "hard": 250,  # 109 s (CI 2026-12-07): the hard profile's smoke build (cached) and its checks
-    "apps/jobs": 260,  # 202 s
-    "e2e": 260,  # 171 s, plus about 30 s for issue 36's workbench browser test
-    "apps/integrity/redteam": 220,  # 183 s
-    "slurm": 200,  # 104 s alone on a loaded machine: a real single-node Slurm cluster, two trainings
-    "apps/integrity": 180,  # 144 s
-    "apps/dashboard": 230,  # 153 s, plus about 60 s for issue 36's workbench tests (one world per test, a SQLite child)
-    "apps/benchmarks/inspect": 150,  # 96 s
-    "apps/dojo": 130,  # 94 s, test_trajectory_export.py (about 50 s, a gpu worker) included
-    "vllm": 130,  # 86 s, the Inspect adapter on vLLM (three formats) included
-    "rsiweb": 80,  # 33 s; the lean-process test ~25 s of it
+    # Figures of the full run of 2026-12-07 13:25 (two lanes, this batch merged; that run also rebuilt
+    # the minibench, which alone held workers/agents and apps/ml ~700 s and ~1,050 s, left out here).
+    "workers/agents": 1250,  # 1,625 s with ~700 s waiting for the minibench build; + the MCP-only harness run
+    "apps/ml": 900,  # 1,653 s with the 1,058 s build; 678 s cached before tests/apps/ml/test_launch.py (~70 s)
+    "apps/expos": 520,  # 480 s: + streamed uploads, large reads, --help fields
+    "faults": 450,  # 386 s
+    "apps/dashboard": 290,  # 274 s: + workbench, honest state, notes, alerts page, hardware
+    "apps/jobs": 280,  # 264 s: + accelerators, hardware
+    "apps/integrity": 270,  # 264 s: + bundle proof, chain anchors, repeats
+    "e2e": 270,  # 243 s: + workbench and honest-state browser tests
+    "apps/integrity/redteam": 220,  # 195 s
+    "hard": 200,  # 153 s: the hard profile's smoke build (cached) and its checks
+    "apps/dojo": 170,  # 156 s: + the TRL SFTTrainer test of the export
+    "apps/benchmarks/inspect": 170,  # 155 s
+    "slurm": 150,  # 74 s: a real single-node Slurm cluster, two trainings (104 s on a loaded machine)
+    "vllm": 150,  # 140 s
+    "rsiweb": 80,  # 49 s
 }
 # Lane 0 keeps the test settings' database and Redis database; lane n adds n to both.
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/rsiweb"
