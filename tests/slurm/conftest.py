@@ -11,16 +11,14 @@ from collections.abc import Iterator
 import pytest
 
 from tests.apps.jobs.conftest import (  # noqa: F401 - the job engine's fixtures, shared
-    HEARTBEAT_SECONDS,
-    REAPER_INTERVAL_SECONDS,
-    STALE_SECONDS,
     _empty_broker_db,
     artifact_root,
     data_entry,
+    job_runner_env,
     minibench_dir,
     theta0,
 )
-from tests.support.procs import ROOT, child_env
+from tests.support.procs import ROOT
 from tests.support.slurm import Cluster, slurm_cluster_running
 
 
@@ -31,22 +29,15 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 
 @pytest.fixture
-def slurm_executor(slurm_cluster: Cluster, settings, monkeypatch, transactional_db, artifact_root) -> Cluster:  # noqa: F811
+def slurm_executor(slurm_cluster: Cluster, monkeypatch, transactional_db, artifact_root) -> Cluster:  # noqa: F811
     """The Slurm executor on: this process submits, and its batch jobs see the test database.
 
     ``sbatch --export=ALL`` hands a batch job the submitter's environment, as in a deployment whose
     web and workers share the nodes' settings: so the test database, artifact store and liveness
     timing go into this process's environment, where the submitting code reads nothing of them.
     """
-    env = child_env(
+    env = job_runner_env(
         RSI_EXECUTOR="slurm",
-        REDIS_URL=settings.CELERY_BROKER_URL,
-        RSI_ARTIFACT_ROOT=settings.ARTIFACT_ROOT,
-        RSI_SEALED_ROOT=settings.SEALED_ROOT,
-        RSI_JOB_HEARTBEAT_SECONDS=HEARTBEAT_SECONDS,
-        RSI_JOB_STALE_SECONDS=STALE_SECONDS,
-        RSI_REAPER_INTERVAL_SECONDS=REAPER_INTERVAL_SECONDS,
-        OMP_NUM_THREADS="1",
         SLURM_CONF=str(slurm_cluster.conf),
         RSI_SLURM_DIR=str(slurm_cluster.folder / "out"),
         RSI_SLURM_WORKDIR=str(ROOT),

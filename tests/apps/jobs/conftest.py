@@ -127,14 +127,11 @@ class CeleryWorker:
         self._log.close()
 
 
-@pytest.fixture
-def celery_worker(transactional_db, artifact_root: Path, tmp_path: Path) -> Iterator[Callable[..., CeleryWorker]]:
-    """Start real workers on the gpu and default queues; all are stopped when the test ends.
-
-    Keyword arguments of ``start`` other than its own are extra environment for that worker.
-    """
-    started: list[CeleryWorker] = []
-    env = child_env(
+def job_runner_env(**extra: str) -> dict[str, str]:
+    """The environment of a process that runs jobs for these tests (a worker, a Slurm batch job):
+    the test database, this suite's Redis, artifact store and sealed folder, and the fast liveness
+    timing above."""
+    return child_env(
         REDIS_URL=settings.CELERY_BROKER_URL,
         RSI_ARTIFACT_ROOT=settings.ARTIFACT_ROOT,
         RSI_SEALED_ROOT=settings.SEALED_ROOT,
@@ -142,7 +139,18 @@ def celery_worker(transactional_db, artifact_root: Path, tmp_path: Path) -> Iter
         RSI_JOB_STALE_SECONDS=STALE_SECONDS,
         RSI_REAPER_INTERVAL_SECONDS=REAPER_INTERVAL_SECONDS,
         OMP_NUM_THREADS="1",
+        **extra,
     )
+
+
+@pytest.fixture
+def celery_worker(transactional_db, artifact_root: Path, tmp_path: Path) -> Iterator[Callable[..., CeleryWorker]]:
+    """Start real workers on the gpu and default queues; all are stopped when the test ends.
+
+    Keyword arguments of ``start`` other than its own are extra environment for that worker.
+    """
+    started: list[CeleryWorker] = []
+    env = job_runner_env()
 
     def start(name: str = "w1", queues: str = "gpu,default", wait: bool = True, **env_overrides: str) -> CeleryWorker:
         worker = CeleryWorker(name, queues, {**env, **env_overrides}, tmp_path / f"{name}.log")
