@@ -26,8 +26,6 @@ import apps.ml.offline  # noqa: F401 - before transformers: the Hub stays off
 # isort: split
 import dataclasses
 import json
-import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,13 +34,22 @@ from typing import Any
 import datasets
 import torch
 from transformers import PreTrainedTokenizerBase
-from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
 from apps.ml.agent_sft_config import AgentSFTConfig
-from apps.ml.checkpoints import TOKENIZER_FILES, load_checkpoint
+from apps.ml.checkpoints import load_checkpoint
 from apps.ml.hparams import TrainConfig
-from apps.ml.training import Cancelled, TrainHooks, TrainResult, _HooksCallback, _read_jsonl, _trainer_args
+from apps.ml.training import (
+    TrainHooks,
+    TrainResult,
+    _HooksCallback,
+    _read_jsonl,
+    _trainer_args,
+    publish_checkpoint,
+    refuse_non_empty,
+    run_trainer,
+    staging_dir,
+)
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -222,8 +229,7 @@ def agent_sft_train(
     naming it). `out_dir` appears only when training completes.
     """
     hooks = hooks or TrainHooks()
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"output directory {out_dir} is not empty")
+    refuse_non_empty(out_dir)
     torch.set_num_threads(config.num_threads)
     model, tokenizer = load_checkpoint(base_dir)
     if not tokenizer.chat_template:
@@ -231,12 +237,9 @@ def agent_sft_train(
     rows = _read_jsonl(data_files)
     tokenized = [tokenize_example(row, tokenizer, config, index=i) for i, row in enumerate(rows)]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_turn_id(tokenizer, config)
-    staging = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     callback = _HooksCallback(hooks)
     started = time.monotonic()
-    try:
+    with staging_dir(out_dir) as staging:
         trainer = SFTTrainer(
             model=model,
             args=SFTConfig(**_args(config, staging / "trainer")),
@@ -245,32 +248,20 @@ def agent_sft_train(
             data_collator=MaskedChatCollator(pad_id),
             callbacks=[callback],
         )
-        trainer.remove_callback(PrinterCallback)
-        trainer.train()
-        if callback.cancelled:
-            raise Cancelled(f"agent training cancelled at step {trainer.state.global_step}")
+        run_trainer(trainer, callback, "agent training")
         model_dir = staging / "model"
         trained: Any = trainer.model
         trained.save_pretrained(model_dir)
-        for name in TOKENIZER_FILES:
-            if (base_dir / name).is_file():
-                shutil.copy2(base_dir / name, model_dir / name)
         (model_dir / "agent_sft.json").write_text(
             json.dumps({"recipe": dataclasses.asdict(config), "examples": len(tokenized)}, indent=2) + "\n",
             encoding="utf-8",
         )
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        if out_dir.exists():
-            out_dir.rmdir()
-        model_dir.rename(out_dir)
-        if hooks.on_progress is not None:
-            hooks.on_progress(1.0)
-        return TrainResult(
-            steps=trainer.state.global_step,
-            final_loss=callback.last_loss,
-            tokens_per_second=callback.tokens_per_second(trainer.state),
-            seconds=time.monotonic() - started,
+        return publish_checkpoint(
+            model_dir,
+            base_dir=base_dir,
             out_dir=out_dir,
+            trainer=trainer,
+            callback=callback,
+            hooks=hooks,
+            started=started,
         )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

@@ -13,7 +13,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,61 @@ class _HooksCallback(TrainerCallback):
             self.hooks.on_log(state.global_step, metrics)
 
 
+def refuse_non_empty(out_dir: Path) -> None:
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"output directory {out_dir} is not empty")
+
+
+@contextmanager
+def staging_dir(out_dir: Path) -> Iterator[Path]:
+    """A private folder beside `out_dir` for the Trainer's files and the model; removed whatever happens."""
+    staging = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def run_trainer(trainer: Any, callback: _HooksCallback, what: str) -> None:
+    """Train with progress through the hooks (not stdout); `Cancelled` when the hooks asked to stop."""
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    if callback.cancelled:
+        raise Cancelled(f"{what} cancelled at step {trainer.state.global_step}")
+
+
+def publish_checkpoint(
+    model_dir: Path,
+    *,
+    base_dir: Path,
+    out_dir: Path,
+    trainer: Any,
+    callback: _HooksCallback,
+    hooks: TrainHooks,
+    started: float,
+) -> TrainResult:
+    """The shared end of every training: the base's tokenizer files beside the weights, then `out_dir`
+    appears at once and complete (a rename on the same filesystem), and the result is reported."""
+    for name in TOKENIZER_FILES:
+        if (base_dir / name).is_file():
+            shutil.copy2(base_dir / name, model_dir / name)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists():
+        out_dir.rmdir()  # checked empty before training
+    model_dir.rename(out_dir)
+    if hooks.on_progress is not None:
+        hooks.on_progress(1.0)
+    return TrainResult(
+        steps=trainer.state.global_step,
+        final_loss=callback.last_loss,
+        tokens_per_second=callback.tokens_per_second(trainer.state),
+        seconds=time.monotonic() - started,
+        out_dir=out_dir,
+    )
+
+
 def _trainer_args(config: TrainConfig, output_dir: Path) -> dict[str, Any]:
     on_gpu = torch.cuda.is_available()
     return {
@@ -230,8 +286,7 @@ def train(
     cancel and ValueError for unusable data or settings.
     """
     hooks = hooks or TrainHooks()
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"output directory {out_dir} is not empty")
+    refuse_non_empty(out_dir)
     torch.set_num_threads(config.num_threads)
 
     model, tokenizer = load_checkpoint(base_dir)
@@ -268,12 +323,9 @@ def train(
             task_type="CAUSAL_LM",
         )
 
-    staging = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     callback = _HooksCallback(hooks)
     started = time.monotonic()
-    try:
+    with staging_dir(out_dir) as staging:
         args = _trainer_args(config, staging / "trainer")
         trainer: SFTTrainer | DPOTrainer
         if config.recipe == "sft":
@@ -298,10 +350,7 @@ def train(
                 peft_config=peft_config,
                 callbacks=[callback],
             )
-        trainer.remove_callback(PrinterCallback)  # progress goes through hooks, not stdout
-        trainer.train()
-        if callback.cancelled:
-            raise Cancelled(f"training cancelled at step {trainer.state.global_step}")
+        run_trainer(trainer, callback, "training")
         model_dir = staging / "model"
         sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
         if sharded:
@@ -315,22 +364,12 @@ def train(
             trained = trained.merge_and_unload()
         if not sharded:
             trained.save_pretrained(model_dir)  # safetensors is the only format transformers 5 writes
-        for name in TOKENIZER_FILES:
-            if (base_dir / name).is_file():
-                shutil.copy2(base_dir / name, model_dir / name)
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        if out_dir.exists():
-            out_dir.rmdir()  # checked empty above
-        # Same filesystem, so the checkpoint appears atomically and complete.
-        model_dir.rename(out_dir)
-        if hooks.on_progress is not None:
-            hooks.on_progress(1.0)
-        return TrainResult(
-            steps=trainer.state.global_step,
-            final_loss=callback.last_loss,
-            tokens_per_second=callback.tokens_per_second(trainer.state),
-            seconds=time.monotonic() - started,
+        return publish_checkpoint(
+            model_dir,
+            base_dir=base_dir,
             out_dir=out_dir,
+            trainer=trainer,
+            callback=callback,
+            hooks=hooks,
+            started=started,
         )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
