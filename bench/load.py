@@ -78,13 +78,24 @@ class Timings:
 
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Why: the status code (or the client's exception) of each answer other than 2xx, per name.
+    reasons: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, name: str, seconds: float, ok: bool) -> None:
+    def add(self, name: str, seconds: float, ok: bool, reason: str = "") -> None:
         with self.lock:
             self.latencies[name].append(seconds)
             if not ok:
                 self.failures[name] += 1
+                self.reasons[name][reason or "?"] += 1
+
+    def why(self) -> str:
+        """``name: 409×12 ReadTimeout×1; …`` for every name with answers other than 2xx."""
+        with self.lock:
+            return "; ".join(
+                f"{name}: " + " ".join(f"{reason}×{count}" for reason, count in sorted(counts.items()))
+                for name, counts in sorted(self.reasons.items())
+            )
 
     def rows(self, wall: float) -> list[dict[str, Any]]:
         out = []
@@ -161,21 +172,36 @@ def operator_cookie() -> dict[str, str]:
 
 # --- the load ------------------------------------------------------------------------------------
 
+# Steps of the side run's metric points, unique across every size: the sizes append to the same
+# experiments, and a step logged again with another value is refused (409 metric_conflict).
+STEPS = itertools.count()
+
+
+def _reason(answer: requests.Response) -> str:
+    """The status and, for an API refusal, its stable code: ``409 conflict``."""
+    try:
+        body = answer.json()
+    except ValueError:
+        return str(answer.status_code)
+    error = body.get("error") if isinstance(body, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return f"{answer.status_code} {code}" if code else str(answer.status_code)
+
 
 def drive(base: str, *, reads: list[str], world: Any, clients: int, seconds: float, runs: list[Any],
           cookie: dict[str, str]) -> tuple[Timings, Timings, float]:  # fmt: skip
     """``clients`` threads calling tools and one sampling pages until ``seconds`` have passed."""
     tools, pages = Timings(), Timings()
     stop_at = time.monotonic() + seconds
-    step = itertools.count()
 
     def call(session: requests.Session, name: str, arguments: dict[str, Any]) -> None:
         started = time.perf_counter()
         try:
-            ok = session.post(f"{base}/api/v1/tools/{name}", json=arguments, timeout=60).status_code < 300
-        except requests.RequestException:
-            ok = False
-        tools.add(name, time.perf_counter() - started, ok)
+            answer = session.post(f"{base}/api/v1/tools/{name}", json=arguments, timeout=60)
+            ok, reason = answer.status_code < 300, _reason(answer)
+        except requests.RequestException as exc:
+            ok, reason = False, type(exc).__name__
+        tools.add(name, time.perf_counter() - started, ok, reason)
 
     def client(k: int) -> None:
         reader = requests.Session()
@@ -190,7 +216,7 @@ def drive(base: str, *, reads: list[str], world: Any, clients: int, seconds: flo
                 case 0:
                     call(reader, "events_tail", {"limit": 50})
                 case 1:
-                    point = {"key": "loss", "step": next(step), "value": (i % 97) / 97}
+                    point = {"key": "loss", "step": next(STEPS), "value": (i % 97) / 97}
                     call(writer, "experiment_log_metrics", {"experiment": experiment, "points": [point]})
                 case 2:
                     call(reader, "public_check_quota", {})
@@ -209,10 +235,10 @@ def drive(base: str, *, reads: list[str], world: Any, clients: int, seconds: flo
                 started = time.perf_counter()
                 try:
                     answer = session.get(f"{base}{path}", timeout=60, allow_redirects=False)
-                    ok = answer.status_code == 200
-                except requests.RequestException:
-                    ok = False
-                pages.add(name, time.perf_counter() - started, ok)
+                    ok, reason = answer.status_code == 200, _reason(answer)
+                except requests.RequestException as exc:
+                    ok, reason = False, type(exc).__name__
+                pages.add(name, time.perf_counter() - started, ok, reason)
             time.sleep(max(0.0, min(PAGE_EVERY, stop_at - time.monotonic())))
 
     threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
@@ -275,6 +301,8 @@ def print_size(result: dict[str, Any]) -> None:
     for row in result["tools"] + result["pages"]:
         print(f"| {row['name']} | {row['calls']} | {row['per_s']:.1f} | {row['p50']:.1f} | {row['p99']:.1f} | "
               f"{row['failed']} |")  # fmt: skip
+    if result["why"]:
+        print(f"answers other than 2xx: {result['why']}")
     share = result["share"]
     print(f"fair share over the window: accelerator-seconds per run {share['accelerator_seconds']}, gpu jobs "
           f"started per run {share['jobs_started']}; spread (max-min)/mean {share['spread']:.2f}, "
@@ -364,7 +392,9 @@ def main() -> None:
                                        seconds=args.seconds, runs=runs, cookie=cookie)  # fmt: skip
             end = timezone.now()
             result = {"runs": n, "clients": args.clients, "wall": wall, "opened": opened,
-                      "tools": tools.rows(wall), "pages": pages.rows(wall), "share": fair_share(runs, begin, end),
+                      "tools": tools.rows(wall), "pages": pages.rows(wall),
+                      "why": "; ".join(w for w in (tools.why(), pages.why()) if w),
+                      "share": fair_share(runs, begin, end),
                       "load_before": f"{load_before:.2f}", "load_after": f"{os.getloadavg()[0]:.2f}"}  # fmt: skip
             result["left_active"] = abort_and_drain(runs)
             results.append(result)
