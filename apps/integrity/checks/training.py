@@ -9,12 +9,13 @@ from apps.core.errors import ApplicationError
 from apps.datapool.models import DataEntry, DataFormat
 from apps.datapool.selectors import data_stored_sha256
 from apps.experiments.choices import ExperimentKind
-from apps.experiments.models import Checkpoint
+from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.selectors import checkpoint_lineage
 from apps.experiments.services import manifest_digest
 from apps.integrity import teacher
 from apps.integrity.checks.subject import MAX_LISTED, CheckCannotRun, CheckResult, Subject, _clean, _lineage_checkpoints
-from apps.integrity.choices import Observation
+from apps.integrity.choices import Observation, Subcategory
+from apps.integrity.models import IntegrityFinding
 from apps.integrity.overlap import MAX_OVERLAP_MATCHES, RAN, data_overlap, sealed_ids_over_tolerance
 from apps.jobs.choices import JobKind, JobStatus
 
@@ -41,11 +42,19 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
         and not any(j.status == JobStatus.SUCCEEDED for j in subject.jobs)
     )
     blocked: list[dict[str, Any]] = []
+    # Files that matched when this experiment was checked before (after its jobs had ended) and
+    # differ now were changed in the store since, by whoever writes it (an operator), not by this
+    # submission: nothing of it can run again. They are the operator's, stated, never its violation.
+    verified = _verified_before(experiment)
+    edited: list[dict[str, Any]] = []
     for role, checkpoint in targets:
         found = _checkpoint_problems(subject, role, checkpoint, checked)
         if refused and role == "input":
             blocked += [p for p in found if p["code"] in _REFUSED_FILE_CODES]
             found = [p for p in found if p["code"] not in _REFUSED_FILE_CODES]
+        if (checkpoint.handle, checkpoint.manifest_sha256) in verified:
+            edited += [p | {"attributed_to": "operator"} for p in found if p["code"] in _EDITED_FILE_CODES]
+            found = [p for p in found if p["code"] not in _EDITED_FILE_CODES]
         problems += found
     output = experiment.output_checkpoint
     if output is not None:
@@ -88,6 +97,8 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
                 }
             )
     evidence = {"checkpoints": checked, "problems": problems[:MAX_LISTED]}
+    if edited:
+        evidence["edited_after_check"] = edited[:MAX_LISTED]
     if problems:
         codes = [p["code"] for p in problems]
         return CheckResult(
@@ -104,11 +115,42 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
             + "; ".join(p["detail"] for p in blocked[:3]),
             {**evidence, "refused": blocked[:MAX_LISTED]},
         )
+    if edited:
+        return CheckResult(
+            Observation.NOT_FOUND_FULL,
+            [EDITED_AFTER_CHECK],
+            f"{len(checked)} checkpoint(s) matched their manifests when checked and reach θ0 through recorded jobs; "
+            "files changed in the store since, attributed to the operator, not to this submission: "
+            + "; ".join(p["detail"] for p in edited[:3]),
+            evidence,
+        )
     return _clean(f"{len(checked)} checkpoint(s) match their manifests and reach θ0 through recorded jobs", **evidence)
 
 
 # What the worker's re-hash of θ_in catches before anything runs on it.
 _REFUSED_FILE_CODES = frozenset({"foreign_file", "missing_file", "manifest_mismatch", "manifest_digest_mismatch"})
+# A checked checkpoint's files changed in the store afterwards (the manifest row itself cannot change).
+_EDITED_FILE_CODES = frozenset({"foreign_file", "missing_file", "manifest_mismatch"})
+EDITED_AFTER_CHECK = "edited_after_check"
+
+
+def _verified_before(experiment: Experiment) -> set[tuple[str, str]]:
+    """(handle, manifest sha256) of the checkpoints whose files an earlier weight-provenance check of
+    ``experiment`` found matching their manifests (checks run once the experiment's jobs have ended)."""
+    earlier = IntegrityFinding.objects.filter(experiment=experiment, subcategory=Subcategory.WEIGHT_PROVENANCE).first()
+    if earlier is None or earlier.evidence.get("check_observation", earlier.observation) == Observation.UNKNOWN:
+        return set()
+    troubled = {
+        p.get("checkpoint")
+        for key in ("problems", "refused")
+        for p in earlier.evidence.get(key) or []
+        if p.get("code") in _EDITED_FILE_CODES
+    }
+    return {
+        (str(c.get("checkpoint")), str(c.get("manifest_sha256")))
+        for c in earlier.evidence.get("checkpoints") or []
+        if c.get("checkpoint") not in troubled
+    }
 
 
 def _checkpoint_problems(
