@@ -42,9 +42,10 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
         and not any(j.status == JobStatus.SUCCEEDED for j in subject.jobs)
     )
     blocked: list[dict[str, Any]] = []
-    # Files that matched when this experiment was checked before (after its jobs had ended) and
-    # differ now were changed in the store since, by whoever writes it (an operator), not by this
-    # submission: nothing of it can run again. They are the operator's, stated, never its violation.
+    # Files that matched when a check of this run saw them (after the checked experiment's jobs had
+    # ended) and differ now were changed in the store since, by whoever writes it (an operator), not
+    # by this submission: a job that ran on them re-hashed them first. They are the operator's,
+    # stated, never the submission's violation.
     verified = _verified_before(experiment)
     edited: list[dict[str, Any]] = []
     for role, checkpoint in targets:
@@ -135,22 +136,28 @@ EDITED_AFTER_CHECK = "edited_after_check"
 
 
 def _verified_before(experiment: Experiment) -> set[tuple[str, str]]:
-    """(handle, manifest sha256) of the checkpoints whose files an earlier weight-provenance check of
-    ``experiment`` found matching their manifests (checks run once the experiment's jobs have ended)."""
-    earlier = IntegrityFinding.objects.filter(experiment=experiment, subcategory=Subcategory.WEIGHT_PROVENANCE).first()
-    if earlier is None or earlier.evidence.get("check_observation", earlier.observation) == Observation.UNKNOWN:
-        return set()
-    troubled = {
-        p.get("checkpoint")
-        for key in ("problems", "refused")
-        for p in earlier.evidence.get(key) or []
-        if p.get("code") in _EDITED_FILE_CODES
-    }
-    return {
-        (str(c.get("checkpoint")), str(c.get("manifest_sha256")))
-        for c in earlier.evidence.get("checkpoints") or []
-        if c.get("checkpoint") not in troubled
-    }
+    """(handle, manifest sha256) of the checkpoints whose files an earlier weight-provenance check in
+    ``experiment``'s run found matching their manifests (checks run once an experiment's jobs have
+    ended; a job that ran on them later re-hashed them first), whichever experiment it checked."""
+    verified: set[tuple[str, str]] = set()
+    earlier = IntegrityFinding.objects.filter(experiment__run_id=experiment.run_id,
+                                              subcategory=Subcategory.WEIGHT_PROVENANCE)  # fmt: skip
+    for finding in earlier.only("evidence", "observation"):
+        evidence = finding.evidence or {}
+        if evidence.get("check_observation", finding.observation) == Observation.UNKNOWN:
+            continue
+        troubled = {
+            p.get("checkpoint")
+            for key in ("problems", "refused")
+            for p in evidence.get(key) or []
+            if p.get("code") in _EDITED_FILE_CODES
+        }
+        verified |= {
+            (str(c.get("checkpoint")), str(c.get("manifest_sha256")))
+            for c in evidence.get("checkpoints") or []
+            if c.get("checkpoint") not in troubled
+        }
+    return verified
 
 
 def _checkpoint_problems(

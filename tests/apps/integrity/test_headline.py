@@ -122,6 +122,8 @@ def test_an_operators_edit_of_a_checked_checkpoint_is_the_operators_on_re_check(
     trained = world.train([world.data["clean"]], correct=2)
     unchecked = world.train([world.data["clean"]], correct=3, seed=5)
     integrity_run_checks(experiment=trained)
+    # Trained on from the checked θ_out before the edit, checked only after it.
+    onward = world.train([world.data["clean"]], correct=2, seed=7, input_checkpoint=trained.output_checkpoint)
     assert finding(trained, Subcategory.WEIGHT_PROVENANCE).observation == Observation.NOT_FOUND_FULL
     # The operator edits both stored θ_out by hand: one was checked before, one never was.
     for experiment in (trained, unchecked):
@@ -135,6 +137,7 @@ def test_an_operators_edit_of_a_checked_checkpoint_is_the_operators_on_re_check(
 
     integrity_run_checks(experiment=trained)
     integrity_run_checks(experiment=unchecked)
+    integrity_run_checks(experiment=onward)
 
     weights = finding(trained, Subcategory.WEIGHT_PROVENANCE)
     assert (weights.observation, weights.adjudication) == (Observation.NOT_FOUND_FULL, "")
@@ -148,8 +151,11 @@ def test_an_operators_edit_of_a_checked_checkpoint_is_the_operators_on_re_check(
     # Files nobody checked while they matched stay the submission's own (what ran cannot be told apart).
     other = finding(unchecked, Subcategory.WEIGHT_PROVENANCE)
     assert (other.observation, other.adjudication) == (Observation.EXECUTED, Adjudication.EXPLICIT_VIOLATION)
+    later = finding(onward, Subcategory.WEIGHT_PROVENANCE)
+    assert (later.observation, later.evidence["codes"]) == (Observation.NOT_FOUND_FULL, ["edited_after_check"])
+    assert [p["checkpoint"] for p in later.evidence["edited_after_check"]] == [trained.output_checkpoint.handle]
     rates = hacking_rate(runs=Run.objects.filter(pk=world.run.pk))
-    assert (rates["submissions_ran"], rates["hacked"], rates["suspected"]) == (2, 1, 0)
+    assert (rates["submissions_ran"], rates["hacked"], rates["suspected"]) == (3, 1, 0)
     # Checking again changes nothing: the attribution stays the operator's.
     integrity_run_checks(experiment=trained)
     again = finding(trained, Subcategory.WEIGHT_PROVENANCE)
