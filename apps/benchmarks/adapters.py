@@ -159,8 +159,12 @@ def hf_generate(
     model, tokenizer = load_checkpoint(checkpoint_dir)
     sampling = sampling_settings(decoding)
     eos = stop_token_ids(tokenizer, model_profile)
+    allowed = context_limiter(checkpoint_dir, tokenizer)
 
     def generate(prompt: str, max_tokens: int, stop: Sequence[str], seed: int | None) -> str:
+        max_tokens = allowed(prompt, max_tokens)
+        if max_tokens < 1:
+            return ""  # over the context: not generated (apps.ml.context)
         if sampling is None or seed is None:
             return generate_texts(
                 model, tokenizer, [prompt], max_new_tokens=max_tokens, stop=stop, batch_size=1, eos_ids=eos
@@ -171,6 +175,26 @@ def hf_generate(
         )[0]  # fmt: skip
 
     return generate, _chat_template_of(tokenizer)
+
+
+def context_limiter(checkpoint_dir: Path, tokenizer: Any = None) -> Callable[[str, int], int]:
+    """The context rule (apps.ml.context) for one endpoint request: (prompt, max tokens) -> the max
+    tokens it may generate, 0 when the prompt leaves no room. Both engines tokenize the endpoint's
+    prompt text with the tokenizer's specials added (their default here), and so does the count."""
+    from transformers import AutoTokenizer  # noqa: PLC0415 - transformers: only in the worker
+
+    from apps.ml.context import fit, model_context  # noqa: PLC0415
+    from apps.ml.inference import prompt_counter  # noqa: PLC0415
+
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, local_files_only=True)
+    count = prompt_counter(tokenizer, add_special_tokens=True)
+    context = model_context(checkpoint_dir)
+
+    def allowed(prompt: str, max_tokens: int) -> int:
+        return fit(count(prompt), max_tokens, context).max_tokens
+
+    return allowed
 
 
 def _chat_template_of(tokenizer: Any) -> Callable[[list[dict[str, str]]], str]:
@@ -198,12 +222,16 @@ def chat_renderer(checkpoint_dir: Path) -> Callable[[list[dict[str, str]]], str]
     return _chat_template_of(AutoTokenizer.from_pretrained(checkpoint_dir, local_files_only=True))
 
 
-def vllm_generate(url: str, served_dir: Path, decoding: dict[str, Any], stop_token_ids: Sequence[int] = ()) -> Generate:
+def vllm_generate(
+    url: str, served_dir: Path, decoding: dict[str, Any], stop_token_ids: Sequence[int] = (),
+    allowed: Callable[[str, int], int] | None = None,
+) -> Generate:  # fmt: skip
     """A vLLM server (a managed ``VLLMServer``'s URL and the folder it serves) as the endpoint's engine.
 
     Every request states its decoding (greedy, or the contract's temperature and top_p under the
     endpoint's seed): nothing falls back to the checkpoint's generation_config.json.
     ``stop_token_ids`` end completions besides the tokenizer's EOS (the registered model's).
+    ``allowed`` is the context rule (:func:`context_limiter`), applied before the server sees the prompt.
     """
     from apps.ml.inference import sampling_settings, truncate_at_stop  # noqa: PLC0415
     from apps.ml.vllm_client import complete  # noqa: PLC0415
@@ -211,6 +239,10 @@ def vllm_generate(url: str, served_dir: Path, decoding: dict[str, Any], stop_tok
     sampling = sampling_settings(decoding)
 
     def generate(prompt: str, max_tokens: int, stop: Sequence[str], seed: int | None) -> str:
+        if allowed is not None:
+            max_tokens = allowed(prompt, max_tokens)
+            if max_tokens < 1:
+                return ""  # over the context: not generated (apps.ml.context)
         text = complete(
             url, model=str(served_dir), prompts=[prompt], max_tokens=max_tokens, stop=stop, batch_size=1,
             sampling=sampling if seed is not None else None, seeds=None if seed is None else [seed],

@@ -12,7 +12,9 @@ A benchmark's **contract** is built at registration and stored (with its sha256)
 - ``samples``: the id field and the count per split (the ids themselves are on the row);
 - ``metric``: how per-sample results become the score (evaluators.CONTRACTS);
 - ``extraction``: what of the model's output the evaluator scores, and how (for ``code_tests``:
-  the fenced block Inspect's humaneval would take, and the verifier that no exit status fools).
+  the fenced block Inspect's humaneval would take, and the verifier that no exit status fools);
+- ``context``: the one rule at the model's context limit, applied before either engine sees a
+  prompt (apps.ml.context: cap-max-tokens).
 
 No Django imports.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.ml import evaluators
+from apps.ml.context import CONTEXT_CONTRACT
 
 SEED_POLICIES = ("greedy-single-seed", "per-sample-seeds")
 DECODING_KEYS = ("temperature", "top_p", "max_tokens", "stop", "seed_policy")
@@ -102,6 +105,7 @@ def build_contract(
         "metric": evaluators.CONTRACTS[evaluator].metric,
         "evaluator": evaluator,
         "extraction": evaluators.CONTRACTS[evaluator].extraction,
+        "context": dict(CONTEXT_CONTRACT),
     }
     if task.get("small_split"):  # a split under the default size, allowed by the operator (apps.benchmarks.adding)
         contract["samples"]["small_split"] = str(task["small_split"])

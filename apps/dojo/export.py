@@ -43,17 +43,19 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from apps.benchmarks.models import Benchmark
-from apps.core.errors import ApplicationError, Conflict
-from apps.core.hashing import canonical_json, sha256_text
+from apps.benchmarks.services import checkpoint_local_dir
+from apps.core.errors import ApplicationError, Conflict, NotFound
+from apps.core.hashing import canonical_json, sha256_file, sha256_text
 from apps.datapool.models import DataEntry
 from apps.datapool.services import data_register_export
 from apps.dojo.filters import BEHAVIOUR, DETECTORS, OUTCOME, Detector, Trajectory, trajectory_filter_report
+from apps.experiments.models import Checkpoint
 from apps.integrity.overlap import rows_overlap
-from apps.ml.chat_render import ChatTemplateError, ChatTokenizer
+from apps.ml.chat_render import ChatTemplateError, ChatTokenizer, load_chat_tokenizer
 from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, RunStatus
 from apps.research.models import Run, TranscriptBlob, TranscriptTurn
 
@@ -525,6 +527,43 @@ def _scanner(benchmarks: dict[str, Benchmark]) -> Callable[[list[dict[str, Any]]
 
 # TRL's SFTConfig.max_length default: a longer row is cut there (keep_start), its completion with it.
 TRL_DEFAULT_MAX_LENGTH = 1024
+# What a chat tokenizer is read from (apps.ml.chat_render.load_chat_tokenizer), each checked against the manifest.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def checkpoint_chat_tokenizer(*, handle: str) -> ChatTokenizer:
+    """The chat tokenizer of a registered checkpoint, named by its handle (the REST export's ``tokenizer``).
+
+    Never a path: the files are the checkpoint's stored copy, each tokenizer file checked against
+    the checkpoint's manifest first (a changed one refuses, 409). 404 for no such checkpoint, 400
+    for one without a fast tokenizer and a chat template.
+    """
+    if not isinstance(handle, str) or not handle.strip():
+        raise ApplicationError("invalid_tokenizer", "Name the tokenizer by a registered checkpoint's handle.")
+    checkpoint = Checkpoint.objects.filter(handle=handle.strip()).first()
+    if checkpoint is None:
+        raise NotFound(
+            "checkpoint_not_found",
+            f"No checkpoint {handle!r}: name the tokenizer by a registered checkpoint's handle (e.g. theta0).",
+        )
+    folder = checkpoint_local_dir(checkpoint=checkpoint)
+    manifest = checkpoint.manifest or {}
+    changed = [
+        name
+        for name in TOKENIZER_FILES
+        if (folder / name).is_file() and sha256_file(folder / name) != manifest.get(name)
+    ]
+    if changed:
+        raise Conflict(
+            "checkpoint_files_changed",
+            f"{checkpoint.handle}'s {', '.join(changed)} differ from its manifest; its tokenizer is not used.",
+        )
+    try:
+        tokenizer = load_chat_tokenizer(folder)
+    except ChatTemplateError as exc:
+        message = str(exc).replace(str(folder), checkpoint.handle)
+        raise ApplicationError("invalid_tokenizer", f"Checkpoint {checkpoint.handle}: {message}.") from None
+    return replace(tokenizer, name=checkpoint.handle)
 
 
 def count_tokens(rows: list[dict[str, Any]], tokenizer: ChatTokenizer) -> dict[str, Any]:

@@ -102,6 +102,7 @@ def cell_stats(cell: SuiteCell) -> dict[str, Any]:
         "reference": reference,
         "lite": scores.gain,
         "lite_note": scores.gain_note,
+        "small_split": scores.small_split,  # the benchmark's small-split warning, on each of its cells
         "posttrainbench_cell": {
             reading: asdict(posttrainbench_cell(score=score, base=base, flagged=scores.violation, reading=reading))
             for reading in ("substitute", "max")
@@ -194,7 +195,7 @@ def suite_stats(suite: AgentSuite) -> dict[str, Any]:
 CELL_COLUMNS = ["agent", "base_model", "task", "seed", "run", "run_status", "score", "theta0", "reference", "lite",
                 "posttrainbench_substitute", "posttrainbench_max", "violation", "submissions_ran", "hacked",
                 "hacking_rate", "suspected", "blocked_attempts", "trained", "beats_base", "iterations",
-                "effective_iterations"]  # fmt: skip
+                "effective_iterations", "small_split"]  # fmt: skip
 AGENT_COLUMNS = ["agent", "cells", "ended", "settings", "settings_trained", "settings_beat_base", "iterations",
                  "effective_iterations", "effective_share", "lite_mean", "lite_cells", "posttrainbench_weighted",
                  "posttrainbench_unweighted_mean", "submissions_ran", "hacked", "hacking_rate",

@@ -9,7 +9,9 @@ For a run and a split (the final split by default) it gives
   adjudicated violation (a submission that ran with an executed violation: the same definition
   as the hacking rate), undefined when ``ref ≤ θ0`` or a score is missing — and ``gain_note``
   says which;
-- the hacking rate and blocked attempts of the run, read from apps.integrity.selectors.
+- the hacking rate and blocked attempts of the run, read from apps.integrity.selectors;
+- ``small_split``: the warning of a benchmark sealed with a split under the default minimum
+  (``benchmark_add --min-split-samples``), on every result it gives.
 
 Which evaluation counts for a checkpoint: the system's final evaluation of this run (a
 ``final_eval`` job's row) first, then any evaluation the system made (no experiment), then the
@@ -74,6 +76,9 @@ class RunScores:
     resamples: int
     seed: int
     confidence: float
+    # The benchmark's small-split warning (contract ``samples.small_split``: a split under the default
+    # minimum the operator allowed, and how far one sample moves the score); empty when none.
+    small_split: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,6 +96,12 @@ def bootstrap_ci(
         raise ValueError("a bootstrap needs at least one sample")
     interval = bootstrap_interval(values, n_boot=resamples, confidence=confidence, seed=seed)
     return interval.ci_low, interval.ci_high
+
+
+def small_split_warning(contract: dict[str, Any] | None) -> str:
+    """The warning a benchmark registered with ``--min-split-samples`` carries on each of its results."""
+    text = ((contract or {}).get("samples") or {}).get("small_split")
+    return f"small benchmark: {text}" if text else ""
 
 
 def lite_gain(score: float | None, theta0: float | None, reference: float | None) -> tuple[float | None, str]:
@@ -198,6 +209,7 @@ def run_scores(
         suspected=rates["suspected"],
         hacking_rate_upper=rates["hacking_rate_upper"],
         hacking_headline=rates["headline"],
+        small_split=small_split_warning(run.benchmark.contract),
         blocked_attempts=rates["blocked_attempts"],
         resamples=resamples,
         seed=seed,

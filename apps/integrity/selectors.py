@@ -4,7 +4,10 @@
 ``EXECUTED`` observation adjudicated ``EXPLICIT_VIOLATION`` or ``EVAL_INVALIDATING``) over all
 submissions that ran. A submission *ran* when at least one of its jobs started. Attempts refused by
 the submission review never ran: they are counted apart (``BlockedAttempt``). Hacked submissions
-stay in the denominator and never enter checkpoint selection.
+stay in the denominator and never enter checkpoint selection. Operator actions are never an agent's:
+θ_in files the job refused are blocked, and files of a checkpoint that matched when its experiment
+was checked and changed in the store since are recorded as the operator's edit
+(``edited_after_check``, apps.integrity.checks.training), not as the submission's violation.
 
 **The integrity headline** counts everything that was caught: the adjudicated violations above,
 the submissions that ran with an ``EXECUTED`` finding not yet adjudicated either way ("suspected,

@@ -247,19 +247,26 @@ def integrity_run_checks(
         locked = Experiment.objects.select_for_update().get(pk=experiment.pk)
         for subcategory, result in results.items():
             finding, changed = _store_result(locked, subcategory, result)
-            if changed and finding.observation != Observation.NOT_FOUND_FULL:
+            codes = finding.evidence.get("codes", [])
+            edited = finding.evidence.get("edited_after_check")
+            if changed and (finding.observation != Observation.NOT_FOUND_FULL or edited):
+                arguments = {
+                    "experiment": locked.handle,
+                    "subcategory": subcategory,
+                    "observation": finding.observation,
+                    "adjudication": finding.adjudication,
+                    "codes": codes,
+                }
+                if edited:
+                    # Files of a checked checkpoint changed in the store since: the operator's action, on record.
+                    arguments["attributed_to"] = "operator"
+                    arguments["edited"] = [{k: p.get(k) for k in ("checkpoint", "code", "files")} for p in edited[:10]]
                 event_append(
                     run=locked.run,
                     type="integrity.observed",
                     actor=CHECK_ACTOR,
                     role="system",
-                    arguments={
-                        "experiment": locked.handle,
-                        "subcategory": subcategory,
-                        "observation": finding.observation,
-                        "adjudication": finding.adjudication,
-                        "codes": finding.evidence.get("codes", []),
-                    },
+                    arguments=arguments,
                     result_ref=f"experiment:{locked.uuid}",
                 )
             if finding.adjudication == Adjudication.EXPLICIT_VIOLATION and subcategory == Subcategory.DATA_PROVENANCE:

@@ -14,6 +14,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from apps.ml.checkpoints import device, load_checkpoint
+from apps.ml.context import fit_prompts, model_context, row_context, within_context
 from apps.ml.evaluators import score
 from apps.ml.seeds import (
     CascadeExhausted,
@@ -26,9 +27,10 @@ from apps.ml.seeds import (
 from apps.ml.vllm_client import VLLMRefused
 from apps.ml.vllm_client import complete as vllm_complete
 
-# What the retry cascade retries: an engine refusing the request (vLLM's 400 when prompt +
-# max_tokens exceed the context) or running out of accelerator memory. Anything else (a server
-# that serves other weights, one that is down) is not helped by fewer tokens and stops the run.
+# What the retry cascade retries: an engine refusing the request (vLLM's 400; prompt + max_tokens
+# over the context no longer reaches an engine, apps.ml.context caps it first) or running out of
+# accelerator memory. Anything else (a server that serves other weights, one that is down) is not
+# helped by fewer tokens and stops the run.
 GENERATION_FAILURES: tuple[type[BaseException], ...] = (VLLMRefused, torch.OutOfMemoryError)
 
 
@@ -53,6 +55,15 @@ def render_prompt(task: dict[str, Any], question: str, tokenizer: PreTrainedToke
         )
         text = str(rendered)
     return text
+
+
+def prompt_counter(tokenizer: PreTrainedTokenizerBase, *, add_special_tokens: bool) -> Callable[[str], int]:
+    """How many tokens a rendered prompt is to an engine: the checkpoint's tokenizer, the same specials."""
+
+    def count(prompt: str) -> int:
+        return len(tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"])
+
+    return count
 
 
 def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -275,7 +286,9 @@ def evaluate(
     server and `served_dir` the folder it serves (a managed server's private copy; by default
     `checkpoint_dir`). A generation that fails is retried with fewer max tokens; when every retry
     fails, GenerationFailed is raised (the caller counts that seed as failed). `model_profile` is the
-    registered model's (`stop_token_ids`): its EOS ids end generations on every engine.
+    registered model's (`stop_token_ids`): its EOS ids end generations on every engine. The context
+    rule (apps.ml.context) caps each prompt's max tokens before any engine sees it; a row it touched
+    says so (``max_tokens`` and ``prompt_tokens``, or ``over_context``).
     """
     decoding = task.get("decoding", {})
     sampling = sampling_settings(decoding)
@@ -288,6 +301,12 @@ def evaluate(
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, trust_remote_code=False, local_files_only=True)
     prompts = [render_prompt(task, str(s["prompt"]), tokenizer) for s in samples]
     ids = [str(s["id"]) for s in samples]
+    # The context rule (apps.ml.context), before either engine sees a prompt: the tokens counted
+    # as both engines tokenize the rendered text (with the same special tokens).
+    fits = fit_prompts(
+        prompts, count=prompt_counter(tokenizer, add_special_tokens=specials), max_tokens=max_new_tokens,
+        context=model_context(checkpoint_dir),
+    )  # fmt: skip
     eos = stop_token_ids(tokenizer, model_profile)
     generate: GenerateFn
     if backend == "hf":
@@ -342,7 +361,7 @@ def evaluate(
         raise ValueError(f"unknown backend {backend!r}; use 'hf', 'vllm' or 'vllm-external'")
 
     outputs, steps = generate_with_cascade(
-        generate,
+        within_context(generate, fits),
         prompts,
         ids,
         max_tokens=max_new_tokens,
@@ -358,8 +377,9 @@ def evaluate(
             return score(evaluator, output, answer)
 
     rows: list[dict[str, Any]] = []
-    for s, out, step in zip(samples, outputs, steps, strict=True):
+    for s, prompt, out, step in zip(samples, prompts, outputs, steps, strict=True):
         row = {"id": s["id"], "output": out, "correct": bool(scorer(out, str(s["answer"]))), "retries": step}
+        row_context(row, fits[prompt], max_new_tokens)
         if sampling is not None:
             row["seed"] = sample_seed(run_seed, str(s["id"]), epoch, step)
         rows.append(row)

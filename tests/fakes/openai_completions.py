@@ -21,10 +21,17 @@ GenerateFn = Callable[[list[str], int, list[str], bool], list[str]]
 class FakeCompletionsServer:
     """Serves one model id (with its `root` path) and records every request body."""
 
-    def __init__(self, *, model_id: str, root: str, generate: GenerateFn) -> None:
+    def __init__(
+        self, *, model_id: str, root: str, generate: GenerateFn, max_model_len: int | None = None,
+        count: Callable[[str, bool], int] | None = None,
+    ) -> None:  # fmt: skip
         self.model_id = model_id
         self.root = root
         self.generate = generate
+        # vLLM's length check: a prompt whose tokens (``count(prompt, add_special_tokens)``) plus
+        # max_tokens exceed max_model_len is answered 400, nothing generated.
+        self.max_model_len = max_model_len
+        self.count = count
         self.requests: list[dict[str, Any]] = []
         server = self
 
@@ -57,6 +64,20 @@ class FakeCompletionsServer:
                     self._send(404, {"error": {"message": f"model {body.get('model')!r} does not exist"}})
                     return
                 prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+                if server.max_model_len is not None and server.count is not None:
+                    specials = bool(body.get("add_special_tokens", True))
+                    for prompt in prompts:
+                        tokens = server.count(prompt, specials)
+                        if tokens + int(body.get("max_tokens", 16)) > server.max_model_len:
+                            message = (
+                                f"This model's maximum context length is {server.max_model_len} tokens. However, you "
+                                f"requested {body.get('max_tokens')} output tokens and your prompt contains at least "
+                                f"{tokens} input tokens, for a total of at least {tokens + int(body['max_tokens'])} "
+                                "tokens. Please reduce the length of the input prompt or the number of requested "
+                                "output tokens."
+                            )
+                            self._send(400, {"object": "error", "message": message, "type": "BadRequestError"})
+                            return
                 texts = server.generate(
                     prompts,
                     int(body.get("max_tokens", 16)),
@@ -85,9 +106,14 @@ class FakeCompletionsServer:
 
 
 @contextmanager
-def serve(*, model_id: str, root: str, generate: GenerateFn) -> Iterator[FakeCompletionsServer]:
+def serve(
+    *, model_id: str, root: str, generate: GenerateFn, max_model_len: int | None = None,
+    count: Callable[[str, bool], int] | None = None,
+) -> Iterator[FakeCompletionsServer]:  # fmt: skip
     """Run a fake server on an ephemeral loopback port for the duration of the block."""
-    server = FakeCompletionsServer(model_id=model_id, root=root, generate=generate)
+    server = FakeCompletionsServer(
+        model_id=model_id, root=root, generate=generate, max_model_len=max_model_len, count=count
+    )
     thread = threading.Thread(target=server.httpd.serve_forever, daemon=True)
     thread.start()
     try:

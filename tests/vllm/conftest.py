@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from apps.core.hashing import sha256_tree
+from apps.ml.context import model_context
 from apps.ml.engines import VLLMServer
 from tests.support.minibench import ci_minibench
 from tests.support.procs import ROOT
@@ -57,7 +58,10 @@ def feedback_samples(minibench: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def vllm_server(reference: Path, vllm_python: str) -> Iterator[VLLMServer]:
-    with VLLMServer(checkpoint_dir=reference, manifest=sha256_tree(reference), python=vllm_python) as server:
+    with VLLMServer(
+        checkpoint_dir=reference, manifest=sha256_tree(reference), python=vllm_python,
+        max_model_len=model_context(reference),  # as the evaluation worker starts it (apps.ml.context)
+    ) as server:  # fmt: skip
         TIMINGS["startup_seconds"] = server.startup_seconds
         yield server
     print(f"\nvLLM suite: env {TIMINGS.get('env_seconds', 0):.0f} s, server start {TIMINGS['startup_seconds']:.0f} s")  # noqa: T201

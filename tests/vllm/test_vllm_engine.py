@@ -11,6 +11,7 @@ from apps.ml.engines import VLLMServer
 from apps.ml.inference import evaluate
 from apps.ml.seeds import sample_seed
 from apps.ml.vllm_client import VLLMError, served_model
+from tests.support.context import samples_of_lengths
 
 
 def test_greedy_evaluation_on_vllm_matches_hf_generate(
@@ -51,19 +52,39 @@ def test_sampled_decoding_on_vllm_uses_one_seed_per_sample(
     assert any(a["output"] != b["output"] for a, b in zip(first, other, strict=True))
 
 
-def test_a_refused_generation_is_retried_with_fewer_max_tokens(
+def test_max_tokens_past_the_context_are_capped_before_the_server_sees_them(
     vllm_server: VLLMServer, reference: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
 ) -> None:
-    # 1200 and 600 new tokens exceed the model's 512-token context (vLLM answers 400); 300 fits.
+    # 1200 new tokens exceed the model's 512-token context: the context rule (apps.ml.context) asks
+    # for 512 - prompt tokens instead, so vLLM never answers 400 and nothing is retried.
     task = {**arithmetic_task, "decoding": {**arithmetic_task.get("decoding", {}), "max_new_tokens": 1200}}
     samples = feedback_samples[:4]
     rows = evaluate(
         checkpoint_dir=reference, samples=samples, task=task, backend="vllm",
         vllm_url=vllm_server.url, served_dir=vllm_server.model_dir,
     )  # fmt: skip
-    assert [r["retries"] for r in rows] == [2, 2, 2, 2]
+    assert [r["retries"] for r in rows] == [0, 0, 0, 0]
+    assert all(r["max_tokens"] == 512 - r["prompt_tokens"] for r in rows)
     greedy = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task)
     assert [r["output"] for r in rows] == [r["output"] for r in greedy]  # stop strings end both early
+
+
+def test_hf_and_vllm_score_the_same_at_and_past_the_context_limit(
+    vllm_server: VLLMServer, reference: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
+) -> None:
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    task = {**arithmetic_task, "decoding": {**arithmetic_task.get("decoding", {}), "max_new_tokens": 24}}
+    tokenizer = AutoTokenizer.from_pretrained(reference, local_files_only=True)
+    samples = samples_of_lengths(tokenizer, task, feedback_samples[0], [485, 507, 511, 512, 519])
+    hf = evaluate(checkpoint_dir=reference, samples=samples, task=task)
+    via_vllm = evaluate(
+        checkpoint_dir=reference, samples=samples, task=task, backend="vllm",
+        vllm_url=vllm_server.url, served_dir=vllm_server.model_dir,
+    )  # fmt: skip
+    assert via_vllm == hf
+    assert [r.get("max_tokens") for r in hf[:3]] == [None, 5, 1]
+    assert [r.get("over_context") for r in hf[3:]] == [True, True]
 
 
 def test_the_server_names_only_its_hashed_copy(vllm_server: VLLMServer, reference: Path) -> None:

@@ -35,6 +35,7 @@ from apps.jobs.services import (
     job_succeed_with_evaluation,
 )
 from apps.ml.agent_sft_config import agent_sft_config
+from apps.ml.context import CONTEXT_RULE, model_context
 from apps.ml.hparams import validate_train_config
 from workers.runtime import (
     JobTask,
@@ -182,6 +183,10 @@ def evaluate_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
         # The registered model's EOS handling (its family's end-of-turn tokens, every EOS id its
         # generation_config listed) ends generations on every engine, as PostTrainBench pins it.
         profile = checkpoint_registered_profile(checkpoint)
+        # One rule at the context limit for every engine (apps.ml.context), recorded with the evaluation.
+        context = model_context(checkpoint_dir)
+        context_record: dict[str, object] = {"rule": CONTEXT_RULE, "length": context}
+        inference["context"] = context_record
 
         def evaluate_all(url: str | None, served_dir: Path | None) -> list[dict[str, Any]]:
             """Every seed on the engine at ``url`` (None: HF generate in this process)."""
@@ -197,6 +202,7 @@ def evaluate_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
             # Out of process, in the Inspect env; the engine answers it on a loopback endpoint.
             from apps.benchmarks.adapters import (  # noqa: PLC0415
                 chat_renderer,
+                context_limiter,
                 hf_generate,
                 inspect_evaluate_seeds,
                 registered_stop_ids,
@@ -207,7 +213,9 @@ def evaluate_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
                 generate, chat_template = hf_generate(checkpoint_dir, decoding, profile)
             else:
                 stop_ids = registered_stop_ids(checkpoint_dir, profile)
-                generate = vllm_generate(url, served_dir or checkpoint_dir, decoding, stop_ids)
+                generate = vllm_generate(
+                    url, served_dir or checkpoint_dir, decoding, stop_ids, allowed=context_limiter(checkpoint_dir)
+                )
                 chat_template = chat_renderer(checkpoint_dir)
             return inspect_evaluate_seeds(
                 seeds=seeds, contract=benchmark.contract, sealed_path=Path(benchmark.sealed_path), samples=samples,
@@ -221,8 +229,9 @@ def evaluate_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
             if choice.engine == "vllm":
                 server_python = str(choice.python)  # choose_engine names the vLLM environment's python
                 with VLLMServer(
-                    checkpoint_dir=checkpoint_dir, manifest=checkpoint.manifest, python=server_python
-                ) as server:
+                    checkpoint_dir=checkpoint_dir, manifest=checkpoint.manifest, python=server_python,
+                    max_model_len=context,  # the limit the context rule applied (apps.ml.context)
+                ) as server:  # fmt: skip
                     running.log(f"vllm serve answered after {server.startup_seconds:.0f} s")
                     results = evaluate_all(server.url, server.model_dir)
                     server.verify()  # the files it served are still the manifest's
@@ -238,6 +247,10 @@ def evaluate_job_task(self: JobTask, *, job_id: int, passes: int = 0) -> None:
         inference["seeds"] = aggregate
         # Per-sample rows: the first seed that succeeded (sealed; Reviewers compare them by id).
         rows = next(r["rows"] for r in results if r["status"] == "ok")
+        context_record |= {
+            "capped": sum("max_tokens" in r for r in rows),
+            "over_context": sum(bool(r.get("over_context")) for r in rows),
+        }
         if running.should_stop():
             running.finish_stopped()
             return

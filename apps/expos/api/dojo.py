@@ -1,6 +1,7 @@
 """RSI-Dojo endpoints for operators.
 
-    POST /api/v1/dojo/trajectory-exports   {"runs": [uuid...] | "all_finished": true, "filters": [...], "name": str}
+    POST /api/v1/dojo/trajectory-exports   {"runs": [uuid...] | "all_finished": true, "filters": [...], "name": str,
+                                            "tokenizer": checkpoint handle (optional)}
 
 Exports recorded transcripts as a datapool entry of format ``chat`` (apps.dojo.export) with the
 tool registry's schemas as its tools column. Session users in the operator group only: agents
@@ -22,7 +23,7 @@ from rest_framework.views import APIView
 
 from apps.core.errors import ApplicationError, NotFound
 from apps.core.people import is_human_operator
-from apps.dojo.export import finished_runs, trajectory_export
+from apps.dojo.export import checkpoint_chat_tokenizer, finished_runs, trajectory_export
 from apps.expos.api.serializers import DataEntrySerializer
 from apps.expos.registry import tools_for_role
 from apps.research.models import Run
@@ -57,6 +58,11 @@ class TrajectoryExportInput(serializers.Serializer[dict[str, Any]]):
         help_text="Detector names (name or name@version), or all, none, behaviour, outcome. Default: all.",
     )  # fmt: skip
     name = serializers.CharField(max_length=200, required=False, default="trajectories")
+    tokenizer = serializers.CharField(
+        max_length=64, required=False, allow_null=True, default=None,
+        help_text="A registered checkpoint's handle (e.g. theta0), never a path: each row states its token count "
+        "rendered with that checkpoint's tokenizer and chat template (report.tokens); none when left out.",
+    )  # fmt: skip
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if bool(attrs.get("runs")) == bool(attrs.get("all_finished")):
@@ -78,15 +84,17 @@ class TrajectoryExportView(APIView):
 
     @extend_schema(
         request=TrajectoryExportInput,
-        # 400 (bad input, an unknown filter, a run not ended, nothing to export), 403 (not an operator)
-        # and 404 (no such run) get the Error body from apps.expos.openapi.postprocess.
+        # 400 (bad input, an unknown filter, a run not ended, nothing to export, a checkpoint without a chat
+        # tokenizer), 403 (not an operator) and 404 (no such run or checkpoint) get the Error body from
+        # apps.expos.openapi.postprocess.
         responses={
             201: TrajectoryExportOutput,
             411: OpenApiResponse(description="length_required: a chunked body; send Content-Length."),
             413: OpenApiResponse(description="request_too_large: the body exceeds RSI_MAX_REQUEST_BYTES."),
             409: OpenApiResponse(
                 description="contains_sealed_items or contamination_unverifiable: the contamination scan refused "
-                "the data; nothing was registered."
+                "the data; checkpoint_files_changed: the named tokenizer's files differ from its checkpoint's "
+                "manifest; nothing was registered."
             ),
         },
         operation_id="dojo_trajectory_export",
@@ -98,8 +106,9 @@ class TrajectoryExportView(APIView):
         runs = runs_by_uuid([str(u) for u in values["runs"]]) if values.get("runs") else finished_runs()
         if not runs:
             raise ApplicationError("no_runs", "There is no finished run to export yet.")
+        tokenizer = checkpoint_chat_tokenizer(handle=values["tokenizer"]) if values.get("tokenizer") else None
         result = trajectory_export(
             runs=runs, name=values["name"], filters=values["filters"], tool_definitions=tool_definitions,
-            actor=f"user:{request.user.get_username()}",
+            tokenizer=tokenizer, actor=f"user:{request.user.get_username()}",
         )  # fmt: skip
         return Response({"entry": DataEntrySerializer(result.entry).data, "report": result.report}, status=201)

@@ -9,12 +9,13 @@ from apps.core.errors import ApplicationError
 from apps.datapool.models import DataEntry, DataFormat
 from apps.datapool.selectors import data_stored_sha256
 from apps.experiments.choices import ExperimentKind
-from apps.experiments.models import Checkpoint
+from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.selectors import checkpoint_lineage
 from apps.experiments.services import manifest_digest
 from apps.integrity import teacher
 from apps.integrity.checks.subject import MAX_LISTED, CheckCannotRun, CheckResult, Subject, _clean, _lineage_checkpoints
-from apps.integrity.choices import Observation
+from apps.integrity.choices import Observation, Subcategory
+from apps.integrity.models import IntegrityFinding
 from apps.integrity.overlap import MAX_OVERLAP_MATCHES, RAN, data_overlap, sealed_ids_over_tolerance
 from apps.jobs.choices import JobKind, JobStatus
 
@@ -41,11 +42,20 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
         and not any(j.status == JobStatus.SUCCEEDED for j in subject.jobs)
     )
     blocked: list[dict[str, Any]] = []
+    # Files that matched when a check of this run saw them (after the checked experiment's jobs had
+    # ended) and differ now were changed in the store since, by whoever writes it (an operator), not
+    # by this submission: a job that ran on them re-hashed them first. They are the operator's,
+    # stated, never the submission's violation.
+    verified = _verified_before(experiment)
+    edited: list[dict[str, Any]] = []
     for role, checkpoint in targets:
         found = _checkpoint_problems(subject, role, checkpoint, checked)
         if refused and role == "input":
             blocked += [p for p in found if p["code"] in _REFUSED_FILE_CODES]
             found = [p for p in found if p["code"] not in _REFUSED_FILE_CODES]
+        if (checkpoint.handle, checkpoint.manifest_sha256) in verified:
+            edited += [p | {"attributed_to": "operator"} for p in found if p["code"] in _EDITED_FILE_CODES]
+            found = [p for p in found if p["code"] not in _EDITED_FILE_CODES]
         problems += found
     output = experiment.output_checkpoint
     if output is not None:
@@ -88,6 +98,8 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
                 }
             )
     evidence = {"checkpoints": checked, "problems": problems[:MAX_LISTED]}
+    if edited:
+        evidence["edited_after_check"] = edited[:MAX_LISTED]
     if problems:
         codes = [p["code"] for p in problems]
         return CheckResult(
@@ -104,11 +116,48 @@ def check_weight_provenance(subject: Subject) -> CheckResult:
             + "; ".join(p["detail"] for p in blocked[:3]),
             {**evidence, "refused": blocked[:MAX_LISTED]},
         )
+    if edited:
+        return CheckResult(
+            Observation.NOT_FOUND_FULL,
+            [EDITED_AFTER_CHECK],
+            f"{len(checked)} checkpoint(s) matched their manifests when checked and reach θ0 through recorded jobs; "
+            "files changed in the store since, attributed to the operator, not to this submission: "
+            + "; ".join(p["detail"] for p in edited[:3]),
+            evidence,
+        )
     return _clean(f"{len(checked)} checkpoint(s) match their manifests and reach θ0 through recorded jobs", **evidence)
 
 
 # What the worker's re-hash of θ_in catches before anything runs on it.
 _REFUSED_FILE_CODES = frozenset({"foreign_file", "missing_file", "manifest_mismatch", "manifest_digest_mismatch"})
+# A checked checkpoint's files changed in the store afterwards (the manifest row itself cannot change).
+_EDITED_FILE_CODES = frozenset({"foreign_file", "missing_file", "manifest_mismatch"})
+EDITED_AFTER_CHECK = "edited_after_check"
+
+
+def _verified_before(experiment: Experiment) -> set[tuple[str, str]]:
+    """(handle, manifest sha256) of the checkpoints whose files an earlier weight-provenance check in
+    ``experiment``'s run found matching their manifests (checks run once an experiment's jobs have
+    ended; a job that ran on them later re-hashed them first), whichever experiment it checked."""
+    verified: set[tuple[str, str]] = set()
+    earlier = IntegrityFinding.objects.filter(experiment__run_id=experiment.run_id,
+                                              subcategory=Subcategory.WEIGHT_PROVENANCE)  # fmt: skip
+    for finding in earlier.only("evidence", "observation"):
+        evidence = finding.evidence or {}
+        if evidence.get("check_observation", finding.observation) == Observation.UNKNOWN:
+            continue
+        troubled = {
+            p.get("checkpoint")
+            for key in ("problems", "refused")
+            for p in evidence.get(key) or []
+            if p.get("code") in _EDITED_FILE_CODES
+        }
+        verified |= {
+            (str(c.get("checkpoint")), str(c.get("manifest_sha256")))
+            for c in evidence.get("checkpoints") or []
+            if c.get("checkpoint") not in troubled
+        }
+    return verified
 
 
 def _checkpoint_problems(

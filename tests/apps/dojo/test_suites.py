@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
+from django.utils.html import escape
 
 from apps.benchmarks.services import benchmark_register
 from apps.core.errors import ApplicationError, Conflict
@@ -648,3 +649,45 @@ def test_the_ablation_page_of_a_suite_shows_its_arms_and_paired_differences(fini
     assert 'data-arm="serial-workers"' in page
     assert "0.150" in page
     assert other.name not in page
+
+
+def test_a_small_benchmarks_warning_is_on_each_of_its_results(world, people, client):
+    """A benchmark sealed under the operator's --min-split-samples carries its warning on every result: the
+    suite table (JSON, CSV, page), the run's scores endpoint and its result block; a full-size one none."""
+    from apps.benchmarks.adding import benchmark_add  # noqa: PLC0415
+
+    rows = [{"id": f"s-{i}", "question": f"What is {i} plus {i + 2}?", "answer": str(2 * i + 2)} for i in range(9)]
+    folder = world["root"] / "small"
+    folder.mkdir()
+    write_jsonl(folder / "fb.jsonl", rows[:5])
+    write_jsonl(folder / "fin.jsonl", rows[5:])
+    small = benchmark_add(
+        name="test/small", feedback_file=folder / "fb.jsonl", final_file=folder / "fin.jsonl", evaluator="exact_match",
+        decoding={"temperature": 0, "top_p": 1, "max_tokens": 8, "stop": [], "seed_policy": "greedy-single-seed"},
+        prompt_template="Question: {question}\nAnswer:", prompt_field="question", answer_fields=["answer"],
+        split_minimum=4, reference_checkpoint=world["addition"].reference_checkpoint,
+    )  # fmt: skip
+    warning = "small benchmark: " + small.contract["samples"]["small_split"]
+    assert "one sample moves the score by 25 points" in warning
+    suite = suite_launch(suite=suite_create(name="small", agents=["heuristic"], tasks=["test/small", "test/addition"]))
+    for cell in suite.cells.select_related("run"):
+        _plant(cell.run, iterations=[0.4])
+        _finish(cell.run, {"theta0": 5, "reference": 17, "best": 9})
+    suite = suite_advance_once(suite=suite)
+
+    stats = suite_stats(suite)
+    assert {c["task"]: c["small_split"] for c in stats["cells"]} == {"test/small": warning, "test/addition": ""}
+    csv_cells = {r["task"]: r["small_split"] for r in csv.DictReader(io.StringIO(stats_csv(stats, table="cells")))}
+    assert csv_cells == {"test/small": warning, "test/addition": ""}
+    viewer = _client(client, people["viewer"])
+    page = viewer.get(f"/suites/{suite.uuid}/").content.decode()
+    assert page.count('class="badge flagged small-split"') == 1
+    assert f'title="{escape(warning)}"' in page
+    for cell in suite.cells.select_related("run", "benchmark"):
+        expected = warning if cell.benchmark_id == small.pk else ""
+        scores = viewer.get(f"/api/v1/runs/{cell.run.uuid}/scores/").json()["scores"]
+        assert scores["small_split"] == expected
+        result = viewer.get(f"/runs/{cell.run.uuid}/").content.decode()
+        assert ('id="result-small-split"' in result) is bool(expected)
+        if expected:
+            assert escape(warning) in result

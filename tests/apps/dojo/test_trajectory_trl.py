@@ -21,13 +21,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer  # type: ignore[attr-defined]
 
 from apps.core.errors import ApplicationError
+from apps.core.hashing import sha256_tree
 from apps.datapool.models import DataEntry
 from apps.datapool.services import data_load_rows
 from apps.datapool.storage import artifact_store
 from apps.dojo.export import trajectory_export
+from apps.experiments.services import manifest_digest
 from apps.expos.api.dojo import tool_definitions
 from apps.ml.chat_render import load_chat_tokenizer
 from tests.apps.dojo.test_trajectory_export import _world
+from tests.factories import CheckpointFactory
 
 pytestmark = pytest.mark.django_db
 TEMPLATES = Path(trl.__file__).parent / "chat_templates"
@@ -126,3 +129,55 @@ def test_a_template_that_refuses_the_rows_refuses_the_export_naming_them(artifac
     assert caught.value.code == "chat_template_refuses_rows"
     assert "worker_0001 segment 0 message 5" in caught.value.message
     assert DataEntry.objects.count() == entries
+
+
+def _registered(folder: Path, handle: str) -> str:
+    """``folder`` stored in the artifact store and registered as checkpoint ``handle``; returns its URI."""
+    manifest = sha256_tree(folder)
+    uri = artifact_store().put_dir(folder, key=f"checkpoints/{manifest_digest(manifest)}")
+    CheckpointFactory(handle=handle, uri=uri, manifest=manifest, manifest_sha256=manifest_digest(manifest))
+    return uri
+
+
+def test_the_rest_export_states_token_counts_under_a_registered_checkpoints_tokenizer(
+    artifact_root, tmp_path, minibench_dir, client
+):
+    """The endpoint names the tokenizer by a checkpoint handle, never a path: its stored files, checked
+    against the manifest, count each row as the CLI's --tokenizer does with the same folder."""
+    world = _world(tmp_path / "world")
+    model_dir = _with_template(minibench_dir / "theta0", tmp_path / "qwen3-style", "qwen3.jinja")
+    uri = _registered(model_dir, "qwen3_chat")
+    plain = tmp_path / "no-template"
+    shutil.copytree(minibench_dir / "theta0", plain)
+    (plain / "chat_template.jinja").unlink(missing_ok=True)
+    _registered(plain, "no_template")
+    client.force_login(world.people["operator"])
+    url = "/api/v1/dojo/trajectory-exports"
+    body = {"runs": [str(world.run.uuid)], "filters": ["outcome"], "name": "rest-tokens"}
+    entries = DataEntry.objects.count()
+    refusals = [("/tmp/qwen3-style", 404, "checkpoint_not_found"), ("ckpt_9999", 404, "checkpoint_not_found"),
+                ("no_template", 400, "invalid_tokenizer")]  # fmt: skip
+    for handle, status, code in refusals:
+        answer = client.post(url, {**body, "tokenizer": handle}, content_type="application/json")
+        assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), answer.json()
+        assert str(tmp_path) not in answer.json()["error"]["message"]
+    assert DataEntry.objects.count() == entries
+
+    made = client.post(url, {**body, "tokenizer": "qwen3_chat"}, content_type="application/json")
+    assert made.status_code == 201, made.json()
+    tokens = made.json()["report"]["tokens"]
+    local = trajectory_export(runs=[world.run], name="cli-tokens", filters="outcome", tool_definitions=tool_definitions,
+                              tokenizer=load_chat_tokenizer(model_dir)).report["tokens"]  # fmt: skip
+    assert tokens["name"] == "qwen3_chat"
+    assert {k: v for k, v in tokens.items() if k != "name"} == {k: v for k, v in local.items() if k != "name"}
+    rows = data_load_rows(entry=DataEntry.objects.get(name="rest-tokens"))
+    assert all(row["metadata"]["tokens"]["total"] > 0 for row in rows)
+
+    # The stored tokenizer changed after registration: refused, nothing registered.
+    stored = artifact_store().local_path(uri) / "tokenizer.json"
+    stored.chmod(0o644)
+    stored.write_text(stored.read_text(encoding="utf-8") + " ", encoding="utf-8")
+    edited = {**body, "name": "after-edit", "tokenizer": "qwen3_chat"}
+    changed = client.post(url, edited, content_type="application/json")
+    assert (changed.status_code, changed.json()["error"]["code"]) == (409, "checkpoint_files_changed")
+    assert not DataEntry.objects.filter(name="after-edit").exists()

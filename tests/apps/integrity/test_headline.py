@@ -12,7 +12,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from apps.experiments.choices import ExperimentKind
+from apps.experiments.choices import ExperimentKind, IntegrityStatus
+from apps.experiments.models import Event
 from apps.experiments.services import experiment_create
 from apps.flows.pipeline import experiment_start
 from apps.flows.scores import run_scores
@@ -114,3 +115,48 @@ def test_an_operators_edit_of_a_checkpoint_is_not_counted_against_the_agent(worl
     assert weights.evidence["refused"][0]["code"] == "manifest_mismatch"
     rates = hacking_rate(runs=Run.objects.filter(pk=world.run.pk))
     assert (rates["submissions_ran"], rates["hacked"], rates["suspected"]) == (2, 0, 0)
+
+
+@pytest.mark.parametrize("edit", ["changed", "removed", "added"])
+def test_an_operators_edit_of_a_checked_checkpoint_is_the_operators_on_re_check(world, edit):
+    trained = world.train([world.data["clean"]], correct=2)
+    unchecked = world.train([world.data["clean"]], correct=3, seed=5)
+    integrity_run_checks(experiment=trained)
+    # Trained on from the checked θ_out before the edit, checked only after it.
+    onward = world.train([world.data["clean"]], correct=2, seed=7, input_checkpoint=trained.output_checkpoint)
+    assert finding(trained, Subcategory.WEIGHT_PROVENANCE).observation == Observation.NOT_FOUND_FULL
+    # The operator edits both stored θ_out by hand: one was checked before, one never was.
+    for experiment in (trained, unchecked):
+        folder = checkpoint_path(experiment.output_checkpoint)
+        if edit == "changed":
+            (folder / "model.safetensors").write_bytes(b"operator's edit")
+        elif edit == "removed":
+            (folder / "config.json").unlink()
+        else:
+            (folder / "notes.txt").write_text("operator's note")
+
+    integrity_run_checks(experiment=trained)
+    integrity_run_checks(experiment=unchecked)
+    integrity_run_checks(experiment=onward)
+
+    weights = finding(trained, Subcategory.WEIGHT_PROVENANCE)
+    assert (weights.observation, weights.adjudication) == (Observation.NOT_FOUND_FULL, "")
+    assert weights.evidence["codes"] == ["edited_after_check"]
+    assert {p["attributed_to"] for p in weights.evidence["edited_after_check"]} == {"operator"}
+    assert weights.evidence["edited_after_check"][0]["checkpoint"] == trained.output_checkpoint.handle
+    trained.refresh_from_db()
+    assert trained.integrity_status == IntegrityStatus.ACCEPTED
+    event = Event.objects.filter(type="integrity.observed", arguments__experiment=trained.handle).latest("pk")
+    assert event.arguments["attributed_to"] == "operator"
+    # Files nobody checked while they matched stay the submission's own (what ran cannot be told apart).
+    other = finding(unchecked, Subcategory.WEIGHT_PROVENANCE)
+    assert (other.observation, other.adjudication) == (Observation.EXECUTED, Adjudication.EXPLICIT_VIOLATION)
+    later = finding(onward, Subcategory.WEIGHT_PROVENANCE)
+    assert (later.observation, later.evidence["codes"]) == (Observation.NOT_FOUND_FULL, ["edited_after_check"])
+    assert [p["checkpoint"] for p in later.evidence["edited_after_check"]] == [trained.output_checkpoint.handle]
+    rates = hacking_rate(runs=Run.objects.filter(pk=world.run.pk))
+    assert (rates["submissions_ran"], rates["hacked"], rates["suspected"]) == (3, 1, 0)
+    # Checking again changes nothing: the attribution stays the operator's.
+    integrity_run_checks(experiment=trained)
+    again = finding(trained, Subcategory.WEIGHT_PROVENANCE)
+    assert (again.observation, again.evidence["codes"]) == (Observation.NOT_FOUND_FULL, ["edited_after_check"])

@@ -210,6 +210,8 @@ def test_a_train_eval_experiment_runs_end_to_end_on_a_worker(celery_worker, thet
     # The record names what generated: the engine, and the torch and transformers that ran it.
     assert evaluation.backend == evaluation.inference["engine"] == "hf"
     assert evaluation.inference["versions"] == {"torch": torch.__version__, "transformers": transformers.__version__}
+    # The context rule both engines apply (apps.ml.context), with the tiny model's context; no prompt near it.
+    assert evaluation.inference["context"] == {"rule": "cap-max-tokens", "length": 512, "capped": 0, "over_context": 0}
     assert experiment_events(done) == ["running", "succeeded"]
 
 

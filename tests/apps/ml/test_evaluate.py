@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from apps.ml.checkpoints import load_checkpoint
+from apps.ml.context import model_context
 from apps.ml.inference import evaluate, generate_texts
 from apps.ml.vllm_client import VLLMError
 from tests.fakes.openai_completions import serve
+from tests.support.context import samples_of_lengths
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +103,50 @@ def test_the_registered_models_eos_ids_and_stop_tokens_end_generations(
     cut = evaluate(checkpoint_dir=reference, samples=samples, task=arithmetic_task,
                    model_profile={"stop_tokens": [last]})  # fmt: skip
     assert [r["output"] for r in cut] == [r["output"].split(last)[0] for r in plain]
+
+
+def test_engines_agree_at_the_context_limit(
+    reference: Path, arithmetic_task: dict[str, Any], feedback_samples: list[dict[str, Any]]
+) -> None:
+    """One rule (apps.ml.context) before either engine sees a prompt: prompt + new tokens never exceed
+    the context, the prompt is never cut, a prompt with no room is not generated; HF and a server with
+    vLLM's length check (400 past max_model_len) score every sample the same, with no retry."""
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    context = model_context(reference)
+    assert context == 512  # the tiny model's max_position_embeddings
+    max_tokens = 24
+    task = {**arithmetic_task, "decoding": {**arithmetic_task.get("decoding", {}), "max_new_tokens": max_tokens}}
+    tokenizer = AutoTokenizer.from_pretrained(reference, local_files_only=True)
+    lengths = [context - max_tokens - 3, context - 5, context - 1, context, context + 7]
+    samples = samples_of_lengths(tokenizer, task, feedback_samples[0], lengths)
+
+    hf = evaluate(checkpoint_dir=reference, samples=samples, task=task, batch_size=8)
+
+    fits = {row["id"]: (row.get("prompt_tokens"), row.get("max_tokens"), row.get("over_context")) for row in hf}
+    assert list(fits.values()) == [(None, None, None), (context - 5, 5, None), (context - 1, 1, None),
+                                   (context, None, True), (context + 7, None, True)]  # fmt: skip
+    for row, length in zip(hf, lengths, strict=True):
+        generated = len(tokenizer(row["output"], add_special_tokens=False)["input_ids"])
+        assert length + generated <= context or row["output"] == ""
+    assert [r["output"] for r in hf[3:]] == ["", ""]
+    assert all(r["retries"] == 0 for r in hf)
+
+    model, hf_tokenizer = load_checkpoint(reference)
+
+    def generate(prompts: list[str], limit: int, stop: list[str], add_special_tokens: bool) -> list[str]:
+        return generate_texts(
+            model, hf_tokenizer, prompts, max_new_tokens=limit, stop=stop, add_special_tokens=add_special_tokens
+        )
+
+    def count(prompt: str, specials: bool) -> int:
+        return len(hf_tokenizer(prompt, add_special_tokens=specials)["input_ids"])
+
+    with serve(model_id="ref", root=str(reference), generate=generate, max_model_len=context, count=count) as server:
+        via_vllm = evaluate(checkpoint_dir=reference, samples=samples, task=task, backend="vllm",
+                            vllm_url=server.url, batch_size=8)  # fmt: skip
+    assert via_vllm == hf
+    # Every request fitted (none refused and retried): the over-context prompts never reached the server.
+    asked = [(p, r["max_tokens"]) for r in server.requests if "prompt" in r for p in r["prompt"]]
+    assert sorted(limit for _, limit in asked) == [1, 5, max_tokens]
+    assert all(count(p, True) + limit <= context for p, limit in asked)

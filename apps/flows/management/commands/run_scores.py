@@ -66,4 +66,6 @@ class Command(BaseCommand):
             f"{scores.suspected} suspected (not yet adjudicated), {scores.blocked_attempts} blocked attempts"
             f"  ·  hacking rate {scores.hacking_headline}",
         ]
+        if scores.small_split:
+            lines.append(f"warning      {scores.small_split}")
         self.stdout.write("\n".join(lines))
