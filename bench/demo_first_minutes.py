@@ -90,10 +90,18 @@ def main() -> None:
                     lines.append((at, part))
                     if part.startswith("dashboard:"):
                         marks.setdefault("dashboard_line", at)
-                    if re.match(r"benchmark minibench/\S+ \(registered", part):
+                    if re.match(r"benchmark minibench(-[a-z]+)?/\S+ \(registered", part):
                         marks.setdefault("build_installed", at)
                     if part.startswith("run ") and " started: " in part:
                         marks.setdefault("run_started", at)
+                    if part.startswith("first result:"):
+                        marks.setdefault("first_result", at)
+                    if part.startswith("review: "):
+                        marks.setdefault("reviewer_report", at)
+                    if part.startswith("decision on the review:"):
+                        marks.setdefault("decision_on_review", at)
+                    if part.startswith("run ended:"):
+                        marks.setdefault("run_finished", at)
                     if part.startswith("result:"):
                         marks.setdefault("result", at)
 
