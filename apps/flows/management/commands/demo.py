@@ -252,16 +252,16 @@ class Command(BaseCommand):
         # docs/benchmarks.md "The first ten minutes"): batches of 32, four Workers, so that the slot
         # left after the first result and its continuation is the first Reviewer's to fill.
         parser.add_argument(
-            "--accelerator-seconds", type=int, default=1200, help="the run's accelerator budget (gpu-queue seconds)"
+            "--accelerator-seconds", type=int, default=1500, help="the run's accelerator budget (gpu-queue seconds)"
         )
-        parser.add_argument("--wall-seconds", type=int, default=420, help="the run's wall-clock budget")
+        parser.add_argument("--wall-seconds", type=int, default=900, help="the run's wall-clock budget")
         parser.add_argument("--parallel", type=int, default=2, help="Workers researching at once")
         parser.add_argument("--max-workers", type=int, default=4, help="Workers the Main Agent may open in all")
         parser.add_argument(
-            "--screen-steps", type=int, default=40, help="training steps of a Worker's screening experiments"
+            "--screen-steps", type=int, default=30, help="training steps of a Worker's screening experiments"
         )
         parser.add_argument(
-            "--train-steps", type=int, default=200, help="training steps of a Worker's full experiments"
+            "--train-steps", type=int, default=150, help="training steps of a Worker's full experiments"
         )
         parser.add_argument("--batch-size", type=int, default=32, help="batch size of the Workers' trainings")
         # On a CPU host, one single-threaded training slot per core (DESIGN.md "Execution").
@@ -332,25 +332,28 @@ class Command(BaseCommand):
     def _follow(self, run: Any, poll: float = 3.0) -> Any:
         """Wait for the run's end (as ``start_run --wait``), printing each Reviewer report and each
         decision the Main Agent takes on one as they are recorded: the story the run page tells."""
-        seen: set[Any] = set()
+        reports: set[int] = set()
+        decisions: set[int] = set()
+        first_seen = False
 
         def news(current: Any) -> None:
+            nonlocal first_seen
             at = (timezone.now() - current.started_at).total_seconds() if current.started_at else 0.0
-            if "first" not in seen:
+            if not first_seen:
                 first = (Evaluation.objects.filter(run=current, experiment__isnull=False, split="feedback",
                                                    score__isnull=False)
                          .select_related("experiment").order_by("created_at").first())  # fmt: skip
                 if first is not None:
-                    seen.add("first")
+                    first_seen = True
                     self.stdout.write(f"first result: {first.experiment.handle} scored {first.score:.3f} on the "
                                       f"feedback split, {at:.0f}s into the run")  # fmt: skip
-            for report in ReviewReport.objects.filter(run=current).exclude(pk__in=seen).select_related("reviewer"):
-                seen.add(report.pk)
+            for report in ReviewReport.objects.filter(run=current).exclude(pk__in=reports).select_related("reviewer"):
+                reports.add(report.pk)
                 self.stdout.write(f"review: {report.reviewer.handle} reported {at:.0f}s into the run: "
                                   f"{_first_line(report.summary)}")  # fmt: skip
-            decisions = Decision.objects.filter(run=current, trigger=Trigger.REVIEW_REPORT).exclude(pk__in=seen)
-            for decision in decisions.order_by("created_at"):
-                seen.add(decision.pk)
+            taken = Decision.objects.filter(run=current, trigger=Trigger.REVIEW_REPORT).exclude(pk__in=decisions)
+            for decision in taken.order_by("created_at"):
+                decisions.add(decision.pk)
                 self.stdout.write(f"decision on the review: {decision.kind}: {_first_line(decision.rationale)}")
             self.stdout.flush()
 
