@@ -343,7 +343,7 @@ class Command(BaseCommand):
                 first = (Evaluation.objects.filter(run=current, experiment__isnull=False, split="feedback",
                                                    score__isnull=False)
                          .select_related("experiment").order_by("created_at").first())  # fmt: skip
-                if first is not None:
+                if first is not None and first.experiment is not None:
                     first_seen = True
                     self.stdout.write(f"first result: {first.experiment.handle} scored {first.score:.3f} on the "
                                       f"feedback split, {at:.0f}s into the run")  # fmt: skip
