@@ -34,7 +34,6 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser, DjangoHelpFormatter
-from django.utils import timezone
 
 from apps.core.errors import ApplicationError
 from apps.core.management.commands.serve import uvicorn_command
@@ -336,19 +335,23 @@ class Command(BaseCommand):
         decisions: set[int] = set()
         first_seen = False
 
+        def into_run(current: Any, when: Any) -> float:
+            return (when - current.started_at).total_seconds() if current.started_at else 0.0
+
         def news(current: Any) -> None:
             nonlocal first_seen
-            at = (timezone.now() - current.started_at).total_seconds() if current.started_at else 0.0
             if not first_seen:
                 first = (Evaluation.objects.filter(run=current, experiment__isnull=False, split="feedback",
                                                    score__isnull=False)
                          .select_related("experiment").order_by("created_at").first())  # fmt: skip
                 if first is not None and first.experiment is not None:
                     first_seen = True
+                    at = into_run(current, first.created_at)
                     self.stdout.write(f"first result: {first.experiment.handle} scored {first.score:.3f} on the "
                                       f"feedback split, {at:.0f}s into the run")  # fmt: skip
             for report in ReviewReport.objects.filter(run=current).exclude(pk__in=reports).select_related("reviewer"):
                 reports.add(report.pk)
+                at = into_run(current, report.created_at)
                 self.stdout.write(f"review: {report.reviewer.handle} reported {at:.0f}s into the run: "
                                   f"{_first_line(report.summary)}")  # fmt: skip
             taken = Decision.objects.filter(run=current, trigger=Trigger.REVIEW_REPORT).exclude(pk__in=decisions)
