@@ -23,6 +23,8 @@ from apps.flows.management.commands.demo import Command as Demo
 from apps.flows.reports import run_review_story
 from apps.flows.runs import run_launch, run_stop
 from apps.flows.scores import run_scores
+from apps.jobs.choices import JOB_ACTIVE_STATES
+from apps.jobs.models import Job
 from apps.research.choices import RunStatus, Trigger
 from apps.research.models import Decision, ResearchNode
 from apps.reviews.models import ReviewReport
@@ -57,6 +59,9 @@ def test_the_demo_settings_make_a_review_change_a_decision_and_the_page_shows_it
     wait_for(lambda: run_status(run) in (RunStatus.FINISHED, RunStatus.FAILED), timeout=600,
              what="the final evaluation", stack=stack, every=2)  # fmt: skip
     assert run_status(run) == RunStatus.FINISHED
+    # Nothing of this run still writes when the next test flushes the database (the stack is shared).
+    wait_for(lambda: not Job.objects.filter(run=run, status__in=JOB_ACTIVE_STATES).exists(), timeout=180,
+             what="the run's last jobs to end", stack=stack, every=2)  # fmt: skip
 
     # The Reviewer was asked for by the Main Agent and reported before the decision taken on it.
     reviewer = ResearchNode.objects.filter(run=run, kind="reviewer").order_by("created_at").first()
