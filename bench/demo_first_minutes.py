@@ -1,4 +1,4 @@
-"""The first five minutes (issue 15, point 5): ``./dev demo`` on a fresh clone, timed from outside.
+"""The first minutes (issue 15 point 5, issue 36 item 8): ``./dev demo`` on a fresh clone, timed from outside.
 
     .venv/bin/python bench/demo_first_minutes.py [--venv PATH] [--clone /tmp/democlone] [--port 8790]
 
@@ -8,7 +8,12 @@ data folder, and records from outside, against the command's start:
 
 - **first response**: the first answer of the dashboard (its sign-in page, HTTP 200);
 - **bar shown**: the first answer that carries the minibench build's progress bar;
-- **build installed**: the build line "benchmark minibench/... registered" in the terminal;
+- **build installed**: the build line "benchmark minibench.../... registered" in the terminal
+  (the default `demo` profile registers ``minibench-demo/arithmetic``);
+- **run started**, **first result** (the first experiment's feedback score), **reviewer report**
+  (the first "review:" line: a Reviewer's report is on record), **decision on the review** (the
+  first decision the Main Agent took on a report) and **run finished** ("run ended:"), each as the
+  demo prints it while it follows the run;
 - **result**: the terminal's "result:" line (the run's final-split result);
 - **still serving**: the dashboard answers 10 s after the result (keep-serving is the default),
   then SIGINT (Ctrl-C) ends the demo and the exit is timed;
@@ -90,10 +95,18 @@ def main() -> None:
                     lines.append((at, part))
                     if part.startswith("dashboard:"):
                         marks.setdefault("dashboard_line", at)
-                    if re.match(r"benchmark minibench/\S+ \(registered", part):
+                    if re.match(r"benchmark minibench(-[a-z]+)?/\S+ \(registered", part):
                         marks.setdefault("build_installed", at)
                     if part.startswith("run ") and " started: " in part:
                         marks.setdefault("run_started", at)
+                    if part.startswith("first result:"):
+                        marks.setdefault("first_result", at)
+                    if part.startswith("review: "):
+                        marks.setdefault("reviewer_report", at)
+                    if part.startswith("decision on the review:"):
+                        marks.setdefault("decision_on_review", at)
+                    if part.startswith("run ended:"):
+                        marks.setdefault("run_finished", at)
                     if part.startswith("result:"):
                         marks.setdefault("result", at)
 

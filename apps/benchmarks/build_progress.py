@@ -176,12 +176,17 @@ def minibench_build(
     if on_update is not None:
         on_update(progress)
     from apps.benchmarks.minibench.build import CI_TASKS, REFERENCE_HPARAMS  # noqa: PLC0415 - heavy (torch)
+    from apps.benchmarks.minibench.demo import DEMO_REFERENCE_HPARAMS  # noqa: PLC0415 - beside the line above
     from apps.benchmarks.minibench.task_specs import TASKS  # noqa: PLC0415 - beside the line above
 
-    tasks = list(CI_TASKS if profile == "ci" else TASKS)
-    follower = _Follower(out, tasks=tasks, steps=int(REFERENCE_HPARAMS["max_steps"]), progress=progress)
-    command = [sys.executable, "-m", "apps.benchmarks.minibench", str(out), "--seed", str(seed),
-               "--profile", profile, "--verbose"]  # fmt: skip
+    tasks = list(CI_TASKS if profile in ("ci", "demo") else TASKS)
+    steps = int((DEMO_REFERENCE_HPARAMS if profile == "demo" else REFERENCE_HPARAMS)["max_steps"])
+    follower = _Follower(out, tasks=tasks, steps=steps, progress=progress)
+    if profile == "demo":  # its own builder (a subpackage: the ci and full digests do not move)
+        command = [sys.executable, "-m", "apps.benchmarks.minibench.demo", str(out), "--seed", str(seed), "--verbose"]
+    else:
+        command = [sys.executable, "-m", "apps.benchmarks.minibench", str(out), "--seed", str(seed),
+                   "--profile", profile, "--verbose"]  # fmt: skip
     lifeline = Lifeline()
     with log_path.open("ab") as log:
         child = subprocess.Popen(

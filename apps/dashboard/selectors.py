@@ -44,6 +44,7 @@ from apps.experiments.selectors import (
     experiment_descendants,
     experiment_row,
 )
+from apps.flows.reports import run_review_story
 from apps.flows.scores import run_leaderboard, run_scores
 from apps.integrity.choices import (
     ADJUDICATION_MEANING,
@@ -384,7 +385,18 @@ def run_result(run: Run) -> dict[str, Any]:
         ],
         "ci_percent": round(100 * scores.confidence),
         "leaderboard": run_leaderboard(run=run, scores=scores),
+        "comparison": result_comparison(scores),
+        "review_story": run_review_story(run=run),
     }
+
+
+def result_comparison(scores: Any) -> list[tuple[str, float]]:
+    """The returned checkpoint's final score against θ0's and the reference's: (what, returned − it)."""
+    if scores.raw is None:
+        return []
+    return [(label, scores.raw.score - other.score) for label, other in (("θ0", scores.theta0),
+                                                                          ("the reference", scores.reference))
+            if other is not None]  # fmt: skip
 
 
 def run_reports(run: Run) -> list[ReviewReport]:

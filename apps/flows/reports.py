@@ -8,6 +8,7 @@ passes (apps.integrity.screen) over the run's benchmark (apps.benchmarks) and it
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, Max
@@ -16,6 +17,8 @@ from apps.benchmarks.services import SealBroken
 from apps.experiments.models import EvaluationSample
 from apps.integrity.contamination import ContaminationScanner
 from apps.integrity.screen import SampleIdFinder, benchmark_screen, items_scanner
+from apps.research.choices import Trigger
+from apps.research.models import Decision
 from apps.reviews.models import LIST_FIELDS, ReviewReport
 from apps.reviews.selectors import SEALED_MARK
 
@@ -112,3 +115,44 @@ def report_payload(
 
 def _unchanged(text: Any) -> Any:
     return text
+
+
+@dataclass(frozen=True)
+class ChangedDecision:
+    """A decision the Main Agent took on a Reviewer's report, with what that report cited."""
+
+    decision: Decision
+    report: ReviewReport
+    reviewer: str
+    evidence: list[str]
+
+
+@dataclass(frozen=True)
+class ReviewStory:
+    reports: list[ReviewReport]
+    changed: list[ChangedDecision]
+
+
+# The report fields that carry its evidence (per-sample counts, compared scores and intervals).
+_EVIDENCE_FIELDS = ("supported_findings", "uncertainties", "regressions", "protocol_violations")
+_MAX_EVIDENCE = 6
+
+
+def run_review_story(*, run: Any) -> ReviewStory:
+    """The run's Reviewer reports and the decisions taken on them (trigger ``review_report``).
+
+    Each such decision is paired with the latest report submitted before it — the one it read —
+    and that report's evidence lines, as the report states them. What the run page shows under
+    "Reviews that changed a decision" and what ``manage.py demo`` prints at the end.
+    """
+    reports = list(ReviewReport.objects.filter(run=run).select_related("reviewer").order_by("created_at", "pk"))
+    changed: list[ChangedDecision] = []
+    decisions = Decision.objects.filter(run=run, trigger=Trigger.REVIEW_REPORT).order_by("created_at", "pk")
+    for decision in decisions:
+        before = [r for r in reports if r.created_at <= decision.created_at]
+        if not before:
+            continue
+        report = before[-1]
+        evidence = [str(line) for name in _EVIDENCE_FIELDS for line in (getattr(report, name) or [])]
+        changed.append(ChangedDecision(decision, report, report.reviewer.handle, evidence[:_MAX_EVIDENCE]))
+    return ReviewStory(reports, changed)

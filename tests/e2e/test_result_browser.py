@@ -130,6 +130,20 @@ def test_finished_run_page_leads_with_the_result_and_charts_read_well(transactio
     assert "adjudicated violation" in page.inner_text("#result-gain-note")
     assert page.inner_text("#result-hacking-rate") == "25.0%"
     assert page.inner_text("#result-blocked") == "1"
+    # The returned checkpoint against θ0 and the reference, in words, from the same scores.
+    comparison = page.inner_text("#result-comparison")
+    for label, other in (("θ0", scores.theta0.score), ("the reference", scores.reference.score)):
+        diff = scores.raw.score - other
+        side = "above" if diff > 0 else "below" if diff < 0 else "ties"
+        assert (f"{abs(diff):.3f} {side} {label}" if diff else f"ties {label}") in comparison, comparison
+    # The review that changed a decision: the report, the decision taken on it, the evidence it cited.
+    change = page.locator("#result-reviews li.review-change")
+    assert change.count() == 1
+    assert change.locator("a.review-change-report").inner_text() == "reviewer_0001 report"
+    assert change.locator("a.decisionref").inner_text() == "decision: revise"
+    assert "the review found contamination" in change.locator(".review-change-rationale").inner_text()
+    evidence = change.locator(".review-change-evidence li").all_inner_texts()
+    assert evidence == ["exp_0001's gain holds on resampling", "exp_0002 used sealed items"]
     # It is the first thing under the title, above the DAG.
     assert page.locator("#run-result").bounding_box()["y"] < page.locator("#dag").bounding_box()["y"]
     screenshot(page, "run-result")

@@ -21,9 +21,11 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0, help="data, tokenizer and weights seed (default: 0)")
         parser.add_argument(
             "--profile",
-            choices=("full", "ci"),
+            choices=("full", "ci", "demo"),
             default="full",
-            help="ci: one task (arithmetic), minutes on a CPU; full: every task (default: full)",
+            help="ci: one task (arithmetic), minutes on a CPU; full: every task; demo: the ci task with a "
+            "reference trained in a few minutes, registered as minibench-demo/... (manage.py demo's) "
+            "(default: full)",
         )
         parser.add_argument("--out", type=Path, default=None, help="build folder (default: RSI_MINIBENCH_ROOT)")
 

@@ -38,11 +38,24 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from apps.core.errors import ApplicationError
 from apps.core.management.commands.serve import uvicorn_command
 from apps.core.procs import Lifeline, PortInUse, port_check_free
+from apps.experiments.models import Checkpoint, Evaluation
 from apps.flows.management.commands.start_run import wait_for_result
+from apps.flows.reports import run_review_story
 from apps.flows.runs import run_final_result, run_launch
 from apps.flows.scores import MIN_GAIN, beats_theta0
+from apps.research.choices import Trigger
+from apps.research.models import Decision
+from apps.reviews.models import ReviewReport
 
 ROOT = Path(__file__).resolve().parents[4]
+# Each --profile's namespace (its build's manifest): the demo profile registers apart from a ci build
+# (apps.benchmarks.minibench.demo.NAMESPACE; not imported: that package loads torch).
+NAMESPACES = {"demo": "minibench-demo", "ci": "minibench", "full": "minibench"}
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 @dataclass
@@ -226,23 +239,31 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--profile",
-            choices=("ci", "full"),
-            default="ci",
-            help="minibench to build: ci (one task, arithmetic) or full (every task)",
+            choices=tuple(NAMESPACES),
+            default="demo",
+            help="minibench to build: demo (the ci task with a reference trained in minutes), ci (one task, "
+            "arithmetic, the 1,000-step reference) or full (every task)",
         )
-        parser.add_argument("--benchmark", default="minibench/arithmetic", help="the run's sealed benchmark")
+        parser.add_argument(
+            "--benchmark", default=None, help="the run's sealed benchmark (default: the profile's arithmetic)"
+        )
+        # The defaults are sized for a first result within ten minutes on two cores (issue 36, item 8;
+        # docs/benchmarks.md "The first ten minutes"): batches of 32, four Workers, so that the slot
+        # left after the first result and its continuation can be the first Reviewer's to fill (when
+        # the data screen finishes before the recipe sweep; measured: one run of two).
         parser.add_argument(
             "--accelerator-seconds", type=int, default=1500, help="the run's accelerator budget (gpu-queue seconds)"
         )
-        parser.add_argument("--wall-seconds", type=int, default=840, help="the run's wall-clock budget")
+        parser.add_argument("--wall-seconds", type=int, default=900, help="the run's wall-clock budget")
         parser.add_argument("--parallel", type=int, default=2, help="Workers researching at once")
-        parser.add_argument("--max-workers", type=int, default=3, help="Workers the Main Agent may open in all")
+        parser.add_argument("--max-workers", type=int, default=4, help="Workers the Main Agent may open in all")
         parser.add_argument(
-            "--screen-steps", type=int, default=40, help="training steps of a Worker's screening experiments"
+            "--screen-steps", type=int, default=30, help="training steps of a Worker's screening experiments"
         )
         parser.add_argument(
-            "--train-steps", type=int, default=250, help="training steps of a Worker's full experiments"
+            "--train-steps", type=int, default=150, help="training steps of a Worker's full experiments"
         )
+        parser.add_argument("--batch-size", type=int, default=32, help="batch size of the Workers' trainings")
         # On a CPU host, one single-threaded training slot per core (DESIGN.md "Execution").
         parser.add_argument(
             "--gpu-slots",
@@ -295,9 +316,10 @@ class Command(BaseCommand):
                     time.sleep(3600)
             run = self._start_run(options)
             self.stdout.write(f"run {run.name!r} started: {url}runs/{run.uuid}/  (heuristic policy, not an LLM)")
-            run = wait_for_result(run, write=self.stdout.write, poll=3.0)
+            run = self._follow(run)
             result = run_final_result(run=run)
             self._report(run, result, time.monotonic() - started)
+            self._reviews(run)
             if options["keep_serving"]:
                 self._where_to_look(url, run)
                 while True:
@@ -306,6 +328,56 @@ class Command(BaseCommand):
             self.stdout.write("interrupted")
         finally:
             stack.stop()
+
+    def _follow(self, run: Any, poll: float = 3.0) -> Any:
+        """Wait for the run's end (as ``start_run --wait``), printing each Reviewer report and each
+        decision the Main Agent takes on one as they are recorded: the story the run page tells."""
+        reports: set[int] = set()
+        decisions: set[int] = set()
+        first_seen = False
+
+        def into_run(current: Any, when: Any) -> float:
+            return (when - current.started_at).total_seconds() if current.started_at else 0.0
+
+        def news(current: Any) -> None:
+            nonlocal first_seen
+            if not first_seen:
+                first = (Evaluation.objects.filter(run=current, experiment__isnull=False, split="feedback",
+                                                   score__isnull=False)
+                         .select_related("experiment").order_by("created_at").first())  # fmt: skip
+                if first is not None and first.experiment is not None:
+                    first_seen = True
+                    at = into_run(current, first.created_at)
+                    self.stdout.write(f"first result: {first.experiment.handle} scored {first.score:.3f} on the "
+                                      f"feedback split, {at:.0f}s into the run")  # fmt: skip
+            for report in ReviewReport.objects.filter(run=current).exclude(pk__in=reports).select_related("reviewer"):
+                reports.add(report.pk)
+                at = into_run(current, report.created_at)
+                self.stdout.write(f"review: {report.reviewer.handle} reported {at:.0f}s into the run: "
+                                  f"{_first_line(report.summary)}")  # fmt: skip
+            taken = Decision.objects.filter(run=current, trigger=Trigger.REVIEW_REPORT).exclude(pk__in=decisions)
+            for decision in taken.order_by("created_at"):
+                decisions.add(decision.pk)
+                self.stdout.write(f"decision on the review: {decision.kind}: {_first_line(decision.rationale)}")
+            self.stdout.flush()
+
+        return wait_for_result(run, write=self.stdout.write, poll=poll, on_poll=news)
+
+    def _reviews(self, run: Any) -> None:
+        """What the Reviewers found and which decision they changed: ``run_review_story``."""
+        story = run_review_story(run=run)
+        self.stdout.write(f"reviews: {len(story.reports)} Reviewer report(s); "
+                          f"{len(story.changed)} decision(s) taken on a report")  # fmt: skip
+        for item in story.changed:
+            self.stdout.write(
+                f"  {item.reviewer} -> decision {item.decision.kind}: {_first_line(item.decision.rationale)}"
+            )
+            for evidence in item.evidence:
+                self.stdout.write(f"      evidence: {evidence}")
+        self.stdout.flush()
+
+    def _theta0(self, namespace: str) -> Any:
+        return Checkpoint.objects.filter(handle=f"{namespace}/theta0", is_base=True).first()
 
     def _where_to_look(self, url: str, run: Any) -> None:
         page = f"{url}runs/{run.uuid}/"
@@ -327,12 +399,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def _start_run(self, options: dict[str, Any]) -> Any:
+        namespace = NAMESPACES[options["profile"]]
         try:
             return run_launch(
-                benchmark=options["benchmark"], policy="heuristic", name="demo: heuristic research run",
+                benchmark=options["benchmark"] or f"{namespace}/arithmetic", policy="heuristic",
+                name="demo: heuristic research run", base_checkpoint=self._theta0(namespace),
                 wall_seconds=options["wall_seconds"], accelerator_seconds=options["accelerator_seconds"],
                 parallel=options["parallel"], max_workers=options["max_workers"],
-                screen_steps=options["screen_steps"], train_steps=options["train_steps"], actor="demo",
+                screen_steps=options["screen_steps"], train_steps=options["train_steps"],
+                batch_size=options["batch_size"], actor="demo",
             )  # fmt: skip
         except ApplicationError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None

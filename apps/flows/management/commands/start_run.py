@@ -34,8 +34,13 @@ from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
 
 
-def wait_for_result(run: Any, *, poll: float = 2.0, timeout: float | None = None, write: Any = None) -> Any:
-    """Block until the run ends; print status changes as they happen. Returns the final run row."""
+def wait_for_result(
+    run: Any, *, poll: float = 2.0, timeout: float | None = None, write: Any = None, on_poll: Any = None
+) -> Any:
+    """Block until the run ends; print status changes as they happen. Returns the final run row.
+
+    ``on_poll`` (the demo's) is called with the current run row on every poll, before the check.
+    """
     started, last = time.monotonic(), None
     while True:
         current = Run.objects.get(pk=run.pk)
@@ -43,6 +48,8 @@ def wait_for_result(run: Any, *, poll: float = 2.0, timeout: float | None = None
         if write is not None and line != last:
             write(line)
             last = line
+        if on_poll is not None:
+            on_poll(current)
         if current.status in RUN_TERMINAL_STATES:
             return current
         if timeout is not None and time.monotonic() - started > timeout:
