@@ -64,6 +64,12 @@ COMMON_READ_ERRORS = {
     "503": "the database or Redis is briefly unavailable; retry after the Retry-After header's seconds",
 }
 
+NOTE_WRITE_ERRORS = {
+    "400": "invalid (the body's text: empty, too long, unknown fields), note_empty, note_too_long, invalid_if_match",
+    "403": "writing a note needs the operator role; an agent token may not read or change notes",
+    "412": "precondition_failed: If-Match is not the note's current ETag (detail.current_etag)",
+}
+
 
 class AgentTokenScheme(OpenApiAuthenticationExtension):
     target_class = "apps.expos.auth.AgentTokenAuthentication"
@@ -167,6 +173,8 @@ def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bo
                 continue
             for status, entry in _error_responses(COMMON_READ_ERRORS).items():
                 operation.setdefault("responses", {}).setdefault(status, entry)
+            if str(operation.get("operationId", "")).endswith("_note_write"):  # apps.expos.api.people
+                operation["responses"].update(_error_responses(NOTE_WRITE_ERRORS))
     # The events cursor: a whole sequence number within the filter's bounds (django-filter's
     # NumberFilter is documented as an unbounded number).
     # A filter given empty is refused (apps.expos.api.filters.StrictFilterSet): every string one is non-empty.

@@ -8,6 +8,7 @@ the newest version of each subject and its history; the run bundle carries every
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from django.db import transaction
@@ -20,8 +21,20 @@ from apps.research.models import Note, Run
 NOTE_MAX_CHARS = 20_000
 
 
-def note_add(*, run: Run, author: Any, text: str, experiment: Experiment | None = None) -> Note:
-    """Save a new version of the note on ``run`` (or on ``experiment`` of it); returns that version."""
+def note_add(
+    *,
+    run: Run,
+    author: Any,
+    text: str,
+    experiment: Experiment | None = None,
+    if_version_in: Collection[int] | None = None,
+) -> Note:
+    """Save a new version of the note on ``run`` (or on ``experiment`` of it); returns that version.
+
+    ``if_version_in`` (an If-Match: the versions the writer read, 0 for no note yet) refuses the
+    write with 412 ``precondition_failed`` when the newest version is not among them, checked under
+    the lock that numbers the versions, so a lost update cannot slip between the check and the write.
+    """
     text = text.strip()
     if not text:
         raise ApplicationError("note_empty", "A note needs some text.")
@@ -33,6 +46,15 @@ def note_add(*, run: Run, author: Any, text: str, experiment: Experiment | None 
         # The run row lock serialises version numbers of every note of the run.
         Run.objects.select_for_update().only("pk").get(pk=run.pk)
         current = note_versions(run=run, experiment=experiment).aggregate(last=Max("version"))["last"] or 0
+        if if_version_in is not None and current not in if_version_in:
+            subject = experiment.handle if experiment is not None else "the run"
+            raise ApplicationError(
+                "precondition_failed",
+                f"The note on {subject} changed since you read it (now version {current}); "
+                "read it again and send its ETag in If-Match.",
+                status=412,
+                current_version=current,
+            )
         note = Note(run=run, experiment=experiment, version=current + 1, author=author, text=text)
         note.full_clean()
         note.save()

@@ -60,20 +60,28 @@ def _free_port() -> int:
 
 
 def start_server(
-    database_name: str, *, log_path: Path, settings_module: str = "rsiweb.settings.test"
+    database_name: str | None,
+    *,
+    log_path: Path,
+    settings_module: str = "rsiweb.settings.test",
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen, str]:
-    """Start the web server (``manage.py serve``'s uvicorn) on a free port against ``database_name``.
+    """Start the web server (``manage.py serve``'s uvicorn) on a free port against ``database_name``,
+    or, with ``env`` (tests.support.procs.sqlite_env), as that environment says (the embedded default).
 
     The server leads a process group of its own, for the caller's Lifeline.
     """
     db = settings.DATABASES["default"]
     port = _free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": settings_module,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{database_name}",
-        "RSI_LOG_LEVEL": "WARNING",
-    }
+    if env is not None:
+        env = {**env, "RSI_LOG_LEVEL": "WARNING"}
+    else:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": settings_module,
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{database_name}",
+            "RSI_LOG_LEVEL": "WARNING",
+        }
     log = log_path.open("w")
     process = subprocess.Popen(
         uvicorn_command(host="127.0.0.1", port=port),
