@@ -1059,8 +1059,12 @@ class MainHeuristic:
         if "worker_finalize" in triggers or "review_report" in triggers:
             candidates += self._keep_moving(view, state)
         if candidates:
+            # A review this round asks for keeps its slot like a pending one (see _slots).
+            state["review_coming"] = bool(self.defaults["reviewers"] and not self._reviewing(state)
+                                          and self._comparable(state))  # fmt: skip
             self._allocate(view, state, candidates, "review_report" if "review_report" in triggers
                            else "worker_finalize")  # fmt: skip
+            state.pop("review_coming", None)
             self._spawn_pending(view, state)  # started before the review is asked for: it never waits on it
         if self.defaults["reviewers"] and not self._reviewing(state):
             scope = self._comparable(state)
@@ -1200,8 +1204,7 @@ class MainHeuristic:
         walls = [w["wall"] for w in state["workers"].values() if "wall" in w]
         budget = Budget.from_quota(self.quota, lines_spawned=max(1, int(state["spawned"])), line_walls=walls)
         ranked = self.search.rank(items, budget)
-        slots = 0 if self._budget_low() else \
-            max(0, self.defaults["max_workers"] - self._branches(state) - len(state["pending"]))  # fmt: skip
+        slots = 0 if self._budget_low() else self._slots(state, trigger)
         chosen = [i for i in ranked if i.mandatory or i.value > 0][:slots]
         left_out = [i for i in ranked if i not in chosen]
         for item in chosen:
@@ -1240,9 +1243,20 @@ class MainHeuristic:
         if added.ok:
             state["reviewers"][added.data["reviewer"]["handle"]] = {"scope": scope, "status": "active"}
 
+    def _slots(self, state: dict[str, Any], trigger: str) -> int:
+        """Worker slots this trigger's follow-ups may take. While a review is pending, one slot is kept
+        for what its report calls for: the report is information still to come, and one that arrives
+        to a full cap could change nothing. The strongest line still moves meanwhile in the others."""
+        taken = self._branches(state) + len(state["pending"])
+        pending_review = state.get("review_coming") or any(
+            r.get("status") != "reported" for r in state["reviewers"].values()
+        )
+        keep = 1 if pending_review and trigger != "review_report" else 0
+        return max(0, self.defaults["max_workers"] - taken - keep)
+
     def _follow_up(self, view: StepView, state: dict[str, Any], direction: str, kind: str, trigger: str,
                    rationale: str, *, search: bool = False, subject: str | None = None) -> None:  # fmt: skip
-        if self._branches(state) + len(state["pending"]) >= self.defaults["max_workers"] or self._budget_low():
+        if self._slots(state, trigger) <= 0 or self._budget_low():
             return
         if search:
             state["searched_wider"] = True
