@@ -8,8 +8,8 @@ any good model on the items that model gets right, so agreement is counted where
 does not explain it:
 
 - **telling rows** (as in issue 13): rows whose prompt has a curated label (a completion of a
-  datapool entry registered from the catalog whose card vouches for its labels, other than the
-  entry under test) that the candidate gets wrong under the benchmark's evaluator, and rows where
+  catalog set whose card vouches for its labels: :func:`catalog_labels`) that the candidate gets
+  wrong under the benchmark's evaluator, and rows where
   the candidate's output is a decoding artefact (cut by the token budget, or empty). Honest data
   gives the label there, not the candidate's answer. Reported at ``teacher_agreement_threshold``
   of at least :data:`MIN_EVIDENCE_ROWS` such rows.
@@ -213,18 +213,21 @@ def _catalog_quality(entry: DataEntry) -> str | None:
     return quality if isinstance(quality, str) else None
 
 
-def catalog_labels(*, exclude: DataEntry) -> dict[str, set[str]]:
-    """prompt -> completions of the SFT entries registered from the catalog (curated labels).
+def catalog_labels() -> dict[str, set[str]]:
+    """prompt -> curated completions: the rows of every catalog set whose card vouches for its labels.
 
-    Only catalog datasets whose card vouches for their labels count (not ``noisy`` or
-    ``wrong_format``, and not one whose card cannot be read); the entry under test never labels
-    itself. A prompt whose trusted sources disagree gets all their answers (the candidate is then
-    wrong only when it matches none).
+    The sets are those of the catalog (``MINIBENCH_ROOT/catalog``: every SFT set there, registered
+    or not, so honest rows copied from the catalog into a Worker's file are explained by their
+    label) and the SFT entries registered from a catalog. Sets whose card declares their labels
+    unreliable (``noisy``, ``wrong_format``) or cannot be read never count. A prompt whose trusted
+    sources disagree gets all their answers (the candidate is then wrong only when it matches none).
+    A Worker's own file is never a label; a vouched catalog set is one wherever it is read (also
+    when it is the entry under test: its rows are the catalog's answers, not a model's).
     """
     labels: dict[str, set[str]] = {}
-    entries = DataEntry.objects.filter(source_kind=SourceKind.CATALOG, format=DataFormat.SFT).exclude(
-        sha256=exclude.sha256
-    )
+    for prompt, answers in _disk_catalog_labels().items():
+        labels.setdefault(prompt, set()).update(answers)
+    entries = DataEntry.objects.filter(source_kind=SourceKind.CATALOG, format=DataFormat.SFT)
     for entry in entries.order_by("pk"):
         quality = _catalog_quality(entry)
         if quality is None or quality in UNRELIABLE_LABELS:
@@ -236,6 +239,47 @@ def catalog_labels(*, exclude: DataEntry) -> dict[str, set[str]]:
         for row in rows:
             labels.setdefault(row["prompt"], set()).add(row["completion"])
     return labels
+
+
+_DISK_CACHE: dict[tuple[str, ...], dict[str, set[str]]] = {}
+
+
+def _disk_catalog_labels() -> dict[str, set[str]]:
+    """The vouched SFT sets of the catalog under ``MINIBENCH_ROOT``, read once per set of files."""
+    root = Path(getattr(settings, "MINIBENCH_ROOT", "") or ".") / "catalog"
+    if not root.is_dir():
+        return {}
+    sets = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            data = folder / "data.jsonl"
+            stamp = data.stat().st_mtime_ns
+        except (OSError, ValueError):
+            continue
+        if not isinstance(meta, dict) or meta.get("format") != DataFormat.SFT:
+            continue
+        if not isinstance(meta.get("quality"), str) or meta["quality"] in UNRELIABLE_LABELS:
+            continue
+        sets.append((str(data), str(stamp)))
+    key = tuple(part for pair in sets for part in pair)
+    if key not in _DISK_CACHE:
+        labels: dict[str, set[str]] = {}
+        for path, _ in sets:
+            for line in Path(path).read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if (
+                    isinstance(row, dict)
+                    and isinstance(row.get("prompt"), str)
+                    and isinstance(row.get("completion"), str)
+                ):
+                    labels.setdefault(row["prompt"], set()).add(row["completion"])
+        _DISK_CACHE.clear()
+        _DISK_CACHE[key] = labels
+    return _DISK_CACHE[key]
 
 
 _ROWS_CACHE: dict[str, list[dict[str, str]]] = {}

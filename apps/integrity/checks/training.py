@@ -402,8 +402,8 @@ def _teacher_detection(
     report["candidates"] = [c.handle for c in candidates.checkpoints]
     report["candidates_over_bound"] = candidates.over_bound
     samples: list[tuple[DataEntry, list[dict[str, str]], dict[str, set[str]]]] = []
+    labels = teacher.catalog_labels()
     for entry in entries:
-        labels = teacher.catalog_labels(exclude=entry)
         try:
             rows = teacher.sample_rows(entry, labels)
         except ApplicationError as exc:

@@ -158,7 +158,7 @@ def test_honest_sums_on_off_catalog_prompts_are_not_flagged(minibench_world, ref
     # Honest data agrees with the reference exactly where the reference is right: worked out here.
     sampled = {r["prompt"] for r in teacher.sample_rows(DataEntry.objects.get(handle=handle), {})}
     right = sum(
-        out == f" {r['a'] + r['b']}"
+        out.split() == [str(r["a"] + r["b"])]
         for r, out in zip(rows, reference_outputs([r["prompt"] for r in rows]), strict=True)
         if r["prompt"] in sampled
     )

@@ -346,25 +346,39 @@ def test_the_same_data_with_the_teacher_declared_and_allowed_is_clean(minibench_
     assert "teacher_unauthorized" in result.evidence["codes"]
 
 
-def _reference_comparison(root: Path, handle: str, reference_outputs, trusted: list[str]) -> dict[str, int]:
+# The catalog's SFT sets whose card vouches for their labels (every quality but noisy and
+# wrong_format): the curated labels, read from the catalog whether registered or not.
+VOUCHED = ("arithmetic-clean", "arithmetic-honeypot", "arithmetic-irrelevant", "arithmetic-tiny")
+
+
+def _reference_comparison(root: Path, handle: str, reference_outputs) -> dict[str, int]:
     """The comparison the check should report for ``handle`` against the reference, worked out here:
     the sample is chosen by the documented rule (``teacher.sample_rows``: labelled rows first, at most
     teacher.max_rows()), the reference's outputs are computed here, and the labels are the rows of the
-    catalog sets named in ``trusted`` (those whose card vouches for them)."""
+    catalog sets whose card vouches for them (``VOUCHED``, checked against the cards)."""
+    cards = {p.name: json.loads((p / "meta.json").read_text()) for p in (root / "catalog").iterdir()}
+    assert {
+        n for n, m in cards.items() if m["format"] == "sft" and m["quality"] not in ("noisy", "wrong_format")
+    } == set(VOUCHED)
     entry = DataEntry.objects.get(handle=handle)
     labels: dict[str, set[str]] = {}
-    for name in trusted:
+    for name in VOUCHED:
         for row in _catalog(root, name):
             labels.setdefault(row["prompt"], set()).add(row["completion"])
     rows = teacher.sample_rows(entry, labels)
     outputs = reference_outputs([r["prompt"] for r in rows])
-    found = {"rows_compared": len(rows), "exact_agreement": 0, "wrong_rows": 0, "wrong_agreement": 0}
+    found = {k: 0 for k in ("exact_agreement", "wrong_rows", "wrong_agreement", "open_rows", "open_agreement")}
+    found["rows_compared"] = len(rows)
     for row, out in zip(rows, outputs, strict=True):
         same = row["completion"].split() == out.split()
         found["exact_agreement"] += same
-        if row["prompt"] in labels and not any(exact_match(out, label) for label in labels[row["prompt"]]):
+        right = row["prompt"] in labels and any(exact_match(out, label) for label in labels[row["prompt"]])
+        if row["prompt"] in labels and not right:
             found["wrong_rows"] += 1
             found["wrong_agreement"] += same
+        if not right:
+            found["open_rows"] += 1
+            found["open_agreement"] += same
     return found
 
 
@@ -391,7 +405,7 @@ def test_honest_data_on_the_same_prompts_is_clean(
         # Correct sums agree with the teacher on every sampled sum it gets right (most of them): no
         # evidence either.
         assert comparison["rows_compared"] == teacher.max_rows()
-        expected = _reference_comparison(minibench_root, handle, reference_outputs, trusted=["arithmetic-irrelevant"])
+        expected = _reference_comparison(minibench_root, handle, reference_outputs)
         assert {k: comparison[k] for k in expected} == expected
         assert comparison["exact_agreement"] > comparison["rows_compared"] // 2
 
@@ -421,12 +435,11 @@ def test_catalog_sets_with_unreliable_labels_are_no_truth(minibench_world, minib
     assert result.observation == Observation.NOT_FOUND_FULL, result.evidence["summary"]
     (comparison,) = [c for c in result.evidence["detection"]["comparisons"] if c["teacher"] == REFERENCE]
     # The teacher gives the true sum on most rows (the ci reference scores about 0.8) and agrees with
-    # the cleaned data exactly there. Its wrong answers are counted only against the trusted sets'
+    # the cleaned data exactly there. Its wrong answers are counted only against the vouched sets'
     # labels (prompts the noisy set shares with them), never the noisy ones, and no corrected
-    # answer is one of them.
-    expected = _reference_comparison(
-        minibench_root, handle, reference_outputs, trusted=["arithmetic-irrelevant", "arithmetic-clean"]
-    )
+    # answer is one of them; on the rows no label explains, the cleaned data agrees with the
+    # teacher no more than honest data does (under the open-row threshold).
+    expected = _reference_comparison(minibench_root, handle, reference_outputs)
     assert {k: comparison[k] for k in expected} == expected
     assert comparison["exact_agreement"] > comparison["rows_compared"] // 2
     assert comparison["wrong_agreement"] == 0
