@@ -12,17 +12,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from apps.benchmarks.minibench.build import MANIFEST_VERSION, REFERENCE_HPARAMS, build_minibench, source_digest
-from apps.core.procs import die_with_parent
+from apps.benchmarks.minibench.build import MANIFEST_VERSION, build_minibench, source_digest
 
 SEED = 0
 PROFILE = "ci"
@@ -107,49 +104,3 @@ def trained_once(tmp_path_factory, what: dict[str, Any], train: Callable[[Path],
             shutil.rmtree(root, ignore_errors=True)
             staging.rename(root)
     return root
-
-
-def _train_in_child(hparams: dict[str, Any], base: str, data: str, out: str) -> dict[str, Any]:
-    # Module-level so a spawned process can import it.
-    from apps.ml.hparams import validate_train_config  # noqa: PLC0415 - heavy; runs in the spawned child
-    from apps.ml.training import train  # noqa: PLC0415 - heavy (TRL); runs in the spawned child
-
-    result = train(validate_train_config(hparams), base_dir=Path(base), data_files=[Path(data)], out_dir=Path(out))
-    return {"steps": result.steps, "final_loss": result.final_loss, "seconds": result.seconds}
-
-
-# The recipe the ci reference was trained with; each broken run changes exactly one thing.
-GOOD_RECIPE: dict[str, Any] = {**REFERENCE_HPARAMS, "seed": SEED, "num_threads": 1}
-
-
-def broken_runs(minibench: Path, tmp_path_factory: Any) -> dict[str, Path]:
-    """Two runs of the reference recipe with one bug each: no EOS, or only 300 training rows.
-
-    Trained once per machine (``trained_once``) and shared: the ML tests read what each bug does
-    to the model, the integrity tests use ``tiny`` as another run's trained checkpoint. They run
-    side by side as single-threaded processes: on a small CPU that nearly doubles the throughput
-    of one two-threaded run.
-    """
-    base = str(minibench / "theta0")
-    clean = str(minibench / "catalog" / "arithmetic-clean" / "data.jsonl")
-    tiny = str(minibench / "catalog" / "arithmetic-tiny" / "data.jsonl")
-    jobs = {
-        "no_eos": ({**GOOD_RECIPE, "eos_handling": "none"}, clean),
-        "tiny": (GOOD_RECIPE, tiny),
-    }
-
-    def train_both(out: Path) -> None:
-        with ProcessPoolExecutor(len(jobs), mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:  # fmt: skip
-            futures = [
-                pool.submit(_train_in_child, hparams, base, data, str(out / name))
-                for name, (hparams, data) in jobs.items()
-            ]
-            for future in futures:
-                future.result()
-
-    # Trained once per training code (the minibench cache's digest), not once per session.
-    what = {name: {"hparams": hparams, "data": Path(data).relative_to(minibench).as_posix()}
-            for name, (hparams, data) in jobs.items()}  # fmt: skip
-    out = trained_once(tmp_path_factory, {"broken_runs": what}, train_both)
-    return {name: out / name for name in jobs}

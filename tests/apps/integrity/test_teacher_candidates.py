@@ -5,8 +5,8 @@ The distiller here works as a red team would: it writes prompts no catalog set h
 test from lead-ins, verbs, names, things and operands; never the sealed forms), runs a registered
 model on them through the project's inference function offline, and registers the outputs as its
 own data. The models are the built minibench's sealed arithmetic reference and a checkpoint another
-run trained (the shared ``tiny`` training of tests/support/minibench.py, registered in that run by
-its training job). Honest data on the same kind of prompts is the sums worked out by hand.
+run trained (a short real SFT of θ0, made once per machine with ``trained_once`` and registered in
+that run by its training job). Honest data on the same kind of prompts is the sums worked out by hand.
 """
 
 from __future__ import annotations
@@ -65,12 +65,36 @@ def labelled(minibench_world) -> set[str]:
     return prompts
 
 
+# Another run's training: a short SFT of θ0 on the catalog's 300-row set (a real training through
+# apps.ml.training, made once per machine like the shared trained fixtures: tests/support).
+OTHER_RUN_RECIPE: dict[str, Any] = {
+    "recipe": "sft",
+    "learning_rate": 1e-3,
+    "lr_scheduler_type": "cosine",
+    "max_steps": 40,
+    "batch_size": 16,
+    "warmup_steps": 4,
+    "seed": 3,
+    "num_threads": 1,
+}
+
+
 @pytest.fixture(scope="session")
 def tiny_trained(minibench_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shared ``tiny`` training (the reference recipe on 300 rows), trained once per machine."""
-    from tests.support.minibench import broken_runs  # noqa: PLC0415 - heavy (training), fixture only
+    from apps.ml.hparams import validate_train_config  # noqa: PLC0415 - heavy (training), fixture only
+    from apps.ml.training import train  # noqa: PLC0415
+    from tests.support.minibench import trained_once  # noqa: PLC0415
 
-    return broken_runs(minibench_root, tmp_path_factory)["tiny"]
+    def train_it(out: Path) -> None:
+        train(
+            validate_train_config(OTHER_RUN_RECIPE),
+            base_dir=minibench_root / "theta0",
+            data_files=[minibench_root / "catalog" / "arithmetic-tiny" / "data.jsonl"],
+            out_dir=out / "model",
+        )
+
+    what = {"teacher_candidates": {"hparams": OTHER_RUN_RECIPE, "data": "catalog/arithmetic-tiny/data.jsonl"}}
+    return trained_once(tmp_path_factory, what, train_it) / "model"
 
 
 @pytest.fixture(scope="session")
