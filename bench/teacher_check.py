@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import shutil
 import statistics
 import tempfile
@@ -89,6 +90,9 @@ def main() -> None:
     seq = 0
 
     def submit(rows: list[dict[str, str]]) -> float:
+        return check(rows)[0]
+
+    def check(rows: list[dict[str, str]]) -> tuple[float, dict]:
         nonlocal seq
         seq += 1
         (workspace / f"d{seq}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -103,9 +107,8 @@ def main() -> None:
         started = time.perf_counter()
         (found,) = integrity_run_checks(experiment=experiment, subcategories=(Subcategory.TEACHER_AUTHORIZATION,))
         elapsed = time.perf_counter() - started
-        compared = len(found.evidence["detection"]["comparisons"])
-        assert compared >= 1, found.evidence
-        return elapsed
+        assert found.evidence["detection"]["comparisons"], found.evidence
+        return elapsed, found.evidence["detection"]
 
     extra = 0
     print(f"teacher check per submission, {args.rows} rows per dataset, sample bound {teacher.max_rows()}")
@@ -128,6 +131,45 @@ def main() -> None:
             warm.append(submit([{"prompt": p, "completion": f" {s + 1}"} for p, s in batch[::-1]]))
         c, w = statistics.median(cold), statistics.median(warm)
         print(f"{k:>10} | {c:>7.2f} | {w:>8.2f} | {c / w:>10.1f}x")
+
+    # The open-row rule's threshold against honest and distilled data (the reference only).
+    settings.RSI_TEACHER_MAX_CANDIDATES = 1
+    from apps.ml.checkpoints import load_checkpoint
+    from apps.ml.inference import generate_texts
+
+    model, tokenizer = load_checkpoint(reference_dir)
+    task = benchmark.settings
+
+    def distil(batch: list[str]) -> list[str]:
+        return generate_texts(model, tokenizer, batch, max_new_tokens=int(task["decoding"]["max_new_tokens"]),
+                              stop=task["stop"])  # fmt: skip
+
+    clean = [json.loads(line) for line in (root / "catalog" / "arithmetic-clean" / "data.jsonl").open()]
+    noisy = [json.loads(line) for line in (root / "catalog" / "arithmetic-noisy" / "data.jsonl").open()]
+    fresh = prompts(random.Random(11), args.rows)
+    outs = distil([p for p, _ in fresh])
+    corpus = {
+        "honest: sums by hand, off-catalog prompts": [{"prompt": p, "completion": f" {x}"} for p, x in fresh],
+        "honest: catalog rows in a Worker's file": clean[3000 : 3000 + args.rows],
+        "honest: noisy set corrected by hand": [
+            {"prompt": r["prompt"], "completion": " " + str(sum(map(int, re.findall(r"[0-9]+", r["prompt"]))))}
+            for r in noisy[: args.rows]
+        ],
+        "distilled: reference outputs, off-catalog": [
+            {"prompt": p, "completion": o} for (p, _), o in zip(fresh, outs, strict=True)
+        ],
+        "distilled: 90 % outputs + 10 % sums by hand": [
+            {"prompt": p, "completion": o if i % 10 else f" {x}"}
+            for i, ((p, x), o) in enumerate(zip(fresh, outs, strict=True))
+        ],
+    }
+    print()
+    print(f"{'dataset':<45} | {'open rows':>9} | {'agree':>5} | {'share':>5} | reported")
+    for label, rows in corpus.items():
+        _, detection = check(rows)
+        (c,) = [c for c in detection["comparisons"] if c["teacher"] == "minibench/arithmetic/reference"]
+        print(f"{label:<45} | {c['open_rows']:>9} | {c['open_agreement']:>5} | {c['open_share']:>5.2f} | "
+              f"{','.join(c['rules']) or 'no'}")  # fmt: skip
     shutil.rmtree(base, ignore_errors=True)
 
 

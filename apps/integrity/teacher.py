@@ -13,9 +13,10 @@ does not explain it:
   the candidate's output is a decoding artefact (cut by the token budget, or empty). Honest data
   gives the label there, not the candidate's answer. Reported at ``teacher_agreement_threshold``
   of at least :data:`MIN_EVIDENCE_ROWS` such rows.
-- **open rows** (issue 33): every sampled row that no curated label shows the candidate to get
-  right — prompts off the catalog included. Honest data agrees there only as often as the
-  candidate happens to be right in the data's own form; distilled data agrees on every row.
+- **open rows** (issue 33): every sampled row whose prompt is in no catalog set (prompts off the
+  catalog: no label can say whether the candidate is right there). Honest data agrees there only
+  as often as the candidate happens to be right in the data's own form; distilled data agrees on
+  every row.
   Reported when at least ``teacher_sample_agreement_threshold`` (measured on the honest corpus:
   docs/run-policy.md) of at least :data:`MIN_OPEN_ROWS` open rows equal the candidate's output.
 
@@ -58,9 +59,9 @@ DEFAULT_THRESHOLD = 0.5
 # Fewer open rows than this is too little evidence for the sample rule.
 MIN_OPEN_ROWS = 16
 # The share of open rows agreeing exactly above which a candidate is reported (the run policy's
-# ``teacher_sample_agreement_threshold`` overrides it). Measured: honest data of the test corpus
-# agrees with the ci reference on at most 0.84 of its open rows, distilled data on all of them
-# (docs/benchmarks.md, "Teacher candidates").
+# ``teacher_sample_agreement_threshold`` overrides it). Measured: honest sums worked out by hand
+# on off-catalog prompts agree with the ci reference on 0.02 of them, distilled data on all of
+# them, 90 % distilled + 10 % hand-made rows on 0.89 (docs/benchmarks.md, "Teacher candidates").
 DEFAULT_SAMPLE_THRESHOLD = 0.95
 # Bumped when what is cached changes meaning, so an old cache entry is not read as a new one.
 CACHE_VERSION = 2
@@ -90,7 +91,7 @@ class Agreement:
     wrong_agreement: int = 0  # ... whose completion copies the candidate's wrong output
     quirk_rows: int = 0  # rows whose candidate output is a decoding artefact
     quirk_agreement: int = 0
-    open_rows: int = 0  # rows no curated label shows the candidate to get right
+    open_rows: int = 0  # rows whose prompt is in no catalog set (off-catalog prompts)
     open_agreement: int = 0
     examples: list[dict[str, str]] = field(default_factory=list)  # a few copied outputs
 
@@ -241,14 +242,33 @@ def catalog_labels() -> dict[str, set[str]]:
     return labels
 
 
-_DISK_CACHE: dict[tuple[str, ...], dict[str, set[str]]] = {}
+def catalog_prompts() -> set[str]:
+    """Every prompt of a catalog set, whatever its card says (the noisy sets' included): problems
+    the catalog already has, where only a curated label can say whether a model is right. The
+    open-row rule looks only at prompts outside them."""
+    prompts = set(_disk_catalog()[1])
+    entries = DataEntry.objects.filter(source_kind=SourceKind.CATALOG, format=DataFormat.SFT)
+    for entry in entries.order_by("pk"):
+        try:
+            prompts |= {row["prompt"] for row in _rows(entry)}
+        except ApplicationError:
+            continue
+    return prompts
+
+
+_DISK_CACHE: dict[tuple[str, ...], tuple[dict[str, set[str]], frozenset[str]]] = {}
 
 
 def _disk_catalog_labels() -> dict[str, set[str]]:
-    """The vouched SFT sets of the catalog under ``MINIBENCH_ROOT``, read once per set of files."""
+    return _disk_catalog()[0]
+
+
+def _disk_catalog() -> tuple[dict[str, set[str]], frozenset[str]]:
+    """The catalog under ``MINIBENCH_ROOT``: its vouched SFT sets' labels and every SFT set's
+    prompts, read once per set of files."""
     root = Path(getattr(settings, "MINIBENCH_ROOT", "") or ".") / "catalog"
     if not root.is_dir():
-        return {}
+        return {}, frozenset()
     sets = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         try:
@@ -259,26 +279,25 @@ def _disk_catalog_labels() -> dict[str, set[str]]:
             continue
         if not isinstance(meta, dict) or meta.get("format") != DataFormat.SFT:
             continue
-        if not isinstance(meta.get("quality"), str) or meta["quality"] in UNRELIABLE_LABELS:
-            continue
-        sets.append((str(data), str(stamp)))
-    key = tuple(part for pair in sets for part in pair)
+        vouched = isinstance(meta.get("quality"), str) and meta["quality"] not in UNRELIABLE_LABELS
+        sets.append((str(data), str(stamp), "1" if vouched else "0"))
+    key = tuple(part for triple in sets for part in triple)
     if key not in _DISK_CACHE:
         labels: dict[str, set[str]] = {}
-        for path, _ in sets:
+        prompts: set[str] = set()
+        for path, _, vouched in sets:
             for line in Path(path).read_text(encoding="utf-8").splitlines():
                 try:
                     row = json.loads(line)
                 except ValueError:
                     continue
-                if (
-                    isinstance(row, dict)
-                    and isinstance(row.get("prompt"), str)
-                    and isinstance(row.get("completion"), str)
-                ):
+                if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+                    continue
+                prompts.add(row["prompt"])
+                if vouched == "1" and isinstance(row.get("completion"), str):
                     labels.setdefault(row["prompt"], set()).add(row["completion"])
         _DISK_CACHE.clear()
-        _DISK_CACHE[key] = labels
+        _DISK_CACHE[key] = (labels, frozenset(prompts))
     return _DISK_CACHE[key]
 
 
@@ -408,6 +427,7 @@ def compare(
     checkpoint: Checkpoint,
     scorer: Any,
     labels: dict[str, set[str]],
+    known_prompts: set[str] | frozenset[str] = frozenset(),
 ) -> Agreement:
     """Agreement of ``rows`` (``entry``'s sample) with ``checkpoint``'s greedy ``outputs``, beyond correctness."""
     result = Agreement(dataset=entry.handle, teacher=checkpoint.handle, rows_compared=len(rows))
@@ -427,10 +447,11 @@ def compare(
         elif quirk:
             result.quirk_rows += 1
             result.quirk_agreement += same
-        if not right:
+        unknown = row["prompt"] not in known_prompts and not known
+        if unknown:
             result.open_rows += 1
             result.open_agreement += same
-        if same and not right and len(result.examples) < 5:
+        if same and (wrong or quirk or unknown) and len(result.examples) < 5:
             kind = "wrong" if wrong else "quirk" if quirk else "unlabelled"
             result.examples.append({"prompt": row["prompt"][:200], "completion": row["completion"][:200], "kind": kind})
     return result

@@ -403,6 +403,7 @@ def _teacher_detection(
     report["candidates_over_bound"] = candidates.over_bound
     samples: list[tuple[DataEntry, list[dict[str, str]], dict[str, set[str]]]] = []
     labels = teacher.catalog_labels()
+    known = teacher.catalog_prompts()
     for entry in entries:
         try:
             rows = teacher.sample_rows(entry, labels)
@@ -426,7 +427,13 @@ def _teacher_detection(
             continue
         for entry, rows, labels in samples:
             agreement = teacher.compare(
-                entry=entry, rows=rows, outputs=outputs, checkpoint=checkpoint, scorer=scorer, labels=labels
+                entry=entry,
+                rows=rows,
+                outputs=outputs,
+                checkpoint=checkpoint,
+                scorer=scorer,
+                labels=labels,
+                known_prompts=known,
             )
             record = agreement.record()
             record["declared"] = checkpoint.handle in _teachers(entry) and checkpoint.handle in allowed
