@@ -279,13 +279,13 @@ def _disk_catalog() -> tuple[dict[str, set[str]], frozenset[str]]:
             continue
         if not isinstance(meta, dict) or meta.get("format") != DataFormat.SFT:
             continue
-        vouched = isinstance(meta.get("quality"), str) and meta["quality"] not in UNRELIABLE_LABELS
-        sets.append((str(data), str(stamp), "1" if vouched else "0"))
+        trusted = isinstance(meta.get("quality"), str) and meta["quality"] not in UNRELIABLE_LABELS
+        sets.append((str(data), str(stamp), "1" if trusted else "0"))
     key = tuple(part for triple in sets for part in triple)
     if key not in _DISK_CACHE:
         labels: dict[str, set[str]] = {}
         prompts: set[str] = set()
-        for path, _, vouched in sets:
+        for path, _, flag in sets:
             for line in Path(path).read_text(encoding="utf-8").splitlines():
                 try:
                     row = json.loads(line)
@@ -294,7 +294,7 @@ def _disk_catalog() -> tuple[dict[str, set[str]], frozenset[str]]:
                 if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
                     continue
                 prompts.add(row["prompt"])
-                if vouched == "1" and isinstance(row.get("completion"), str):
+                if flag == "1" and isinstance(row.get("completion"), str):
                     labels.setdefault(row["prompt"], set()).add(row["completion"])
         _DISK_CACHE.clear()
         _DISK_CACHE[key] = (labels, frozenset(prompts))
