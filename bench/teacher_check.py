@@ -117,7 +117,7 @@ def main() -> None:
         settings.RSI_TEACHER_MAX_CANDIDATES = k
         while extra < k - 1:
             extra += 1
-            copy = Path(tempfile.mkdtemp()) / "model"
+            copy = base / "copies" / f"other-{extra}"  # removed with the bench's folder at the end
             shutil.copytree(reference_dir, copy)
             config = copy / "generation_config.json"
             config.write_text(config.read_text() + "\n" * extra)  # another manifest, the same model
