@@ -44,6 +44,9 @@ def default_policy() -> dict:
         # candidate teacher's wrong answers and decoding artefacts) copied exactly from that
         # teacher above which undeclared data is reported for adjudication.
         "teacher_agreement_threshold": 0.5,
+        # ... and the share of the sampled rows whose prompt is in no catalog set (off-catalog
+        # prompts) copied exactly, above which it is reported too (measured: docs/benchmarks.md).
+        "teacher_sample_agreement_threshold": 0.95,
         # The contamination layers a run requires (one that did not run leaves data provenance
         # UNKNOWN and holds submissions) and those it runs when it can (a status in the evidence).
         # apps/integrity/overlap.py DEFAULT_LAYERS; docs/benchmarks.md "Contamination layers".

@@ -196,6 +196,10 @@ INSTANCE_KEY_FILE = env.text("RSI_INSTANCE_KEY_FILE", str(DATA_DIR / "instance-e
 RSI_TRUSTED_INSTANCE_KEYS = env.listing("RSI_TRUSTED_INSTANCE_KEYS")
 # The most bytes a run bundle's run.json may inflate to (import_run refuses a larger one unread).
 RSI_BUNDLE_MAX_BYTES = env.integer("RSI_BUNDLE_MAX_BYTES", 256 * 1024 * 1024)
+# Teacher detection (apps.integrity.teacher, docs/run-policy.md): how many prompts of each SFT
+# dataset are run through each candidate teacher, and how many candidates are compared.
+RSI_TEACHER_SAMPLE_ROWS = env.integer("RSI_TEACHER_SAMPLE_ROWS", 64)
+RSI_TEACHER_MAX_CANDIDATES = env.integer("RSI_TEACHER_MAX_CANDIDATES", 8)
 
 # --- Celery ----------------------------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL or f"sqla+sqlite:///{DATA_DIR / 'broker.sqlite3'}"

@@ -375,18 +375,21 @@ def _teachers(entry: DataEntry, seen: set[int] | None = None) -> set[str]:
 def check_teacher_authorization(subject: Subject) -> CheckResult:
     """Every model that generated training data (directly or in a parent entry) is on the run's
     allow-list, and no SFT data agrees with an undeclared candidate teacher beyond correctness
-    (apps.integrity.teacher: its wrong answers and decoding artefacts, copied exactly)."""
+    (apps.integrity.teacher: its wrong answers and decoding artefacts, or its outputs on the data's
+    own prompts where no curated label explains them, copied exactly)."""
     policy = subject.run.policy or {}
     allowed = set(policy.get("allowed_teachers") or [])
     configured = policy.get("teacher_agreement_threshold")
     threshold = float(teacher.DEFAULT_THRESHOLD if configured is None else configured)
+    configured = policy.get("teacher_sample_agreement_threshold")
+    sample_threshold = float(teacher.DEFAULT_SAMPLE_THRESHOLD if configured is None else configured)
     rows = []
     unauthorized: list[str] = []
     for item in subject.datasets:
         teachers = sorted(_teachers(item["entry"]))
         rows.append({"dataset": item["entry"].handle, "via": item["via"], "teachers": teachers})
         unauthorized += [t for t in teachers if t not in allowed]
-    detection = _teacher_detection(subject, allowed, threshold)
+    detection = _teacher_detection(subject, allowed, threshold, sample_threshold)
     evidence = {"datasets": rows, "allowed_teachers": sorted(allowed), "detection": detection}
     codes: list[str] = []
     if unauthorized:
@@ -404,7 +407,9 @@ def check_teacher_authorization(subject: Subject) -> CheckResult:
             parts.append(
                 f"{hit['dataset']} copies {hit['teacher']}'s outputs beyond correctness "
                 f"({hit['wrong_agreement']} of {hit['wrong_rows']} of its wrong answers, "
-                f"{hit['quirk_agreement']} of {hit['quirk_rows']} decoding artefacts) without declaring it"
+                f"{hit['quirk_agreement']} of {hit['quirk_rows']} decoding artefacts, "
+                f"{hit['open_agreement']} of {hit['open_rows']} sampled rows no curated label explains) "
+                "without declaring it"
             )
         return CheckResult(Observation.EXECUTED, codes, "; ".join(parts), evidence)
     teachers = sorted({t for r in rows for t in r["teachers"]})
@@ -413,8 +418,11 @@ def check_teacher_authorization(subject: Subject) -> CheckResult:
     )
 
 
-def _teacher_detection(subject: Subject, allowed: set[str], threshold: float) -> dict[str, Any]:
-    """Compare each SFT dataset in play with every candidate teacher (bounded; cached per dataset and checkpoint)."""
+def _teacher_detection(
+    subject: Subject, allowed: set[str], threshold: float, sample_threshold: float
+) -> dict[str, Any]:
+    """Compare each SFT dataset in play with every candidate teacher on a sample of its own prompts
+    (bounded; each candidate loaded once and run on every prompt not yet cached, in batches)."""
     entries = []
     seen: set[int] = set()
     for item in subject.datasets:
@@ -427,38 +435,59 @@ def _teacher_detection(subject: Subject, allowed: set[str], threshold: float) ->
         entries.append(entry)
     report: dict[str, Any] = {
         "threshold": threshold,
-        "max_rows": teacher.MAX_TEACHER_ROWS,
+        "sample_threshold": sample_threshold,
+        "max_rows": teacher.max_rows(),
         "min_evidence_rows": teacher.MIN_EVIDENCE_ROWS,
+        "min_open_rows": teacher.MIN_OPEN_ROWS,
         "candidates": [],
+        "candidates_over_bound": 0,
         "unavailable": [],
         "comparisons": [],
         "undeclared": [],
     }
     if not entries:
         return report
-    candidates = teacher.teacher_candidates(benchmark=subject.benchmark, theta0=subject.theta0)
-    report["candidates"] = [c.handle for c in candidates]
+    candidates = teacher.teacher_candidates(benchmark=subject.benchmark, theta0=subject.theta0, run=subject.run)
+    report["candidates"] = [c.handle for c in candidates.checkpoints]
+    report["candidates_over_bound"] = candidates.over_bound
+    samples: list[tuple[DataEntry, list[dict[str, str]], dict[str, set[str]]]] = []
+    labels = teacher.catalog_labels()
+    known = teacher.catalog_prompts()
     for entry in entries:
-        labels = teacher.catalog_labels(exclude=entry)
-        declared = _teachers(entry)
-        for checkpoint in candidates:
-            if checkpoint.handle in report["unavailable"]:
-                continue
-            try:
-                agreement = teacher.compare(
-                    entry=entry, checkpoint=checkpoint, benchmark=subject.benchmark, labels=labels
-                )
-            except teacher.TeacherUnavailable as exc:
-                report["unavailable"].append(checkpoint.handle)
-                report.setdefault("unavailable_reasons", {})[checkpoint.handle] = str(exc)
-                continue
-            except ApplicationError as exc:
-                # The entry's stored rows no longer parse: data provenance reports the entry.
-                report.setdefault("unreadable", {})[entry.handle] = exc.message[:300]
-                break
+        try:
+            rows = teacher.sample_rows(entry, labels)
+        except ApplicationError as exc:
+            # The entry's stored rows no longer parse: data provenance reports the entry.
+            report.setdefault("unreadable", {})[entry.handle] = exc.message[:300]
+            continue
+        if rows:
+            samples.append((entry, rows, labels))
+    if not samples or not candidates.checkpoints:
+        return report
+    task = teacher.benchmark_task(subject.benchmark)
+    scorer = teacher.scorer_for(subject.benchmark)
+    prompts = list(dict.fromkeys(r["prompt"] for _, rows, _ in samples for r in rows))
+    for checkpoint in candidates.checkpoints:
+        try:
+            outputs = teacher.teacher_outputs(checkpoint=checkpoint, prompts=prompts, task=task)
+        except teacher.TeacherUnavailable as exc:
+            report["unavailable"].append(checkpoint.handle)
+            report.setdefault("unavailable_reasons", {})[checkpoint.handle] = str(exc)
+            continue
+        for entry, rows, labels in samples:
+            agreement = teacher.compare(
+                entry=entry,
+                rows=rows,
+                outputs=outputs,
+                checkpoint=checkpoint,
+                scorer=scorer,
+                labels=labels,
+                known_prompts=known,
+            )
             record = agreement.record()
-            record["declared"] = checkpoint.handle in declared and checkpoint.handle in allowed
+            record["declared"] = checkpoint.handle in _teachers(entry) and checkpoint.handle in allowed
+            record["rules"] = agreement.rules(threshold, sample_threshold)
             report["comparisons"].append(record)
-            if agreement.high(threshold) and not record["declared"]:
+            if record["rules"] and not record["declared"]:
                 report["undeclared"].append(record)
     return report

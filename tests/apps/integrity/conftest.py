@@ -19,15 +19,18 @@ from typing import Any
 
 import pytest
 
-from apps.benchmarks.services import benchmark_load_sealed, benchmark_register
+from apps.benchmarks.models import Benchmark
+from apps.benchmarks.services import benchmark_load_sealed, benchmark_register, minibench_install
 from apps.core.hashing import sha256_tree
-from apps.datapool.services import data_register_from_workspace
+from apps.datapool.services import data_register_from_catalog, data_register_from_workspace
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.experiments.choices import ExperimentKind
 from apps.experiments.models import Checkpoint, Experiment
 from apps.experiments.services import checkpoint_register, experiment_create, manifest_digest
 from apps.flows.pipeline import experiment_start
+from apps.integrity.choices import Subcategory
 from apps.integrity.models import IntegrityFinding
+from apps.integrity.services import integrity_run_checks
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_succeed_with_checkpoint, job_succeed_with_evaluation
@@ -306,3 +309,73 @@ def mb_world(db, roots, theta0_template, minibench):
     world = build_world(roots, theta0_template)
     world.minibench = minibench
     return world
+
+
+# --------------------------------------------------------------------------- teacher detection
+# The built minibench: its arithmetic reference is the teacher a distiller would use.
+
+REFERENCE = "minibench/arithmetic/reference"
+
+
+@pytest.fixture(scope="session")
+def minibench_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
+
+    return ci_minibench(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def reference_outputs(minibench_root: Path) -> Callable[[list[str]], list[str]]:
+    """The arithmetic reference's greedy outputs on prompts, under the task's decoding: what a
+    distiller gets from it (the catalog prompts are already rendered in the task's template)."""
+    manifest = json.loads((minibench_root / "manifest.json").read_text())
+    return model_outputs(minibench_root / manifest["references"]["arithmetic"], minibench_root)
+
+
+def model_outputs(model_dir: Path, minibench_root: Path) -> Callable[[list[str]], list[str]]:
+    """A model's greedy outputs on prompts through the project's inference function, under the
+    arithmetic task's decoding (what a distiller running it offline gets)."""
+    from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415 - heavy, fixture only
+    from apps.ml.inference import generate_texts, uses_special_tokens  # noqa: PLC0415
+
+    task = json.loads((minibench_root / "tasks" / "arithmetic" / "task.json").read_text())
+    model, tokenizer = load_checkpoint(model_dir)
+
+    def outputs(prompts: list[str]) -> list[str]:
+        return generate_texts(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=int(task["decoding"]["max_new_tokens"]),
+            stop=task["stop"],
+            add_special_tokens=uses_special_tokens(task),
+        )
+
+    return outputs
+
+
+@pytest.fixture
+def minibench_world(db, roots, minibench_root, settings) -> World:
+    """The built minibench installed (θ0, the arithmetic benchmark and its sealed reference), a run
+    on it, and the catalog sets a Worker registered: curated answers for their prompts."""
+    settings.MINIBENCH_ROOT = str(minibench_root)
+    installed = minibench_install(root=minibench_root)
+    benchmark = Benchmark.objects.get(name="minibench/arithmetic")
+    theta0 = Checkpoint.objects.get(handle=installed["theta0"])
+    run = make_run(benchmark=benchmark, base_checkpoint=theta0, max_parallel_workers=20)
+    main = ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)
+    worker = node_create(run=run, kind=NodeKind.WORKER, task="sft")
+    world = World(
+        run=run, benchmark=benchmark, theta0=theta0, main=main, worker=worker, roots=roots, template=Path(".")
+    )
+    for name in ("arithmetic-irrelevant", "arithmetic-clean"):
+        entry = data_register_from_catalog(catalog_root=minibench_root / "catalog", dataset=name, run=run, node=worker)
+        world.data[name] = entry.handle
+    return world
+
+
+def teacher_finding(world: World, handle: str) -> Any:
+    """Train on ``handle`` in ``world`` (the pipeline; no evaluation) and run the teacher check."""
+    experiment = world.train([handle], evaluate=False)
+    integrity_run_checks(experiment=experiment, subcategories=(Subcategory.TEACHER_AUTHORIZATION,))
+    return finding(experiment, Subcategory.TEACHER_AUTHORIZATION)

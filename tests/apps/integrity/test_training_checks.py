@@ -7,19 +7,16 @@ import random
 import re
 import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from apps.benchmarks.models import Benchmark
-from apps.benchmarks.services import minibench_install
 from apps.datapool.models import DataEntry
 from apps.datapool.services import data_register_from_catalog, data_transform
 from apps.datapool.storage import artifact_store
 from apps.experiments.choices import ExperimentKind, IntegrityStatus
-from apps.experiments.models import Checkpoint, Experiment
+from apps.experiments.models import Experiment
 from apps.experiments.services import experiment_create
 from apps.flows.pipeline import experiment_start
 from apps.integrity import semantic, teacher
@@ -29,18 +26,17 @@ from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_fail
 from apps.ml.evaluators import exact_match
-from apps.research.choices import NodeKind
-from apps.research.models import ResearchNode, Run
-from apps.research.services import node_create
+from apps.research.models import Run
 from tests.apps.integrity.conftest import (
     CLEAN_ROWS,
     FEEDBACK,
     FINAL,
+    REFERENCE,
     TEMPLATE,
-    World,
     checkpoint_path,
     finding,
     store_checkpoint,
+    teacher_finding,
 )
 from tests.apps.integrity.contamination_variants import (
     arithmetic_rephrased_in_words,
@@ -51,7 +47,6 @@ from tests.apps.integrity.contamination_variants import (
     sealed_items,
     verbatim,
 )
-from tests.factories import make_run
 
 W = Subcategory.WEIGHT_PROVENANCE
 D = Subcategory.DATA_PROVENANCE
@@ -266,45 +261,10 @@ def test_mixing_teacher_data_into_a_new_entry_does_not_launder_the_teacher(world
 # runs it on catalog prompts through the project's inference function, offline, and registers the
 # outputs as its own data; the check must tell that from honest data on the same prompts.
 
-REFERENCE = "minibench/arithmetic/reference"
-
-
-@pytest.fixture(scope="session")
-def minibench_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.support.minibench import ci_minibench  # noqa: PLC0415 - heavy (torch), fixture only
-
-    return ci_minibench(tmp_path_factory)
-
 
 def _catalog(root: Path, name: str) -> list[dict[str, str]]:
     text = (root / "catalog" / name / "data.jsonl").read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines()]
-
-
-@pytest.fixture(scope="session")
-def reference_outputs(minibench_root: Path) -> Callable[[list[str]], list[str]]:
-    """The arithmetic reference's greedy outputs on prompts, under the task's decoding: what a
-    distiller gets from it (the catalog prompts are already rendered in the task's template)."""
-    from apps.ml.checkpoints import load_checkpoint  # noqa: PLC0415 - heavy, fixture only
-    from apps.ml.inference import generate_texts, uses_special_tokens  # noqa: PLC0415
-
-    task = json.loads((minibench_root / "tasks" / "arithmetic" / "task.json").read_text())
-    reference_dir = (
-        minibench_root / json.loads((minibench_root / "manifest.json").read_text())["references"]["arithmetic"]
-    )
-    model, tokenizer = load_checkpoint(reference_dir)
-
-    def outputs(prompts: list[str]) -> list[str]:
-        return generate_texts(
-            model,
-            tokenizer,
-            prompts,
-            max_new_tokens=int(task["decoding"]["max_new_tokens"]),
-            stop=task["stop"],
-            add_special_tokens=uses_special_tokens(task),
-        )
-
-    return outputs
 
 
 @pytest.fixture(scope="session")
@@ -334,31 +294,6 @@ def distillation(minibench_root: Path, reference_outputs) -> dict[str, Any]:
     return {"distilled": distilled, "honest": rows, "puzzles": puzzles, "sums": sums, "teacher_wrong": wrong}
 
 
-@pytest.fixture
-def minibench_world(db, roots, minibench_root, settings) -> World:
-    settings.MINIBENCH_ROOT = str(minibench_root)
-    installed = minibench_install(root=minibench_root)
-    benchmark = Benchmark.objects.get(name="minibench/arithmetic")
-    theta0 = Checkpoint.objects.get(handle=installed["theta0"])
-    run = make_run(benchmark=benchmark, base_checkpoint=theta0, max_parallel_workers=20)
-    main = ResearchNode.objects.get(run=run, kind=NodeKind.MAIN)
-    worker = node_create(run=run, kind=NodeKind.WORKER, task="sft")
-    world = World(
-        run=run, benchmark=benchmark, theta0=theta0, main=main, worker=worker, roots=roots, template=Path(".")
-    )
-    # The catalog sets a Worker registered: curated answers for their prompts.
-    for name in ("arithmetic-irrelevant", "arithmetic-clean"):
-        entry = data_register_from_catalog(catalog_root=minibench_root / "catalog", dataset=name, run=run, node=worker)
-        world.data[name] = entry.handle
-    return world
-
-
-def _teacher_finding(world: World, handle: str):
-    experiment = world.train([handle], evaluate=False)
-    integrity_run_checks(experiment=experiment, subcategories=(T,))
-    return finding(experiment, T)
-
-
 @pytest.mark.parametrize("variant", ["all_distilled", "distilled_puzzles_with_honest_sums", "shuffled"])
 def test_data_distilled_from_the_reference_without_a_declared_teacher_is_observed(
     minibench_world, distillation, variant
@@ -370,7 +305,7 @@ def test_data_distilled_from_the_reference_without_a_declared_teacher_is_observe
         rows = rows[1::2] + rows[0::2]
     handle = minibench_world.add_data(f"my-{variant}", rows)
 
-    result = _teacher_finding(minibench_world, handle)
+    result = teacher_finding(minibench_world, handle)
 
     assert result.observation == Observation.EXECUTED
     assert "teacher_agreement_undeclared" in result.evidence["codes"]
@@ -397,7 +332,7 @@ def test_the_same_data_with_the_teacher_declared_and_allowed_is_clean(minibench_
     minibench_world.set_policy(allowed_teachers=[REFERENCE])
     handle = minibench_world.add_data("declared", distillation["distilled"], teacher=REFERENCE)
 
-    result = _teacher_finding(minibench_world, handle)
+    result = teacher_finding(minibench_world, handle)
 
     assert result.observation == Observation.NOT_FOUND_FULL
     (comparison,) = [c for c in result.evidence["detection"]["comparisons"] if c["teacher"] == REFERENCE]
@@ -406,30 +341,46 @@ def test_the_same_data_with_the_teacher_declared_and_allowed_is_clean(minibench_
     assert comparison["declared"] is True
     # Declared but not allowed: the allow-list decides, as before.
     minibench_world.set_policy(allowed_teachers=[])
-    result = _teacher_finding(minibench_world, handle)
+    result = teacher_finding(minibench_world, handle)
     assert result.observation == Observation.EXECUTED
     assert "teacher_unauthorized" in result.evidence["codes"]
 
 
-def _reference_comparison(root: Path, handle: str, reference_outputs, trusted: list[str]) -> dict[str, int]:
+# The catalog's SFT sets whose card vouches for their labels (every quality but noisy and
+# wrong_format): the curated labels, read from the catalog whether registered or not.
+VOUCHED = ("arithmetic-clean", "arithmetic-honeypot", "arithmetic-irrelevant", "arithmetic-tiny")
+
+
+def _reference_comparison(root: Path, handle: str, reference_outputs) -> dict[str, int]:
     """The comparison the check should report for ``handle`` against the reference, worked out here:
     the sample is chosen by the documented rule (``teacher.sample_rows``: labelled rows first, at most
-    MAX_TEACHER_ROWS), the reference's outputs are computed here, and the labels are the rows of the
-    catalog sets named in ``trusted`` (those whose card vouches for them)."""
+    teacher.max_rows()), the reference's outputs are computed here, and the labels are the rows of the
+    catalog sets whose card vouches for them (``VOUCHED``, checked against the cards)."""
+    cards = {p.name: json.loads((p / "meta.json").read_text()) for p in (root / "catalog").iterdir()}
+    assert {
+        n for n, m in cards.items() if m["format"] == "sft" and m["quality"] not in ("noisy", "wrong_format")
+    } == set(VOUCHED)
     entry = DataEntry.objects.get(handle=handle)
     labels: dict[str, set[str]] = {}
-    for name in trusted:
+    for name in VOUCHED:
         for row in _catalog(root, name):
             labels.setdefault(row["prompt"], set()).add(row["completion"])
+    # Prompts of every SFT catalog set (the noisy ones too): the open-row rule looks past them.
+    known = {r["prompt"] for name, card in cards.items() if card["format"] == "sft" for r in _catalog(root, name)}
     rows = teacher.sample_rows(entry, labels)
     outputs = reference_outputs([r["prompt"] for r in rows])
-    found = {"rows_compared": len(rows), "exact_agreement": 0, "wrong_rows": 0, "wrong_agreement": 0}
+    found = {k: 0 for k in ("exact_agreement", "wrong_rows", "wrong_agreement", "open_rows", "open_agreement")}
+    found["rows_compared"] = len(rows)
     for row, out in zip(rows, outputs, strict=True):
         same = row["completion"].split() == out.split()
         found["exact_agreement"] += same
-        if row["prompt"] in labels and not any(exact_match(out, label) for label in labels[row["prompt"]]):
+        right = row["prompt"] in labels and any(exact_match(out, label) for label in labels[row["prompt"]])
+        if row["prompt"] in labels and not right:
             found["wrong_rows"] += 1
             found["wrong_agreement"] += same
+        if row["prompt"] not in known:
+            found["open_rows"] += 1
+            found["open_agreement"] += same
     return found
 
 
@@ -443,7 +394,7 @@ def test_honest_data_on_the_same_prompts_is_clean(
     else:
         handle = minibench_world.data["arithmetic-clean" if source == "catalog_clean" else "arithmetic-irrelevant"]
 
-    result = _teacher_finding(minibench_world, handle)
+    result = teacher_finding(minibench_world, handle)
 
     assert result.observation == Observation.NOT_FOUND_FULL, result.evidence["summary"]
     (comparison,) = [c for c in result.evidence["detection"]["comparisons"] if c["teacher"] == REFERENCE]
@@ -455,8 +406,8 @@ def test_honest_data_on_the_same_prompts_is_clean(
     if source == "catalog_clean":
         # Correct sums agree with the teacher on every sampled sum it gets right (most of them): no
         # evidence either.
-        assert comparison["rows_compared"] == teacher.MAX_TEACHER_ROWS
-        expected = _reference_comparison(minibench_root, handle, reference_outputs, trusted=["arithmetic-irrelevant"])
+        assert comparison["rows_compared"] == teacher.max_rows()
+        expected = _reference_comparison(minibench_root, handle, reference_outputs)
         assert {k: comparison[k] for k in expected} == expected
         assert comparison["exact_agreement"] > comparison["rows_compared"] // 2
 
@@ -481,37 +432,21 @@ def test_catalog_sets_with_unreliable_labels_are_no_truth(minibench_world, minib
     assert sum(r["completion"] != c["completion"] for r, c in zip(relabelled, noisy, strict=True)) > len(noisy) // 4
     handle = minibench_world.add_data("noisy-cleaned", relabelled)
 
-    result = _teacher_finding(minibench_world, handle)
+    result = teacher_finding(minibench_world, handle)
 
     assert result.observation == Observation.NOT_FOUND_FULL, result.evidence["summary"]
     (comparison,) = [c for c in result.evidence["detection"]["comparisons"] if c["teacher"] == REFERENCE]
     # The teacher gives the true sum on most rows (the ci reference scores about 0.8) and agrees with
-    # the cleaned data exactly there. Its wrong answers are counted only against the trusted sets'
+    # the cleaned data exactly there. Its wrong answers are counted only against the vouched sets'
     # labels (prompts the noisy set shares with them), never the noisy ones, and no corrected
-    # answer is one of them.
-    expected = _reference_comparison(
-        minibench_root, handle, reference_outputs, trusted=["arithmetic-irrelevant", "arithmetic-clean"]
-    )
+    # answer is one of them. Its prompts are the catalog's (the noisy set's), so the open-row rule,
+    # which looks only at prompts off the catalog, has nothing to count: the teacher is right on
+    # them all and so is the corrected data, and no label-free rule could tell the two apart.
+    expected = _reference_comparison(minibench_root, handle, reference_outputs)
     assert {k: comparison[k] for k in expected} == expected
     assert comparison["exact_agreement"] > comparison["rows_compared"] // 2
     assert comparison["wrong_agreement"] == 0
     assert entry.source["catalog"] == "arithmetic-noisy"
-
-
-def test_teacher_outputs_are_cached_once_per_dataset_and_checkpoint(minibench_world, distillation):
-    handle = minibench_world.add_data("cached", distillation["distilled"])
-    first = _teacher_finding(minibench_world, handle)
-    store = artifact_store()
-    entry = DataEntry.objects.get(handle=handle)
-    folder = f"{store.root.rstrip('/')}/teacher-outputs/{entry.sha256[:2]}/{entry.sha256}"
-    cached = sorted(store.fs.find(folder))
-    assert len(cached) == 1
-    recorded = store.fs.cat_file(cached[0])
-    second = _teacher_finding(minibench_world, handle)  # another experiment on the same data
-    assert sorted(store.fs.find(folder)) == cached
-    assert store.fs.cat_file(cached[0]) == recorded  # read back, not rewritten
-    assert json.loads(recorded)["checkpoint"] in first.evidence["detection"]["candidates"]
-    assert second.evidence["detection"]["undeclared"] == first.evidence["detection"]["undeclared"]
 
 
 def test_eval_only_of_theta0_has_nothing_to_train_on(world):
