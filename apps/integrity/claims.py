@@ -63,9 +63,14 @@ def fold_handles(text: str) -> str:
 
     def fold(match: re.Match[str]) -> str:
         prefix = "".join(_fold_letter(c) for c in match.group(1))
-        if prefix not in _HANDLE_PREFIXES:
-            return match.group(0)
-        return f"{prefix}_{match.group(2)}"
+        for handle in _HANDLE_PREFIXES:
+            # A letter of another script that Unicode lists with no ASCII look-alike (Greek "τ" in
+            # "ckpτ") still stands for the letter in its place, where the rest spell the prefix.
+            pairs = list(zip(prefix, handle, strict=False)) if len(prefix) == len(handle) else []
+            same = sum(a == b for a, b in pairs)
+            if pairs and all(a == b or not a.isascii() for a, b in pairs) and same * 2 >= len(handle):
+                return f"{handle}_{match.group(2)}"
+        return match.group(0)
 
     return _HANDLE_LIKE.sub(fold, text)
 
