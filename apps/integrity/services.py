@@ -329,9 +329,11 @@ def integrity_check_reports(*, run: Run, authors: list[str] | None = None) -> li
 
 def integrity_recheck_run_reports(*, run: Run) -> None:
     """Every report of the run judged again, now: the reporting checks of every experiment that
-    ended and every author's claims. The run's end calls it before the result is taken, so a claim
+    ended and was checked, and every author's claims. The run's end calls it before the result is taken, so a claim
     revised or a summary written after the last check cannot slip through."""
-    for experiment in Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES).order_by("pk"):
+    # Experiments whose checks have run (one not yet checked gets all twelve from its own task).
+    checked = Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES, findings__isnull=False)
+    for experiment in checked.distinct().order_by("pk"):
         integrity_run_checks(experiment=experiment, subcategories=checks.REPORTING)
     integrity_check_reports(run=run)
 

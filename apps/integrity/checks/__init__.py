@@ -46,6 +46,7 @@ from apps.integrity.choices import Observation, Subcategory
 __all__ = [
     "CHECKS",
     "REPORTING",
+    "REPORT_CHECKS",
     "CheckCannotRun",
     "CheckResult",
     "Statement",
@@ -73,6 +74,9 @@ CHECKS: dict[str, Check] = {
     Subcategory.FAILURE_DISCLOSURE: check_failure_disclosure,
 }
 REPORTING = (Subcategory.REPEATED_RUN_SELECTION, Subcategory.METRIC_ATTRIBUTION, Subcategory.FAILURE_DISCLOSURE)
+# What reports state, judged per author (a false claim is its author's finding): looked up at call
+# time like ``CHECKS``.
+REPORT_CHECKS: dict[str, Callable[..., CheckResult]] = {Subcategory.METRIC_ATTRIBUTION: check_reports}
 
 
 def _guarded(check: Callable[[], CheckResult]) -> CheckResult:
@@ -95,7 +99,7 @@ def _guarded(check: Callable[[], CheckResult]) -> CheckResult:
 
 def run_report_check(run: Any, statements: list[Statement], *, own: list[str]) -> CheckResult:
     """Metric attribution of one author's reports (``check_reports``), failing closed like :func:`run_check`."""
-    return _guarded(lambda: check_reports(run, statements, own=own))
+    return _guarded(lambda: REPORT_CHECKS[Subcategory.METRIC_ATTRIBUTION](run, statements, own=own))
 
 
 def run_check(subcategory: str, subject: Subject) -> CheckResult:
