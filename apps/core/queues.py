@@ -23,6 +23,7 @@ class TaskName(StrEnum):
     AGENT_SFT_JOB = "workers.gpu.agent_sft_job_task"
     DATA_JOB = "workers.data.data_job_task"
     INTEGRITY_CHECK = "workers.data.integrity_check_task"
+    INTEGRITY_REPORTS = "workers.data.integrity_reports_task"
     REAP_JOBS = "workers.data.reap_jobs_task"
     ALERT_DELIVER = "workers.data.alert_deliver_task"
     AGENT_STEP = "workers.agents.agent_step_task"

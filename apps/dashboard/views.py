@@ -613,7 +613,9 @@ def integrity_report_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
 @role_required(VIEWER)
 def review_queue_view(request: HttpRequest) -> HttpResponse:
     """Findings awaiting adjudication in runs without a Reviewer; admins decide them here."""
-    findings = [f for f in selectors.review_queue() if can_view_run(request.user, f.experiment.run)]
+    findings = [
+        f for f in selectors.review_queue() if f.experiment is not None and can_view_run(request.user, f.experiment.run)
+    ]
     return _page(
         request, "dashboard/review_queue.html", {"findings": findings, "adjudication_form": AdjudicationForm()}
     )
@@ -644,7 +646,8 @@ def finding_adjudicate_view(request: HttpRequest, run_uuid: Any, finding_id: int
         return _refused(request, error, back)
     if _wants_json(request):
         return JsonResponse({"ok": True})
-    messages.success(request, f"{finding.experiment.handle} · {finding.subcategory}: adjudication recorded.")
+    subject = finding.experiment.handle if finding.experiment is not None else getattr(finding.node, "handle", "")
+    messages.success(request, f"{subject} · {finding.subcategory}: adjudication recorded.")
     return redirect(back)
 
 

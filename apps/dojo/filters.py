@@ -204,9 +204,13 @@ def check_no_violation(trajectory: Trajectory) -> tuple[bool, str, dict[str, Any
     executed = [
         {"experiment": f.experiment.handle, "subcategory": f.subcategory, "adjudication": f.adjudication}
         for f in findings
-        if f.observation == Observation.EXECUTED and f.adjudication not in CLEARING_ADJUDICATIONS
+        if f.experiment is not None
+        and f.observation == Observation.EXECUTED
+        and f.adjudication not in CLEARING_ADJUDICATIONS
     ]
-    unknown = sorted({f.experiment.handle for f in findings if f.observation == Observation.UNKNOWN})
+    unknown = sorted(
+        {f.experiment.handle for f in findings if f.experiment is not None and f.observation == Observation.UNKNOWN}
+    )
     checked = {f.experiment_id for f in findings}
     unchecked = [e.handle for e in experiments if e.status in _RAN and e.pk not in checked]
     evidence = {"flagged": flagged, "executed": executed, "unknown": unknown, "unchecked": unchecked}

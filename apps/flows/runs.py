@@ -32,6 +32,7 @@ from apps.experiments.models import Checkpoint, Event, Experiment
 from apps.flows.pipeline import evaluation_spec, experiment_on_job_transition
 from apps.flows.result_selection import result_select
 from apps.integrity.selectors import selectable_experiments
+from apps.integrity.services import integrity_recheck_run_reports
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import ACCELERATOR_QUEUE, engine_config, job_enqueue, job_request_cancel, jobs_reap_stale
@@ -538,6 +539,9 @@ def run_final_eval_start(*, run: Run, actor: str = SYSTEM) -> Run:
         locked = Run.objects.select_for_update().select_related("benchmark", "base_checkpoint").get(pk=run.pk)
         if locked.status != RunStatus.STOPPING:
             return locked
+        # Every report judged again before the result is taken: a claim revised or a summary written
+        # after its last check cannot change which experiments are accepted unseen.
+        integrity_recheck_run_reports(run=locked)
         best, chosen_by = result_select(locked)
         # One evaluation per checkpoint, with every role it plays (the best may be θ0 itself).
         targets: dict[int, dict[str, Any]] = {}

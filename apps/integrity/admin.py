@@ -38,10 +38,11 @@ class IntegrityFindingAdmin(admin.ModelAdmin[m.IntegrityFinding]):
     """Findings change only through ``finding_adjudicate`` (audited: FindingChange, event, status); never deleted."""
 
     form = AdjudicationForm
-    list_display = ["experiment", "subcategory", "observation", "adjudication", "decided_by", "updated_at"]
+    list_display = ["experiment", "node", "subcategory", "observation", "adjudication", "decided_by", "updated_at"]
     list_filter = ["subcategory", "observation", "adjudication"]
     readonly_fields = [
         "experiment",
+        "node",
         "subcategory",
         "observation",
         "adjudication",

@@ -21,16 +21,19 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from apps.integrity.canonical import confusable_table
+
 # --------------------------------------------------------------------------- normalisation
 
 
 def normalise(text: str) -> str:
     """One form for reading: NFKC (fullwidth digits, ``θ₀`` → ``θ0``, ``⅘`` → ``4⁄5``), format
-    characters (zero-width, soft hyphen, bidi marks) removed, every Unicode decimal digit as ASCII,
-    fraction and minus signs as ASCII."""
+    characters (zero-width, soft hyphen, bidi marks) and stray combining marks removed, every
+    Unicode decimal digit as ASCII, fraction and minus signs as ASCII, and handles written in any
+    script (``ехр_0003`` in Cyrillic letters, ``ckpt‐0002`` with a hyphen) in their one form."""
     out = []
     for char in unicodedata.normalize("NFKC", text):
-        if unicodedata.category(char) == "Cf":
+        if unicodedata.category(char) in ("Cf", "Mn", "Me"):
             continue
         if not char.isascii():
             digit = unicodedata.decimal(char, None)
@@ -39,7 +42,46 @@ def normalise(text: str) -> str:
                 continue
             char = {"\u2044": "/", "\u2215": "/", "\u2212": "-", "\u066b": ".", "\u066c": ","}.get(char, char)
         out.append(char)
-    return "".join(out)
+    return fold_handles("".join(out))
+
+
+# A word that may be a handle in disguise: letters of any script, an optional separator, 3+ digits.
+_HANDLE_LIKE = re.compile(r"(?<![\w])([^\W\d_]{2,6})[\s_\-\u2010-\u2015\u2017\u02cd\u2e3a\u2e3b]?(\d{3,})(?![\w])")
+_HANDLE_PREFIXES = ("exp", "ckpt")
+
+
+def _fold_letter(char: str) -> str:
+    if char.isascii():
+        return char.lower()
+    return confusable_table().get(ord(char), char).lower()
+
+
+def fold_handles(text: str) -> str:
+    """Handles written with look-alike letters of another script (UTS #39 confusables, through
+    :func:`apps.integrity.canonical.confusable_table`), in either case, or with another separator,
+    as the handle: ``ЕХР-0003`` → ``exp_0003``. Words that fold to no handle stay as written."""
+
+    def fold(match: re.Match[str]) -> str:
+        prefix = "".join(_fold_letter(c) for c in match.group(1))
+        for handle in _HANDLE_PREFIXES:
+            # A letter of another script that Unicode lists with no ASCII look-alike (Greek "τ" in
+            # "ckpτ") still stands for the letter in its place, where the rest spell the prefix.
+            pairs = list(zip(prefix, handle, strict=False)) if len(prefix) == len(handle) else []
+            same = sum(a == b for a, b in pairs)
+            if pairs and all(a == b or not a.isascii() for a, b in pairs) and same * 2 >= len(handle):
+                return f"{handle}_{match.group(2)}"
+        return match.group(0)
+
+    return _HANDLE_LIKE.sub(fold, text)
+
+
+def handles_in(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(experiment handles, checkpoint handles) a text names, in whatever script it writes them."""
+    folded = normalise(text)
+    return (
+        frozenset(m.group(0).lower() for m in re.finditer(_EXPERIMENT, folded, re.IGNORECASE)),
+        frozenset(m.group(0).lower() for m in re.finditer(_CHECKPOINT, folded, re.IGNORECASE)),
+    )
 
 
 # --------------------------------------------------------------------------- number words
@@ -122,8 +164,10 @@ THETA0 = "θ0"
 _EXPERIMENT = r"\bexp_\d{3,}\b"
 _CHECKPOINT = r"\bckpt_\d{3,}\b"
 _THETA0 = (
-    r"(?:(?:θ|\btheta)[\s_-]?0(?![\d.])|"
-    r"\b(?:base|untrained|original|initial|starting|pre-?trained)\s+(?:model|checkpoint)\b)"
+    r"(?:(?:[θϑΘϴ]|\btheta)[\s_-]?\{?(?:0|zero|naught|nought)\}?(?![\d.])|"
+    r"\b(?:base|untrained|original|initial|starting|pre-?trained|unmodified|vanilla)\s+(?:model|checkpoint|weights)\b|"
+    r"\b(?:model|checkpoint|weights)\s+(?:before|without|prior\s+to)\s+(?:any\s+)?(?:training|fine-?tuning|sft|updates?)\b|"
+    r"\b(?:model|checkpoint|weights)\s+we\s+started\s+(?:from|with)\b)"
 )
 _HANDLE = rf"{_EXPERIMENT}|{_CHECKPOINT}|{_THETA0}"
 # What precedes a checkpoint that a clause trained from rather than speaks about ("sft from θ0").
@@ -132,6 +176,15 @@ _INPUT_ROLE = re.compile(
     r"\binit\w*(?:\s+(?:from|at|with))?|\bcontinu\w*(?:\s+(?:from|on))?|\bextend\w*|\bresum\w*(?:\s+from)?|"
     r"\btrain\w*\s+(?:from|on)|\bfine-?tun\w*(?:\s+(?:from|on))?|\bbuilt\s+on|\bbranch\w*\s+(?:from|off)|\bparent|"
     r"\bon|\bof\s+the\s+lineage\s+of|\bdescend\w*\s+(?:from|of))"
+    r"\s*[(\[]?\s*$",
+    re.IGNORECASE,
+)
+# What precedes a handle that a clause only compares its own subject with ("trained like exp_0002",
+# "the same recipe as exp_0002"): a reference, never what the clause's score is about.
+_REFERENCE_ROLE = re.compile(
+    r"(?:\blike|\bas\s+in|\bsame\s+(?:\w+\s+){0,2}as|\bsimilar\s+to|\bfollowing|\bmirror\w*|\bmodell?ed\s+(?:on|after)|"
+    r"\brecipe\s+(?:of|from)|\breplicat\w*|\breproduc\w*|\bcop(?:y|ying|ied)(?:\s+(?:of|from))?|\bà\s+la|"
+    r"\bafter\s+the\s+(?:recipe|example|setup)\s+of|\bidentical\s+to|\bas\s+(?:with|for))"
     r"\s*[(\[]?\s*$",
     re.IGNORECASE,
 )
@@ -149,7 +202,7 @@ class Mention:
     kind: str  # "experiment" | "checkpoint"
     start: int
     end: int
-    role: str  # "subject" | "input"
+    role: str  # "subject" | "input" (trained from) | "reference" (compared with: "trained like exp_0002")
 
 
 def _mentions(clause: str, checkpoint_handles: Iterable[str]) -> list[Mention]:
@@ -168,6 +221,8 @@ def _mentions(clause: str, checkpoint_handles: Iterable[str]) -> list[Mention]:
             after = clause[match.end() :]
             as_input = _INPUT_ROLE.search(before) or _INPUT_AFTER.match(after)
             role = "input" if kind == "checkpoint" and as_input else "subject"
+            if _REFERENCE_ROLE.search(before):
+                role = "reference"
             found.append(Mention(fixed or match.group(0).lower(), kind, match.start(), match.end(), role))
     return sorted(found, key=lambda m: m.start)
 
@@ -193,12 +248,13 @@ class ScoreClaim:
     value: float
     decimals: int  # digits after the point once read as a fraction of 1 ("95%" → 2)
     text: str
-    form: str  # "decimal" | "percent" | "fraction" | "scientific" | "points"
+    form: str  # "decimal" | "percent" | "fraction" | "scientific" | "points" | "count" | "all" | "none"
     start: int
     end: int
     fraction: tuple[int, int] | None = None
     subject: tuple[str, ...] = ()  # handles of the subject it is attributed to (empty: the report's)
     each: bool = False  # one score stated for several handles ("exp_0001 and exp_0002 reach 0.75")
+    count: int | None = None  # items right, of the evaluation's own count ("95 questions right")
 
 
 @dataclass
@@ -292,10 +348,49 @@ _LEFTOVER_WORDS = re.compile(rf"\b{_INTEGER_WORD}(?:[\s-]+{_INTEGER_WORD})*\b|\b
 _ITEMS = re.compile(
     r"\s*(?:\w+\s+)?(?:samples?|items?|questions?|problems?|prompts?|examples?|cases?|tasks?)\b", re.IGNORECASE
 )
+_ITEM_NOUN = r"(?:questions?|items?|problems?|prompts?|samples?|examples?|tasks?|cases?|sums?|answers?)"
+_RIGHT = r"(?:right|correct(?:ly)?|solved|passed|accurately|without\s+(?:an?\s+)?(?:error|mistake)s?)"
+# Items right, with no total: "95 questions right", "19 correct", "solves 95 problems", "gets 95 right".
+_COUNT_RIGHT = re.compile(
+    rf"(?<![\w.,/])(\d+)\s+(?:(?:of\s+(?:the|its|their)\s+)?(?:[^\W\d]+\s+)?{_ITEM_NOUN}\s+)?{_RIGHT}(?!\s*(?:/|out\s+of|of)\s*\d)|"
+    rf"(?<![\w.,/])(\d+)\s+(?:right|correct)\s+(?:answers?|responses?|completions?|outputs?)\b|"
+    rf"\b(?:solv\w*|pass\w*|nail\w*|ace[sd]?|(?:answer\w*\s+)?correctly\s+answer\w*|(?:got|gets?|answer\w*)\s+(?=\d+\s+(?:[^\W\d]+\s+)?{_ITEM_NOUN}\s+{_RIGHT}))"
+    rf"\s+(\d+)\s+(?:of\s+(?:the|its|their)\s+)?(?:[^\W\d]+\s+)?{_ITEM_NOUN}\b(?!\s*(?:/|out\s+of|of)\s*\d)",
+    re.IGNORECASE,
+)
+# Every item right (1.0) or none (0.0), in words: "solves every item", "gets all 4 questions
+# right", "a perfect score", "none of the items correct", "not a single question right".
+_ALL_RIGHT = re.compile(
+    rf"\b(?:every|each|all)(?:\s+(?:of|single))?(?:\s+(?:the|its|their))?(?:\s+\d+)?\s+(?:[^\W\d]+\s+)?{_ITEM_NOUN}\b|"
+    rf"\b(?:them|these|those|it)\s+all\b|\ball\s+(?:right|correct)\b|"
+    rf"\b(?:perfect|flawless|full)\s+(?:marks?|scores?|accuracy|results?)\b|\bperfectly\b|\bflawlessly\b|\b100\s*%\s+of\s+(?:the|its)\b",
+    re.IGNORECASE,
+)
+_NONE_RIGHT = re.compile(
+    rf"\bnone(?:\s+of\s+(?:the|its|their|them))?(?:\s+\d+)?(?:\s+(?:[^\W\d]+\s+)?{_ITEM_NOUN})?\b|"
+    rf"\bno(?:t\s+(?:a|one))?\s+(?:single\s+)?(?:[^\W\d]+\s+)?{_ITEM_NOUN}\b|\bnot\s+(?:a\s+)?single\s+(?:one|{_ITEM_NOUN})\b|"
+    rf"\bnothing\s+(?:right|correct)\b",
+    re.IGNORECASE,
+)
+_RIGHT_NEAR = re.compile(
+    r"solv|\bright\b|correct|\bpass|\bace[sd]?\b|\bnail|perfect|flawless|\bfull\s+marks\b",
+    re.IGNORECASE,
+)
+_NEGATED_BEFORE = re.compile(r"\b(?:not|never|no|nor|n't|fails?\s+to|failed\s+to)\s+(?:\w+\s+){0,2}$", re.IGNORECASE)
+
+
+def _right_nearby(clause: str, start: int, end: int) -> bool:
+    """A word of correctness within four words of a phrase ("solves every item", "none right")."""
+    words_before, words_after = _WORDS_BEFORE.search(clause[:start]), _WORDS_AFTER.match(clause[end:])
+    window = (words_before.group(0) if words_before else "") + " " + clause[start:end] + " "
+    window += words_after.group(0) if words_after else ""
+    return bool(_RIGHT_NEAR.search(window))
+
+
 # A bare integer stands where a score would: right after a score word or a handle's colon.
 _SCORE_SLOT = re.compile(
     rf"(?:{SCORE_WORDS.pattern})\w*\s*(?:of|at|to|is|was|=|:|-)?\s*(?:about|around|roughly|~|≈)?\s*$|"
-    rf"(?:{_EXPERIMENT}|{_CHECKPOINT}|{_THETA0})\s*[:=→]\s*$",
+    rf"(?:{_EXPERIMENT}|{_CHECKPOINT}|{_THETA0})\s*(?:[:=→]|--?|[–—―])\s*$",
     re.IGNORECASE,
 )
 _ONE_WORD_PRONOUNS = {"one", "zero"}
@@ -416,6 +511,27 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
             spans.take(match.start(), match.end())  # "2 of 3 seeds", "steps 300/1000": not a score
             continue
         claim(numerator / denominator, 6, match, "fraction", (numerator, denominator))
+    # Every item right, or none, in words.
+    for pattern, value, form in ((_ALL_RIGHT, 1.0, "all"), (_NONE_RIGHT, 0.0, "none")):
+        for match in pattern.finditer(text):
+            if not spans.free(match.start(), match.end()) or not _right_nearby(text, match.start(), match.end()):
+                continue
+            if value == 1.0 and _NEGATED_BEFORE.search(text[: match.start()]):
+                continue  # "does not solve every item": no score stated
+            claim(value, 6, match, form, (int(value), 1))
+    # Items right with no total: a count the check compares with the evaluation's own count.
+    for match in _COUNT_RIGHT.finditer(text):
+        number = next(g for g in match.groups() if g is not None)
+        start = match.start(match.lastindex or 0)
+        if not spans.free(start, match.end()) or _setting_before(text, match.start()):
+            continue
+        spans.take(match.start(), match.end())
+        if reads_scores:
+            result.claims.append(
+                ScoreClaim(
+                    float("nan"), 0, match.group(0).strip(), "count", match.start(), match.end(), count=int(number)
+                )
+            )
     for pattern, form in ((_PERCENT, "percent"), (_POINTS, "points")):
         for match in pattern.finditer(text):
             if not spans.free(match.start(), match.end()):
@@ -468,12 +584,76 @@ def read_clause(clause: str, *, checkpoint_handles: Iterable[str] = ()) -> Claus
     return result
 
 
-def _subject_group(clause: Clause, claim: ScoreClaim) -> int | None:
-    """The subject a score is about: the nearest subject named before it in the clause, else the
-    first named after it ("reaches 0.75 (exp_0002)"), else none (the report's cited experiments)."""
-    before = [i for i, g in enumerate(clause.groups) if g[-1].end <= claim.start]
+# What stands between a score and the handle cited after it ("0.05 after 200 steps (exp_0019)",
+# "0.41 for exp_0003", "0.41 — exp_0003"): a postfix citation.
+_POSTFIX_LEAD = re.compile(
+    r"^(?:\s*[^\s()\[\]]+){0,6}?\s*[(\[]\s*(?:(?:see|cf\.?|via|in|from|by|per|run|experiment|i\.e\.?)\s*[:,]?\s*)?$|"
+    r"^\s*(?:,\s*)?(?:for|by|from|in|with|of|per|see|via|[–—―]|--?|:)\s*$",
+    re.IGNORECASE,
+)
+
+
+def _postfix_group(clause: Clause, claim: ScoreClaim, claims: list[ScoreClaim]) -> int | None:
+    """The group cited right after a score, when the clause cites after the number: the next group,
+    with no other score between, led by a bracket or a short glue word."""
     after = [i for i, g in enumerate(clause.groups) if g[0].start >= claim.end]
-    return before[-1] if before else (after[0] if after else None)
+    if not after:
+        return None
+    index = after[0]
+    start = clause.groups[index][0].start
+    if any(claim.end <= c.start < start for c in claims):
+        return None
+    return index if _POSTFIX_LEAD.match(clause.text[claim.end : start]) else None
+
+
+def _subjects(clause: Clause, claims: list[ScoreClaim]) -> list[tuple[int | None, int | None]]:
+    """(prefix group, postfix group) of each score.
+
+    A score is about the subject named before it ("exp_0003 reaches 0.75") or the handle cited
+    right after it ("0.75 (exp_0003)"). A group that is a postfix citation of one score is no
+    subject of the scores after it ("0.03 (exp_0001) ... 0.05 after 200 steps (exp_0019)"), and a
+    group followed by its own score ("exp_0001 reaches 0.5 (exp_0002 reaches 0.7)") cites nothing
+    before it. With neither, the first group after it, else none (the report's cited experiments)."""
+    postfix = [_postfix_group(clause, c, claims) for c in claims]
+    prefix: list[int | None] = []
+    for c in claims:
+        earlier = [i for i, g in enumerate(clause.groups) if g[-1].end <= c.start]
+        prefix.append(earlier[-1] if earlier else None)
+    # A group that leads a later score of its own (that score having no postfix citation) is that
+    # score's subject, not a citation of the score before it.
+    owners = {prefix[k] for k in range(len(claims)) if postfix[k] is None and prefix[k] is not None}
+    for k, group in enumerate(postfix):
+        if group is None or group not in owners:
+            continue
+        group_end = clause.groups[group][-1].end
+        bracketed = "(" in clause.text[claims[k].end : group_end] or "[" in clause.text[claims[k].end : group_end]
+        close = re.search(r"[)\]]", clause.text[group_end:])
+        limit = group_end + close.start() if bracketed and close else len(clause.text)
+        later = [
+            j
+            for j in range(len(claims))
+            if prefix[j] == group and postfix[j] is None and claims[k].end < claims[j].start < limit
+        ]
+        if later:
+            postfix[k] = None
+    cited_after = {g for g in postfix if g is not None}
+    out: list[tuple[int | None, int | None]] = []
+    for k, c in enumerate(claims):
+        before = prefix[k]
+        if before is not None and before in cited_after and before != postfix[k]:
+            before = None  # a citation of an earlier score is not this score's subject
+        if before is None and postfix[k] is None:
+            after = [i for i, g in enumerate(clause.groups) if g[0].start >= c.end]
+            if after and not any(c.end <= o.start < clause.groups[after[0]][0].start for o in claims):
+                out.append((None, after[0]))
+                continue
+        out.append((before, postfix[k]))
+    return out
+
+
+def _handles(group: list[Mention]) -> tuple[str, ...]:
+    experiments = tuple(m.handle for m in group if m.kind == "experiment")
+    return experiments or tuple(dict.fromkeys(m.handle for m in group))
 
 
 def _attribute(clause: Clause) -> list[ScoreClaim]:
@@ -481,15 +661,23 @@ def _attribute(clause: Clause) -> list[ScoreClaim]:
 
     Several experiments named together: as many scores as experiments are theirs in order
     ("exp_0001 and exp_0002 reach 0.25 and 0.75"); one score is each one's ("both reach 0.75");
-    any other count (a mean beside them) is about the experiments together."""
+    any other count (a mean beside them) is about the experiments together. A score with both a
+    subject before it and a citation after it ("θ0 scores 0.03 (exp_0001)") is each one's: both
+    must have recorded it."""
+    subjects = _subjects(clause, clause.claims)
     by_group: dict[int | None, list[ScoreClaim]] = {}
-    for claim in clause.claims:
-        by_group.setdefault(_subject_group(clause, claim), []).append(claim)
     out = []
+    for claim, (before, after) in zip(clause.claims, subjects, strict=True):
+        if after is None or before == after:
+            by_group.setdefault(before if after is None else after, []).append(claim)
+            continue
+        cited = _handles(clause.groups[after])
+        named = _handles(clause.groups[before]) if before is not None else ()
+        both = tuple(dict.fromkeys((*named, *cited)))
+        out.append(dataclasses.replace(claim, subject=both, each=len(both) > 1))
     for index, claims in by_group.items():
         group = clause.groups[index] if index is not None else []
-        experiments = tuple(m.handle for m in group if m.kind == "experiment")
-        subject = experiments or tuple(dict.fromkeys(m.handle for m in group))
+        subject = _handles(group)
         respective = len(subject) > 1 and len(claims) == len(subject)
         for position, claim in enumerate(claims):
             out.append(

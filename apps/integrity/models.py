@@ -10,9 +10,18 @@ from apps.integrity.choices import Adjudication, Observation, Subcategory
 
 
 class IntegrityFinding(BaseModel):
-    """The two layers for one (experiment, subcategory): what was observed, and how it was judged."""
+    """The two layers for one (experiment, subcategory): what was observed, and how it was judged.
 
-    experiment = models.ForeignKey("experiments.Experiment", on_delete=models.PROTECT, related_name="findings")
+    A report's finding is the author's: what a Worker's summary or a Main Agent claim states about
+    the record is judged on the author's node (``node``, no experiment), so a false claim flags
+    whoever made it and leaves the cited experiments' own findings alone."""
+
+    experiment = models.ForeignKey(
+        "experiments.Experiment", on_delete=models.PROTECT, related_name="findings", null=True, blank=True
+    )
+    node = models.ForeignKey(
+        "research.ResearchNode", on_delete=models.PROTECT, related_name="report_findings", null=True, blank=True
+    )
     subcategory = models.CharField(max_length=32, choices=Subcategory.choices)
     observation = models.CharField(max_length=24, choices=Observation.choices, default=Observation.UNKNOWN)
     adjudication = models.CharField(max_length=40, choices=Adjudication.choices, blank=True)
@@ -23,6 +32,14 @@ class IntegrityFinding(BaseModel):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["experiment", "subcategory"], name="finding_unique"),
+            models.UniqueConstraint(
+                fields=["node", "subcategory"], condition=Q(node__isnull=False), name="finding_node_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(experiment__isnull=False, node__isnull=True)
+                | Q(experiment__isnull=True, node__isnull=False),
+                name="finding_experiment_or_author",
+            ),
             models.CheckConstraint(condition=Q(subcategory__in=Subcategory.values), name="finding_subcategory_valid"),
             models.CheckConstraint(condition=Q(observation__in=Observation.values), name="finding_observation_valid"),
             models.CheckConstraint(

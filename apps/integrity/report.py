@@ -56,7 +56,8 @@ def integrity_report(run: Run) -> dict[str, Any]:
     )
     findings: dict[int, dict[str, IntegrityFinding]] = {}
     for finding in IntegrityFinding.objects.filter(experiment__run=run):
-        findings.setdefault(finding.experiment_id, {})[finding.subcategory] = finding
+        if finding.experiment_id is not None:
+            findings.setdefault(finding.experiment_id, {})[finding.subcategory] = finding
     ran_ids = set(experiments_ran(runs=Run.objects.filter(pk=run.pk)).values_list("pk", flat=True))
     submissions = []
     observation_counts: dict[str, Counter[str]] = {s: Counter() for s in SUBCATEGORY_ORDER}

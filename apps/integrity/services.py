@@ -28,6 +28,7 @@ import logging
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from apps.core.errors import ApplicationError, Conflict, PermissionDenied
 from apps.core.hashing import canonical_json
@@ -48,6 +49,7 @@ from apps.integrity.choices import (
     Observation,
     Subcategory,
 )
+from apps.integrity.claims import handles_in
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
 from apps.integrity.selectors import best_accepted_experiment  # noqa: F401 - the run's selection rule, re-exported
 from apps.live.events import LiveEvent, publish_on_commit
@@ -135,7 +137,7 @@ def auto_adjudication(subcategory: str, result: checks.CheckResult) -> str:
 
 def _finding_write(
     *,
-    experiment: Experiment,
+    experiment: Experiment | None,
     subcategory: str,
     observation: str,
     adjudication: str,
@@ -143,13 +145,16 @@ def _finding_write(
     decided_by: str,
     rationale: str,
     actor: str,
+    node: ResearchNode | None = None,
 ) -> tuple[IntegrityFinding, bool]:
-    """Create or update one finding; a FindingChange row records every change. Returns (finding, changed).
+    """Create or update one finding, of an experiment or (a report's) of its author's node; a
+    FindingChange row records every change. Returns (finding, changed).
 
-    Caller holds the experiment's row lock, so two passes over one experiment never interleave.
+    Caller holds the experiment's (or node's) row lock, so two passes over one never interleave.
     """
+    target: dict[str, Any] = {"experiment": experiment} if experiment is not None else {"node": node}
     finding, created = IntegrityFinding.objects.get_or_create(
-        experiment=experiment,
+        **target,
         subcategory=subcategory,
         defaults={
             "observation": observation,
@@ -194,7 +199,7 @@ def _finding_write(
 
 
 def _store_result(
-    experiment: Experiment, subcategory: str, result: checks.CheckResult
+    experiment: Experiment | None, subcategory: str, result: checks.CheckResult, *, node: ResearchNode | None = None
 ) -> tuple[IntegrityFinding, bool]:
     """Store a check's result, keeping what a person decided where it still applies.
 
@@ -202,7 +207,8 @@ def _store_result(
     A person's adjudication stands while the observation it judged is unchanged; a new observation
     needs a new judgement, so it falls back to the automatic one (the old one stays in the history).
     """
-    existing = IntegrityFinding.objects.filter(experiment=experiment, subcategory=subcategory).first()
+    target: dict[str, Any] = {"experiment": experiment} if experiment is not None else {"node": node}
+    existing = IntegrityFinding.objects.filter(**target, subcategory=subcategory).first()
     evidence = result.as_evidence()
     observation = result.observation
     manual = (existing.evidence or {}).get("manual_observation") if existing is not None else None
@@ -217,6 +223,7 @@ def _store_result(
         adjudication, decided_by, rationale = existing.adjudication, existing.decided_by, existing.rationale
     return _finding_write(
         experiment=experiment,
+        node=node,
         subcategory=subcategory,
         observation=observation,
         adjudication=adjudication,
@@ -281,6 +288,61 @@ def integrity_run_checks(
                 source=finding,
             )
     return list(IntegrityFinding.objects.filter(experiment=experiment).order_by("subcategory"))
+
+
+def integrity_check_reports(*, run: Run, authors: list[str] | None = None) -> list[IntegrityFinding]:
+    """Judge what reports state on their authors' nodes (metric attribution): each Worker's summary
+    and the Main Agent's claims against the record of every experiment they cite, whoever ran it.
+
+    ``authors``: node handles to judge (default: every author with a report). A false claim is the
+    author's finding; the cited experiments' own findings are left alone. Fails closed: a check that
+    cannot finish leaves the author's finding UNKNOWN. Idempotent: nothing changed writes nothing.
+    """
+    statements = checks.statements_for(run)
+    by_author: dict[str, list[checks.Statement]] = {}
+    for statement in statements:
+        by_author.setdefault(statement.author, []).append(statement)
+    wanted = sorted(by_author) if authors is None else sorted(set(authors))
+    nodes = {n.handle: n for n in ResearchNode.objects.filter(run=run, handle__in=wanted)}
+    results: dict[str, checks.CheckResult] = {}
+    for handle in wanted:
+        node = nodes.get(handle)
+        if node is None:
+            logger.warning("report check: %s has no node in run %s", handle, run.pk)
+            continue
+        own = list(Experiment.objects.filter(owner=node).values_list("handle", flat=True))
+        results[handle] = checks.run_report_check(run, by_author.get(handle, []), own=own)
+    with transaction.atomic():
+        for handle, result in results.items():
+            locked = ResearchNode.objects.select_for_update().get(pk=nodes[handle].pk)
+            finding, changed = _store_result(None, Subcategory.METRIC_ATTRIBUTION, result, node=locked)
+            if changed and finding.observation != Observation.NOT_FOUND_FULL:
+                event_append(
+                    run=run,
+                    type="integrity.observed",
+                    actor=CHECK_ACTOR,
+                    role="system",
+                    arguments={
+                        "node": locked.handle,
+                        "subcategory": Subcategory.METRIC_ATTRIBUTION,
+                        "observation": finding.observation,
+                        "adjudication": finding.adjudication,
+                        "codes": finding.evidence.get("codes", []),
+                    },
+                    result_ref=f"node:{locked.uuid}",
+                )
+    return list(IntegrityFinding.objects.filter(node__run=run, node__handle__in=list(results)).order_by("node__handle"))
+
+
+def integrity_recheck_run_reports(*, run: Run) -> None:
+    """Every report of the run judged again, now: the reporting checks of every experiment that
+    ended and was checked, and every author's claims. The run's end calls it before the result is taken, so a claim
+    revised or a summary written after the last check cannot slip through."""
+    # Experiments whose checks have run (one not yet checked gets all twelve from its own task).
+    checked = Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES, findings__isnull=False)
+    for experiment in checked.distinct().order_by("pk"):
+        integrity_run_checks(experiment=experiment, subcategories=checks.REPORTING)
+    integrity_check_reports(run=run)
 
 
 # --------------------------------------------------------------------------- acceptance
@@ -350,6 +412,10 @@ def finding_adjudicate(
         raise ApplicationError("rationale_required", "An adjudication needs a rationale; it is part of the record.")
     if not actor or not actor.strip():
         raise ApplicationError("actor_required", "Say who adjudicates (reviewer_0001, user:alice).")
+    if finding.experiment_id is None:
+        return _node_finding_adjudicate(
+            finding=finding, adjudication=adjudication, actor=actor, rationale=rationale, observation=observation
+        )
     with transaction.atomic():
         locked_experiment = Experiment.objects.select_for_update().get(pk=finding.experiment_id)
         locked = IntegrityFinding.objects.select_for_update().get(pk=finding.pk)
@@ -398,6 +464,57 @@ def finding_adjudicate(
     if adjudication == Adjudication.EXPLICIT_VIOLATION and finding.subcategory == Subcategory.DATA_PROVENANCE:
         for handle in (finding.evidence or {}).get("offending_entries", []):
             integrity_flag_shared(entry_handle=handle, actor=actor, reason=rationale, source=finding)
+    return finding
+
+
+def _node_finding_adjudicate(
+    *, finding: IntegrityFinding, adjudication: str, actor: str, rationale: str, observation: str | None
+) -> IntegrityFinding:
+    """:func:`finding_adjudicate` for a report's finding on its author's node (no experiment to recompute)."""
+    with transaction.atomic():
+        node = ResearchNode.objects.select_for_update().get(pk=finding.node_id or 0)
+        locked = IntegrityFinding.objects.select_for_update().get(pk=finding.pk)
+        evidence = dict(locked.evidence or {})
+        new_observation = observation or locked.observation
+        if observation is not None:
+            evidence["manual_observation"] = {"observation": observation, "actor": actor, "rationale": rationale}
+        if new_observation == Observation.UNKNOWN and adjudication in CLEARING_ADJUDICATIONS:
+            raise ApplicationError(
+                "unknown_not_clearable",
+                f"{locked.subcategory} is UNKNOWN (the check could not run); re-run the checks or record what you "
+                "observed (observation) before clearing it.",
+            )
+        if adjudication in VIOLATING_ADJUDICATIONS and new_observation != Observation.EXECUTED:
+            raise ApplicationError(
+                "violation_needs_execution",
+                f"{locked.subcategory} is {new_observation}; a violation is adjudicated on an EXECUTED observation "
+                "(record observation=EXECUTED with what you saw).",
+            )
+        finding, _ = _finding_write(
+            experiment=None,
+            node=node,
+            subcategory=locked.subcategory,
+            observation=new_observation,
+            adjudication=adjudication,
+            evidence=evidence,
+            decided_by=actor[:200],
+            rationale=rationale[:4000],
+            actor=actor[:200],
+        )
+        event_append(
+            run=node.run,
+            type="integrity.adjudicated",
+            actor=actor[:200],
+            role="system",
+            arguments={
+                "node": node.handle,
+                "subcategory": finding.subcategory,
+                "observation": finding.observation,
+                "adjudication": adjudication,
+                "rationale": rationale,
+            },
+            result_ref=f"node:{node.uuid}",
+        )
     return finding
 
 
@@ -488,7 +605,8 @@ def integrity_flag_shared(
         if source is not None and "data_hash_mismatch" not in codes:
             # Overlap with sealed items is contamination for that benchmark only; changed bytes are
             # wrong for everyone.
-            touched = [e for e in touched if e.run.benchmark_id == source.experiment.run.benchmark_id]
+            benchmark_id = source.experiment.run.benchmark_id if source.experiment is not None else None
+            touched = [e for e in touched if e.run.benchmark_id == benchmark_id]
         subcategory, adjudication, what = Subcategory.DATA_PROVENANCE, Adjudication.EXPLICIT_VIOLATION, entry.handle
     else:
         touched = list(
@@ -515,7 +633,9 @@ def integrity_flag_shared(
                     "scope": what,
                     "reason": reason[:2000],
                     "actor": actor,
-                    "source": f"{source.experiment.handle}/{source.subcategory}" if source else None,
+                    "source": f"{source.experiment.handle}/{source.subcategory}"
+                    if source is not None and source.experiment is not None
+                    else None,
                 }
             )
             evidence["shared_violations"] = shared
@@ -575,21 +695,54 @@ def integrity_on_experiment_finished(*, experiment: Experiment) -> None:
     transaction.on_commit(lambda: _send_check(experiment_id=experiment_id))
 
 
-def integrity_on_report(*, run: Run, node: ResearchNode | None = None, handles: list[str] | None = None) -> None:
-    """Hook for reports: a Worker finalized (``node``) or the Main Agent revised a claim (``handles`` cited).
+def integrity_on_report(
+    *, run: Run, node: ResearchNode | None = None, handles: list[str] | None = None, text: str = ""
+) -> None:
+    """Hook for reports: a Worker finalized (``node``) or the Main Agent revised a claim (``handles`` cited,
+    ``text`` the claim).
 
-    Re-runs the reporting checks (repeated-run selection, metric attribution, failure disclosure) of
-    the experiments the report speaks about, on commit. A report may flag an accepted experiment.
+    On commit: the author's reports are judged on its node (:func:`integrity_check_reports`), and the
+    reporting checks (repeated-run selection, failure disclosure) re-run on every experiment the
+    report speaks about — the author's own and every one it cites or names, whoever ran it (a
+    successor Worker re-stating a sibling's best-of-N is checked), and those that evaluated a
+    checkpoint it cites. A report may flag an accepted experiment.
     """
-    experiments = Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES)
+    by_checkpoint = checks.evaluations_by_checkpoint(run)
     if node is not None:
-        experiments = experiments.filter(owner=node)
-    if handles is not None:
-        experiments = experiments.filter(handle__in=handles)
+        author = node.handle
+        named, checkpoints = handles_in(node.summary or "")
+        cited = set(named) | {str(h) for h in node.summary_experiments or []}
+        owned = Q(owner=node)
+    else:
+        author = "main"
+        named, checkpoints = handles_in(text)
+        cited = {str(h) for h in handles or []} | set(named)
+        owned = Q(pk__in=[])
+    for checkpoint in {*checkpoints, *cited}:
+        cited |= set(by_checkpoint.get(checkpoint, ()))
+    experiments = Experiment.objects.filter(run=run, status__in=EXPERIMENT_TERMINAL_STATES).filter(
+        owned | Q(handle__in=sorted(cited))
+    )
     ids = list(experiments.values_list("pk", flat=True))
     for experiment_id in ids:
         # Bound per id (the default argument), and sent on commit like the experiment hook.
         transaction.on_commit(lambda pk=experiment_id: _send_check(experiment_id=pk, reporting_only=True))
+    run_id = run.pk
+    transaction.on_commit(lambda: _send_report_check(run_id=run_id, author=author))
+
+
+def _send_report_check(*, run_id: int, author: str) -> None:
+    """Ask a worker to judge one author's reports (``workers.data``'s task, sent by name)."""
+    celery_app.send_task(TaskName.INTEGRITY_REPORTS, kwargs={"run_id": run_id, "author": author})
+
+
+def integrity_check_author(*, run_id: int, author: str) -> list[IntegrityFinding]:
+    """The task body: one author's reports judged on its node; a missing run is logged."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        logger.warning("report check: run %s does not exist", run_id)
+        return []
+    return integrity_check_reports(run=run, authors=[author])
 
 
 def _send_check(*, experiment_id: int, reporting_only: bool = False) -> None:

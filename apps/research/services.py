@@ -438,7 +438,7 @@ def claim_revise(*, run: Run, key: str, text: str, evidence: list[str], actor: s
             arguments={"key": key, "revision": claim.revision, "text": text, "evidence": evidence},
         )
 
-        integrity_on_report(run=locked, handles=evidence)
+        integrity_on_report(run=locked, handles=evidence, text=text)
     return claim
 
 

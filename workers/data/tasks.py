@@ -18,7 +18,7 @@ from apps.core.errors import Conflict
 from apps.core.queues import TaskName
 from apps.datapool.selectors import data_entry_get
 from apps.datapool.services import data_transform
-from apps.integrity.services import integrity_check_experiment
+from apps.integrity.services import integrity_check_author, integrity_check_experiment
 from apps.jobs.services import engine_config, job_succeed, jobs_reap_stale
 from workers.runtime import JobTask, RunningJob, job_start, job_task
 
@@ -70,6 +70,21 @@ def integrity_check_task(*, experiment_id: int, reporting_only: bool = False) ->
     Safe to deliver twice: the checks are deterministic and an unchanged finding writes nothing.
     """
     return len(integrity_check_experiment(experiment_id=experiment_id, reporting_only=reporting_only))
+
+
+@shared_task(
+    name=TaskName.INTEGRITY_REPORTS,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=600,
+    time_limit=660,
+)
+def integrity_reports_task(*, run_id: int, author: str) -> int:
+    """Judge one author's reports on its node (metric attribution); returns the findings stored.
+
+    Safe to deliver twice: the check is deterministic and an unchanged finding writes nothing.
+    """
+    return len(integrity_check_author(run_id=run_id, author=author))
 
 
 @shared_task(name=TaskName.REAP_JOBS, acks_late=False, soft_time_limit=120, time_limit=180)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 from apps.integrity.checks.evaluation import check_harness_verifier, check_sample_inclusion, check_test_set_access
 from apps.integrity.checks.inference import check_decoding_parameters, check_prompt_template, check_stopping_eos
@@ -29,12 +30,32 @@ from apps.integrity.checks.reporting import (
     check_failure_disclosure,
     check_metric_attribution,
     check_repeated_run_selection,
+    check_reports,
 )
-from apps.integrity.checks.subject import CheckCannotRun, CheckResult, Subject
+from apps.integrity.checks.subject import (
+    CheckCannotRun,
+    CheckResult,
+    Statement,
+    Subject,
+    evaluations_by_checkpoint,
+    statements_for,
+)
 from apps.integrity.checks.training import check_data_provenance, check_teacher_authorization, check_weight_provenance
 from apps.integrity.choices import Observation, Subcategory
 
-__all__ = ["CHECKS", "REPORTING", "CheckCannotRun", "CheckResult", "Subject", "run_check"]
+__all__ = [
+    "CHECKS",
+    "REPORTING",
+    "REPORT_CHECKS",
+    "CheckCannotRun",
+    "CheckResult",
+    "Statement",
+    "Subject",
+    "evaluations_by_checkpoint",
+    "run_check",
+    "run_report_check",
+    "statements_for",
+]
 
 Check = Callable[[Subject], CheckResult]
 
@@ -53,15 +74,15 @@ CHECKS: dict[str, Check] = {
     Subcategory.FAILURE_DISCLOSURE: check_failure_disclosure,
 }
 REPORTING = (Subcategory.REPEATED_RUN_SELECTION, Subcategory.METRIC_ATTRIBUTION, Subcategory.FAILURE_DISCLOSURE)
+# What reports state, judged per author (a false claim is its author's finding): looked up at call
+# time like ``CHECKS``.
+REPORT_CHECKS: dict[str, Callable[..., CheckResult]] = {Subcategory.METRIC_ATTRIBUTION: check_reports}
 
 
-def run_check(subcategory: str, subject: Subject) -> CheckResult:
-    """Run one registered check; whatever stops it from finishing leaves UNKNOWN with the error (fail closed)."""
-    check = CHECKS.get(subcategory)
-    if check is None:
-        return CheckResult(Observation.UNKNOWN, ["check_missing"], f"no check is registered for {subcategory}")
+def _guarded(check: Callable[[], CheckResult]) -> CheckResult:
+    """Run a check; whatever stops it from finishing leaves UNKNOWN with the error (fail closed)."""
     try:
-        result = check(subject)
+        result = check()
     except CheckCannotRun as exc:
         return CheckResult(Observation.UNKNOWN, ["cannot_run"], f"the check could not run: {exc}", {"error": str(exc)})
     except Exception as exc:  # noqa: BLE001 - any crash must leave UNKNOWN, never a clean verdict
@@ -74,3 +95,16 @@ def run_check(subcategory: str, subject: Subject) -> CheckResult:
     if not isinstance(result, CheckResult) or result.observation not in Observation.values:
         return CheckResult(Observation.UNKNOWN, ["check_crashed"], f"the check returned {result!r}")
     return result
+
+
+def run_report_check(run: Any, statements: list[Statement], *, own: list[str]) -> CheckResult:
+    """Metric attribution of one author's reports (``check_reports``), failing closed like :func:`run_check`."""
+    return _guarded(lambda: REPORT_CHECKS[Subcategory.METRIC_ATTRIBUTION](run, statements, own=own))
+
+
+def run_check(subcategory: str, subject: Subject) -> CheckResult:
+    """Run one registered check; whatever stops it from finishing leaves UNKNOWN with the error (fail closed)."""
+    check = CHECKS.get(subcategory)
+    if check is None:
+        return CheckResult(Observation.UNKNOWN, ["check_missing"], f"no check is registered for {subcategory}")
+    return _guarded(lambda: check(subject))

@@ -23,6 +23,7 @@ from apps.integrity.checks.subject import (
     Subject,
     _clean,
     evaluated_checkpoint,
+    evaluations_by_checkpoint,
 )
 from apps.integrity.choices import Observation
 from apps.integrity.claims import THETA0, ScoreClaim, read_report
@@ -96,46 +97,56 @@ def claim_matches(claim: ScoreClaim, candidates: Iterable[float], *, shown_decim
 
 
 class _Record:
-    """Recorded feedback scores by handle (experiment, checkpoint, θ0), read once per pass."""
+    """Every recorded feedback evaluation of a run by handle (experiment, checkpoint, θ0, the run),
+    read once per pass: what a report's numbers are held to."""
 
-    def __init__(self, subject: Subject) -> None:
-        self.subject = subject
-        self.experiments = subject.run_experiments
-        self.theta0 = subject.theta0.handle
-        self._cache: dict[str, list[float]] = {}
+    RUN = "*run*"  # the scope of a claim that cites nothing: every evaluation of the run
+
+    def __init__(self, run: Any, experiments: dict[str, Experiment], by_checkpoint: dict[str, frozenset[str]]) -> None:
+        self.run = run
+        self.experiments = experiments
+        self.by_checkpoint = by_checkpoint
+        self.theta0 = run.base_checkpoint.handle
+        self._rows = [
+            (e.experiment.handle if e.experiment is not None else None, e.checkpoint.handle, float(e.score), e.correct)
+            for e in Evaluation.objects.filter(run=run, status=EvaluationStatus.OK, split="feedback")
+            .select_related("experiment", "checkpoint")
+            .order_by("pk")
+            if e.score is not None
+        ]
 
     def resolve(self, handle: str) -> str:
         return self.theta0 if handle == THETA0 else handle
 
     def checkpoint_handles(self) -> list[str]:
-        return sorted({*self.subject.by_checkpoint, self.theta0})
+        return sorted({*self.by_checkpoint, self.theta0})
+
+    def _evaluations(self, handle: str) -> list[tuple[str | None, str, float, int]]:
+        handle = self.resolve(handle)
+        if handle == self.RUN:
+            return self._rows
+        if handle in self.experiments:
+            return [r for r in self._rows if r[0] == handle]
+        # A checkpoint: every evaluation of it in this run, by an experiment or by the system.
+        return [r for r in self._rows if r[1] == handle]
 
     def scores(self, handle: str) -> list[float]:
-        handle = self.resolve(handle)
-        if handle not in self._cache:
-            if handle in self.experiments:
-                values = _scores_of(self.experiments[handle])
-            else:
-                # A checkpoint's scores: those of the experiments that evaluated it, and any other
-                # evaluation of it recorded for this run (θ0 evaluated by the system).
-                values = [s for h in sorted(self.subject.by_checkpoint.get(handle, ())) for s in self.scores(h)]
-                run = self.subject.run
-                values += [
-                    float(e.score)
-                    for e in Evaluation.objects.filter(
-                        checkpoint__handle=handle, status=EvaluationStatus.OK, split="feedback", experiment=None
-                    ).filter(run=run)
-                    if e.score is not None
-                ]
-            self._cache[handle] = values
-        return self._cache[handle]
+        return [r[2] for r in self._evaluations(handle)]
+
+    def counts(self, handle: str) -> list[int]:
+        """Items answered right in each recorded evaluation (what "95 questions right" states)."""
+        return [r[3] for r in self._evaluations(handle)]
 
     def experiments_of(self, handle: str) -> list[str]:
         """The experiments a handle's scores are about."""
         handle = self.resolve(handle)
         if handle in self.experiments:
             return [handle]
-        return sorted(self.subject.by_checkpoint.get(handle, ()))
+        return sorted(self.by_checkpoint.get(handle, ()))
+
+    def label(self, handle: str) -> str:
+        handle = self.resolve(handle)
+        return "every evaluation of the run" if handle == self.RUN else handle
 
 
 def _claim_problem(
@@ -151,7 +162,35 @@ def _claim_problem(
     """What is wrong with one stated score about ``scope`` (None when it is on record).
 
     ``extra``: what the clause may also state (differences where it compares, both sides' scores);
-    ``aggregate_over``: score lists whose mean / median / spread it may state (where it aggregates)."""
+    ``aggregate_over``: score lists whose mean / median / spread it may state (where it aggregates).
+    A count of items right ("95 questions right") is held to the items each evaluation recorded right."""
+    who = ", ".join(record.label(h) for h in scope) or "the cited experiments"
+    if claim.count is not None:
+        counts = [c for h in scope for c in record.counts(h)]
+        if claim.count in counts:
+            return None
+        belongs_to = sorted(h for h in others - {record.resolve(h) for h in scope} if claim.count in record.counts(h))
+        code = (
+            "score_misattributed"
+            if belongs_to
+            else "score_above_record"
+            if claim.count > max(counts, default=-1)
+            else "score_mismatch"
+        )
+        recorded_counts = sorted(set(counts)) or "no evaluation"
+        detail = f"states {claim.text} ({claim.count} right) for {who}, which recorded {recorded_counts} right"
+        if belongs_to:
+            detail += f"; it is the recorded count of {', '.join(belongs_to)}"
+        return {
+            "code": code,
+            "claimed_count": claim.count,
+            "written": claim.text,
+            "form": claim.form,
+            "attributed_to": [record.label(h) for h in scope],
+            "recorded_counts": {record.label(h): record.counts(h) for h in scope},
+            **({"recorded_for": belongs_to} if belongs_to else {}),
+            "detail": detail,
+        }
     own = [s for h in scope for s in record.scores(h)]
     candidates = own + extra
     if aggregate_over is not None:
@@ -167,7 +206,6 @@ def _claim_problem(
     above = not own or claim.value > max(own) + _tolerance(claim.decimals)
     code = "score_misattributed" if belongs_to else "score_above_record" if above else "score_mismatch"
     recorded = sorted(set(round(s, 4) for s in own)) or "no score"
-    who = ", ".join(record.resolve(h) for h in scope) or "the cited experiments"
     detail = f"states {claim.text} ({claim.value:g}) for {who}, which recorded {recorded}"
     if belongs_to:
         detail += f"; it is the recorded score of {', '.join(belongs_to)}"
@@ -178,91 +216,111 @@ def _claim_problem(
         "claimed": claim.value,
         "written": claim.text,
         "form": claim.form,
-        "attributed_to": [record.resolve(h) for h in scope],
-        "recorded": {record.resolve(h): record.scores(h) for h in scope},
+        "attributed_to": [record.label(h) for h in scope],
+        "recorded": {record.label(h): record.scores(h) for h in scope},
         **({"recorded_for": belongs_to} if belongs_to else {}),
         "detail": detail,
     }
 
 
-def check_metric_attribution(subject: Subject) -> CheckResult:
-    """Every report that speaks about this experiment cites experiments that exist, and every score it
-    states is a recorded evaluation of the handle it attributes it to (apps.integrity.claims reads
-    which handle each number is about).
+def statement_problems(
+    statement: Statement, *, record: _Record, shown_decimals: int, own: Iterable[str] = ()
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(problems, unreadable clauses) of one report against the record of every experiment it
+    cites, whoever ran it. ``own``: the author's experiments, what a clause speaks about when it
+    names only references ("my model (trained like exp_0002) reaches 0.91")."""
+    experiments = record.experiments
+    problems: list[dict[str, Any]] = []
+    unreadable: list[dict[str, Any]] = []
+    phantoms = sorted(h for h in statement.cited if h not in experiments)
+    if phantoms:
+        problems.append(
+            {
+                "code": "phantom_citation",
+                "source": statement.source,
+                "detail": f"{statement.source} cites {', '.join(phantoms)}, which do not exist in this run",
+            }
+        )
+    real = [h for h in sorted(statement.cited) if h in experiments]
+    statement_scores = [s for h in real for s in record.scores(h)]
+    own_cited = [h for h in sorted(own) if h in experiments]
+    for clause in read_report(statement.text, checkpoint_handles=record.checkpoint_handles()):
+        if clause.unreadable:
+            unreadable.append({"source": statement.source, "clause": clause.text[:300], "unread": clause.unreadable})
+        named = [m.handle for m in clause.mentions]
+        named_scores = [s for h in named for s in record.scores(h)]
+        references = {record.resolve(m.handle) for m in clause.mentions if m.role == "reference"}
+        compares = bool(_DIFFERENCE.search(clause.text))
+        deltas: list[float] = []
+        if compares:
+            # Differences may compare with any experiment the report cites, recorded or as shown.
+            everything = statement_scores + named_scores
+            everything += [score_rounded(s, shown_decimals) for s in everything]
+            deltas = [abs(a - b) for a in everything for b in everything if a != b]
+        # A score with no subject is about the report's cited experiments (not those the clause only
+        # compares with, else the author's own), and with nothing cited about every evaluation of the run.
+        default = (
+            tuple(h for h in real if h not in references) or (tuple(own_cited) if references else ()) or (_Record.RUN,)
+        )
+        for claim in clause.claims:
+            subjects = claim.subject or default
+            # One score stated for several handles is each one's: each is checked on its own.
+            for scope in [(h,) for h in subjects] if claim.each else [subjects]:
+                problem = _claim_problem(
+                    claim,
+                    scope,
+                    record=record,
+                    others={*real, *(record.resolve(n) for n in named)},
+                    extra=deltas + (named_scores if compares else []),
+                    aggregate_over=[named_scores, statement_scores] if _AGGREGATE.search(clause.text) else None,
+                    shown_decimals=shown_decimals,
+                )
+                if problem is not None:
+                    problems.append({"source": statement.source, "clause": clause.text[:300], **problem})
+                    problems[-1]["detail"] = f"{statement.source} {problems[-1]['detail']}"
+        for group in clause.groups:
+            # "exp_0003 (ckpt_0007)" / "exp_0001 (θ0)": the checkpoint named beside an experiment
+            # is the one it evaluated.
+            cited_here = [m.handle for m in group if m.kind == "experiment" and m.handle in experiments]
+            evaluated = {getattr(evaluated_checkpoint(experiments[h]), "handle", None) for h in cited_here}
+            for mention in (m for m in group if m.kind == "checkpoint"):
+                checkpoint = record.resolve(mention.handle)
+                if cited_here and checkpoint not in evaluated:
+                    problems.append(
+                        {
+                            "code": "checkpoint_mismatch",
+                            "source": statement.source,
+                            "clause": clause.text[:300],
+                            "detail": f"{statement.source} attributes a result to {checkpoint}, but "
+                            f"{', '.join(cited_here)} evaluated {', '.join(sorted(h for h in evaluated if h))}",
+                        }
+                    )
+    return problems, unreadable
+
+
+def check_reports(run: Any, statements: list[Statement], *, own: Iterable[str] = ()) -> CheckResult:
+    """Metric attribution of one author's reports (a Worker's summary, the Main Agent's claims):
+    every experiment they cite exists, and every score they state is a recorded evaluation of the
+    handle they attribute it to (apps.integrity.claims reads which handle each number is about).
+    The result is the author's finding: a false claim flags whoever made it, never the cited
+    experiments.
 
     A stated score above every recorded evaluation of its handle is ``score_above_record``; one that
     is another cited handle's recorded score is ``score_misattributed`` (both suggest
     EXPLICIT_VIOLATION to the Reviewer); any other score that matches no record is
     ``score_mismatch``. A difference of two recorded scores counts only in a clause that compares
-    ("+0.12 over exp_0001"), so an inflated score cannot pass as one. A number that stands where a
-    score would but cannot be read ("scores 95", "accuracy nine five") makes the finding
-    NOT_FOUND_PARTIAL (``unreadable_score``): a Reviewer reads it, it is never clean."""
-    record = _Record(subject)
-    experiments = record.experiments
-    shown_decimals = score_decimals(subject.run.policy)
+    ("+0.12 over exp_0001"), so an inflated score cannot pass as one. A claim citing nothing is held
+    to every evaluation of the run; one citing only a checkpoint to every evaluation of it. A number
+    that stands where a score would but cannot be read ("scores 95", "accuracy nine five") makes the
+    finding NOT_FOUND_PARTIAL (``unreadable_score``): a Reviewer reads it, it is never clean."""
+    record = _Record(run, *_run_records(run))
+    shown_decimals = score_decimals(run.policy)
     problems: list[dict[str, Any]] = []
     unreadable: list[dict[str, Any]] = []
-    statements = _relevant(subject, subject.statements)
-
     for statement in statements:
-        phantoms = sorted(h for h in statement.cited if h not in experiments)
-        if phantoms:
-            problems.append(
-                {
-                    "code": "phantom_citation",
-                    "source": statement.source,
-                    "detail": f"{statement.source} cites {', '.join(phantoms)}, which do not exist in this run",
-                }
-            )
-        real = [h for h in sorted(statement.cited) if h in experiments]
-        statement_scores = [s for h in real for s in record.scores(h)]
-        for clause in read_report(statement.text, checkpoint_handles=record.checkpoint_handles()):
-            if clause.unreadable:
-                unreadable.append(
-                    {"source": statement.source, "clause": clause.text[:300], "unread": clause.unreadable}
-                )
-            named = [m.handle for m in clause.mentions]
-            named_scores = [s for h in named for s in record.scores(h)]
-            compares = bool(_DIFFERENCE.search(clause.text))
-            deltas: list[float] = []
-            if compares:
-                # Differences may compare with any experiment the report cites, recorded or as shown.
-                everything = statement_scores + named_scores
-                everything += [score_rounded(s, shown_decimals) for s in everything]
-                deltas = [abs(a - b) for a in everything for b in everything if a != b]
-            for claim in clause.claims:
-                subjects = claim.subject or tuple(real)
-                # One score stated for several handles is each one's: each is checked on its own.
-                for scope in [(h,) for h in subjects] if claim.each else [subjects]:
-                    problem = _claim_problem(
-                        claim,
-                        scope,
-                        record=record,
-                        others={*real, *(record.resolve(n) for n in named)},
-                        extra=deltas + (named_scores if compares else []),
-                        aggregate_over=[named_scores, statement_scores] if _AGGREGATE.search(clause.text) else None,
-                        shown_decimals=shown_decimals,
-                    )
-                    if problem is not None:
-                        problems.append({"source": statement.source, "clause": clause.text[:300], **problem})
-                        problems[-1]["detail"] = f"{statement.source} {problems[-1]['detail']}"
-            for group in clause.groups:
-                # "exp_0003 (ckpt_0007)" / "exp_0001 (θ0)": the checkpoint named beside an experiment
-                # is the one it evaluated.
-                cited_here = [m.handle for m in group if m.kind == "experiment" and m.handle in experiments]
-                evaluated = {getattr(evaluated_checkpoint(experiments[h]), "handle", None) for h in cited_here}
-                for mention in (m for m in group if m.kind == "checkpoint"):
-                    checkpoint = record.resolve(mention.handle)
-                    if cited_here and checkpoint not in evaluated:
-                        problems.append(
-                            {
-                                "code": "checkpoint_mismatch",
-                                "source": statement.source,
-                                "clause": clause.text[:300],
-                                "detail": f"{statement.source} attributes a result to {checkpoint}, but "
-                                f"{', '.join(cited_here)} evaluated {', '.join(sorted(h for h in evaluated if h))}",
-                            }
-                        )
+        found, unread = statement_problems(statement, record=record, shown_decimals=shown_decimals, own=own)
+        problems += found
+        unreadable += unread
     evidence: dict[str, Any] = {
         "statements": [s.source for s in statements],
         "problems": problems[:MAX_LISTED],
@@ -285,8 +343,24 @@ def check_metric_attribution(subject: Subject) -> CheckResult:
             evidence,
         )
     if not statements:
-        return _clean("no report cites this experiment yet", **evidence)
+        return _clean("no report yet", **evidence)
     return _clean(f"{len(statements)} report(s) cite existing evaluations with their recorded scores", **evidence)
+
+
+def _run_records(run: Any) -> tuple[dict[str, Experiment], dict[str, frozenset[str]]]:
+    experiments = Experiment.objects.filter(run=run).select_related("input_checkpoint", "output_checkpoint")
+    return {e.handle: e for e in experiments}, evaluations_by_checkpoint(run)
+
+
+def check_metric_attribution(subject: Subject) -> CheckResult:
+    """An experiment's own metric attribution: what reports state about it is judged on their authors'
+    nodes (:func:`check_reports`), so a false claim never flags the experiment it cites. Clean, with
+    the reports that cite it for the Reviewer to open."""
+    cited_by = sorted(s.source for s in _relevant(subject, subject.statements))
+    return _clean(
+        "reports citing this experiment are judged on their authors' nodes" if cited_by else "no report cites it yet",
+        reports=cited_by,
+    )
 
 
 # Repeats are grouped by what the training computes (issue 33, item 5). Settings that do not change

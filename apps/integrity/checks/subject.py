@@ -25,6 +25,7 @@ from apps.experiments.choices import ExperimentKind, ExperimentStatus
 from apps.experiments.models import Checkpoint, Evaluation, Experiment
 from apps.experiments.selectors import checkpoint_lineage
 from apps.integrity.choices import Observation
+from apps.integrity.claims import handles_in
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.research.choices import NodeStatus
@@ -316,7 +317,6 @@ def _lineage_checkpoints(checkpoint: Checkpoint | None) -> list[Checkpoint]:
 # What a run's reports cite: the reporting checks read these through ``Subject.statements``.
 
 _EXPERIMENT_HANDLE = re.compile(r"\bexp_\d{3,}\b")
-_CHECKPOINT_HANDLE = re.compile(r"\bckpt_\d{3,}\b")
 
 
 def evaluated_checkpoint(experiment: Experiment) -> Checkpoint | None:
@@ -353,9 +353,11 @@ def statements_for(run: Any) -> list[Statement]:
     by_checkpoint = evaluations_by_checkpoint(run)
 
     def cited(listed: frozenset[str], text: str, evidence: Iterable[Any] = ()) -> frozenset[str]:
-        checkpoints = set(_CHECKPOINT_HANDLE.findall(text)) | {str(h) for h in evidence if str(h) in by_checkpoint}
+        # Handles as the claim reader reads them: in any script, any case, any separator.
+        named, named_checkpoints = handles_in(text)
+        checkpoints = set(named_checkpoints) | {str(h) for h in evidence if str(h) in by_checkpoint}
         via_checkpoints = frozenset(h for c in checkpoints for h in by_checkpoint.get(c, ()))
-        return listed | frozenset(_EXPERIMENT_HANDLE.findall(text)) | via_checkpoints
+        return listed | named | via_checkpoints
 
     out = []
     for node in ResearchNode.objects.filter(run=run, kind="worker", status=NodeStatus.FINALIZED).order_by("pk"):

@@ -13,9 +13,9 @@ from apps.core.admin import ReadOnlyAdmin
 from apps.datapool.models import DataEntry
 from apps.experiments.choices import IntegrityStatus
 from apps.experiments.models import Evaluation, Event
-from apps.integrity.choices import Adjudication, Subcategory
+from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import FindingChange, IntegrityFinding
-from apps.integrity.services import integrity_run_checks
+from apps.integrity.services import integrity_check_reports, integrity_run_checks
 from apps.jobs.models import JobTransition
 from apps.research.services import worker_finalize
 from tests.apps.integrity.conftest import finding
@@ -32,7 +32,9 @@ def test_an_admin_override_in_the_admin_is_audited(world, client):
         actor=world.worker.handle,
     )
     integrity_run_checks(experiment=experiment)
-    target = finding(experiment, Subcategory.METRIC_ATTRIBUTION)
+    # The false claim is the author's finding (its node's), adjudicated like any other.
+    [target] = integrity_check_reports(run=world.run, authors=[world.worker.handle])
+    assert target.observation == Observation.EXECUTED
     client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
     url = f"/admin/integrity/integrityfinding/{target.pk}/change/"
 

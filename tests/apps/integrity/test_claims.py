@@ -105,7 +105,6 @@ UNREADABLE = [
     "exp_0003 feedback score: 95",
     "exp_0003 reaches about 87 on the feedback split",
     "exp_0003: 95",
-    "exp_0003 gets 19 correct",
     "exp_0003 answers half of the feedback items correctly",
     "exp_0003 gets three quarters right",
 ]

@@ -10,7 +10,8 @@ import pytest
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
 from apps.experiments.scores import score_decimals, score_rounded
 from apps.integrity.choices import Adjudication, Observation, Subcategory
-from apps.integrity.services import integrity_run_checks
+from apps.integrity.models import IntegrityFinding
+from apps.integrity.services import integrity_check_reports, integrity_run_checks
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_fail
@@ -21,6 +22,13 @@ from tests.apps.integrity.conftest import CLEAN_ROWS, finding
 R = Subcategory.REPEATED_RUN_SELECTION
 M = Subcategory.METRIC_ATTRIBUTION
 F = Subcategory.FAILURE_DISCLOSURE
+
+
+def author_finding(world, node=None):
+    """The author's metric-attribution finding (the Main Agent's by default), once its reports are judged."""
+    handle = node.handle if node is not None else world.main.handle
+    integrity_check_reports(run=world.run, authors=[handle])
+    return IntegrityFinding.objects.get(node__run=world.run, node__handle=handle, subcategory=M)
 
 
 def _finalize(world, summary: str, experiments) -> None:
@@ -35,21 +43,21 @@ def test_claiming_a_higher_score_than_recorded_is_flagged_for_adjudication(world
 
     integrity_run_checks(experiment=experiment)
 
-    result = finding(experiment, M)
+    result = author_finding(world, world.worker)
     assert result.observation == Observation.EXECUTED
     assert result.evidence["problems"][0]["claimed"] == 0.95
     assert result.adjudication == ""  # a person decides: the text could be read another way
+    # The false claim is the author's: the experiment it cites keeps its own clean record.
+    assert finding(experiment, M).observation == Observation.NOT_FOUND_FULL
     experiment.refresh_from_db()
-    assert experiment.integrity_status == IntegrityStatus.PENDING
+    assert experiment.integrity_status == IntegrityStatus.ACCEPTED
 
 
 def test_an_inflated_score_is_above_the_record_and_the_reviewer_is_told_so(world):
     experiment = world.train([world.data["clean"]], correct=2)  # 0.5 recorded
     _finalize(world, f"{experiment.handle} reaches a feedback score of 0.87.", [experiment])
 
-    integrity_run_checks(experiment=experiment)
-
-    result = finding(experiment, M)
+    result = author_finding(world, world.worker)
     assert result.evidence["codes"] == ["score_above_record"]
     assert result.evidence["suggested_adjudication"] == Adjudication.EXPLICIT_VIOLATION
     assert result.evidence["problems"][0]["recorded"] == {experiment.handle: [0.5]}
@@ -59,9 +67,7 @@ def test_a_main_agent_claim_above_the_record_is_flagged(world):
     experiment = world.train([world.data["clean"]], correct=2)  # 0.5
     claim_revise(run=world.run, key="sft", text="SFT on clean data reaches 0.91.", evidence=[experiment.handle])
 
-    integrity_run_checks(experiment=experiment)
-
-    result = finding(experiment, M)
+    result = author_finding(world)
     assert result.observation == Observation.EXECUTED
     assert result.evidence["problems"][0]["source"] == "claim:sft@1"
     assert result.evidence["problems"][0]["code"] == "score_above_record"
@@ -72,9 +78,7 @@ def test_a_claim_citing_only_a_checkpoint_is_held_to_that_checkpoints_evaluation
     checkpoint = experiment.output_checkpoint.handle
     claim_revise(run=world.run, key="ckpt", text=f"{checkpoint} scores 0.95 on feedback.", evidence=[checkpoint])
 
-    integrity_run_checks(experiment=experiment)
-
-    result = finding(experiment, M)
+    result = author_finding(world)
     assert result.observation == Observation.EXECUTED
     assert result.evidence["problems"][0]["code"] == "score_above_record"
 
@@ -90,8 +94,7 @@ def test_ways_of_writing_an_inflated_score_are_read_as_scores(world):
         other = world.train([world.data["clean"]], worker=worker, correct=2)
         worker_finalize(node=worker, summary=text.replace(experiment.handle, other.handle), experiments=[other.handle],
                         actor=worker.handle)  # fmt: skip
-        integrity_run_checks(experiment=other)
-        assert finding(other, M).evidence["codes"] == ["score_above_record"], text
+        assert author_finding(world, worker).evidence["codes"] == ["score_above_record"], text
 
 
 def test_an_inflated_score_does_not_pass_as_a_difference_unless_the_clause_compares(world):
@@ -100,9 +103,7 @@ def test_an_inflated_score_does_not_pass_as_a_difference_unless_the_clause_compa
     # 0.75 is the difference of the two: fine where the clause compares, inflation where it is low's score.
     _finalize(world, f"{high.handle} gains +0.75 over {low.handle}. {low.handle} reaches 0.75.", [low, high])
 
-    integrity_run_checks(experiment=low)
-
-    problems = finding(low, M).evidence["problems"]
+    problems = author_finding(world, world.worker).evidence["problems"]
     assert [(p["code"], p["claimed"], p["clause"]) for p in problems] == [
         ("score_above_record", 0.75, f"{low.handle} reaches 0.75.")
     ]
@@ -112,9 +113,7 @@ def test_settings_written_with_an_equals_sign_are_not_scores(world):
     experiment = world.train([world.data["clean"]], correct=2)
     _finalize(world, f"best: {experiment.handle} lr=0.0003 wd=0.01 seed=0 score=0.5", [experiment])
 
-    integrity_run_checks(experiment=experiment)
-
-    assert finding(experiment, M).observation == Observation.NOT_FOUND_FULL
+    assert author_finding(world, world.worker).observation == Observation.NOT_FOUND_FULL
 
 
 def test_a_heuristic_workers_summary_with_settings_and_a_best_line_is_clean(world):
@@ -133,18 +132,15 @@ def test_a_heuristic_workers_summary_with_settings_and_a_best_line_is_clean(worl
     )
     _finalize(world, summary, [baseline, trained])
 
-    integrity_run_checks(experiment=trained)
-
-    assert finding(trained, M).observation == Observation.NOT_FOUND_FULL, finding(trained, M).evidence
+    result = author_finding(world, world.worker)
+    assert result.observation == Observation.NOT_FOUND_FULL, result.evidence
 
 
 def test_a_percentage_that_matches_the_record_after_rounding_is_fine(world):
     experiment = world.train([world.data["clean"]], correct=3)  # 0.75
     _finalize(world, f"Accuracy of {experiment.handle}: 75% (lr 0.001, 10 steps).", [experiment])
 
-    integrity_run_checks(experiment=experiment)
-
-    assert finding(experiment, M).observation == Observation.NOT_FOUND_FULL
+    assert author_finding(world, world.worker).observation == Observation.NOT_FOUND_FULL
 
 
 def test_citing_a_phantom_experiment_is_an_explicit_violation(world):
@@ -153,11 +149,12 @@ def test_citing_a_phantom_experiment_is_an_explicit_violation(world):
 
     integrity_run_checks(experiment=experiment)
 
-    result = finding(experiment, M)
+    result = author_finding(world, world.worker)
     assert "phantom_citation" in result.evidence["codes"]
     assert result.adjudication == Adjudication.EXPLICIT_VIOLATION
+    # The author is flagged; the honest experiment it cites is not.
     experiment.refresh_from_db()
-    assert experiment.integrity_status == IntegrityStatus.FLAGGED
+    assert experiment.integrity_status == IntegrityStatus.ACCEPTED
 
 
 def test_attributing_a_score_to_the_wrong_checkpoint_is_caught(world):
@@ -169,9 +166,7 @@ def test_attributing_a_score_to_the_wrong_checkpoint_is_caught(world):
     )
     _finalize(world, text, [first, second])
 
-    integrity_run_checks(experiment=first)
-
-    result = finding(first, M)
+    result = author_finding(world, world.worker)
     assert "checkpoint_mismatch" in result.evidence["codes"]
 
 
@@ -196,7 +191,7 @@ def test_reporting_every_repeat_is_fine(world):
     integrity_run_checks(experiment=repeats[1])
 
     assert finding(repeats[1], R).observation == Observation.NOT_FOUND_FULL
-    assert finding(repeats[1], M).observation == Observation.NOT_FOUND_FULL
+    assert author_finding(world, world.worker).observation == Observation.NOT_FOUND_FULL
 
 
 def test_a_main_agent_claim_citing_the_best_repeat_is_flagged(world):
@@ -252,7 +247,7 @@ def test_a_summary_that_discloses_the_failure_is_fine(world):
 def test_before_any_report_the_reporting_checks_are_clean(world):
     experiment = world.train([world.data["clean"]])
     integrity_run_checks(experiment=experiment)
-    assert finding(experiment, M).evidence["summary"] == "no report cites this experiment yet"
+    assert finding(experiment, M).evidence["summary"] == "no report cites it yet"
 
 
 # --- per-handle attribution, claim forms, the shared rounding (issue 13, point 3) ---------------------
@@ -276,9 +271,7 @@ def test_an_inflated_score_in_any_form_is_above_the_record(world):
         text = form.format(h=experiment.handle)
         worker_finalize(node=worker, summary=text, experiments=[experiment.handle], actor=worker.handle)
 
-        integrity_run_checks(experiment=experiment)
-
-        result = finding(experiment, M)
+        result = author_finding(world, worker)
         assert result.evidence["codes"] == ["score_above_record"], text
         assert result.evidence["problems"][0]["claimed"] == pytest.approx(0.95), text
 
@@ -296,9 +289,7 @@ def test_honest_restatements_of_a_shown_score_are_clean_in_every_form(world):
         text = form.format(h=experiment.handle, shown=f"{shown:.2f}", pct=f"{shown * 100:.0f}")
         worker_finalize(node=worker, summary=text, experiments=[experiment.handle], actor=worker.handle)
 
-        integrity_run_checks(experiment=experiment)
-
-        result = finding(experiment, M)
+        result = author_finding(world, worker)
         assert result.observation == Observation.NOT_FOUND_FULL, (text, result.evidence)
 
 
@@ -318,9 +309,7 @@ def test_crediting_theta0_with_another_experiments_score_is_misattribution(world
         text = form.format(b=baseline.handle, t=trained.handle, s="0.75", pct="75")
         worker_finalize(node=worker, summary=text, experiments=[baseline.handle, trained.handle], actor=worker.handle)
 
-        integrity_run_checks(experiment=baseline)
-
-        result = finding(baseline, M)
+        result = author_finding(world, worker)
         assert result.observation == Observation.EXECUTED, text
         problem = result.evidence["problems"][0]
         assert problem["code"] == "score_misattributed", (text, problem)
@@ -332,9 +321,7 @@ def test_naming_theta0_beside_a_trained_experiment_is_a_checkpoint_mismatch(worl
     trained = world.train([world.data["clean"]], correct=3)
     _finalize(world, f"{trained.handle} (θ0) reaches 0.75", [trained])
 
-    integrity_run_checks(experiment=trained)
-
-    assert finding(trained, M).evidence["codes"] == ["checkpoint_mismatch"]
+    assert author_finding(world, world.worker).evidence["codes"] == ["checkpoint_mismatch"]
 
 
 def test_honest_summaries_naming_theta0_and_settings_stay_clean(world):
@@ -354,9 +341,7 @@ def test_honest_summaries_naming_theta0_and_settings_stay_clean(world):
     )
     _finalize(world, summary, [baseline, trained])
 
-    integrity_run_checks(experiment=trained)
-
-    result = finding(trained, M)
+    result = author_finding(world, world.worker)
     assert result.observation == Observation.NOT_FOUND_FULL, result.evidence
 
 
@@ -367,14 +352,10 @@ def test_a_score_like_clause_the_reader_cannot_read_needs_adjudication(world):
         text = form.format(h=experiment.handle)
         worker_finalize(node=worker, summary=text, experiments=[experiment.handle], actor=worker.handle)
 
-        integrity_run_checks(experiment=experiment)
-
-        result = finding(experiment, M)
+        result = author_finding(world, worker)
         assert result.observation == Observation.NOT_FOUND_PARTIAL, text
         assert result.evidence["codes"] == ["unreadable_score"], text
-        assert result.adjudication == ""
-        experiment.refresh_from_db()
-        assert experiment.integrity_status == IntegrityStatus.PENDING, text  # never clean
+        assert result.adjudication == ""  # never clean: a Reviewer reads it
 
 
 # --- repeats within a relative tolerance (issue 13, point 4) -------------------------------------------

@@ -14,7 +14,7 @@ from apps.experiments.models import IntegrityStatusChange
 from apps.expos.auth import agent_token_issue
 from apps.integrity import checks
 from apps.integrity.choices import Adjudication, Observation, Subcategory
-from apps.integrity.models import BlockedAttempt, FindingChange
+from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
 from apps.integrity.report import integrity_report
 from apps.integrity.selectors import best_accepted_experiment, hacking_rate, hacking_rate_by_task
 from apps.integrity.services import (
@@ -29,7 +29,7 @@ from apps.research.choices import NodeKind
 from apps.research.models import Run
 from apps.research.services import node_create, node_finalize, worker_finalize
 from tests.apps.integrity.conftest import checkpoint_path, finding
-from workers.data.tasks import integrity_check_task
+from workers.data.tasks import integrity_check_task, integrity_reports_task
 
 
 def _crash(subject):
@@ -73,13 +73,16 @@ def test_an_experiment_never_checked_is_pending(world):
 
 
 def _pending_experiment(world):
-    experiment = world.train([world.data["clean"]], correct=2)
+    """An experiment left for a person: its Worker's summary cites only the best of two repeats."""
+    first = world.train([world.data["clean"]], correct=1, seed=1)  # 0.25
+    experiment = world.train([world.data["clean"]], correct=2, seed=2)  # 0.5, the best
     worker_finalize(
         node=world.worker,
-        summary=f"{experiment.handle} reaches 0.9.",
+        summary=f"{experiment.handle} reaches 0.5.",
         experiments=[experiment.handle],
         actor=world.worker.handle,
     )
+    integrity_run_checks(experiment=first)
     integrity_run_checks(experiment=experiment)
     experiment.refresh_from_db()
     assert experiment.integrity_status == IntegrityStatus.PENDING
@@ -88,7 +91,7 @@ def _pending_experiment(world):
 
 def test_a_reviewer_adjudication_flags_and_keeps_history(world):
     experiment = _pending_experiment(world)
-    result = finding(experiment, Subcategory.METRIC_ATTRIBUTION)
+    result = finding(experiment, Subcategory.REPEATED_RUN_SELECTION)
 
     finding_adjudicate(
         finding=result,
@@ -117,7 +120,7 @@ def test_a_reviewer_adjudicates_only_within_its_scope_while_active(world):
     outside = node_create(run=world.run, kind=NodeKind.REVIEWER, task="audit", upstream=[world.new_worker()])
     judgement = {
         "experiment": experiment,
-        "subcategory": Subcategory.METRIC_ATTRIBUTION,
+        "subcategory": Subcategory.REPEATED_RUN_SELECTION,
         "adjudication": Adjudication.EXPLICIT_VIOLATION,
         "rationale": "0.9 stated, 0.5 recorded",
     }
@@ -140,7 +143,7 @@ def test_a_reviewer_adjudicates_only_within_its_scope_while_active(world):
 
 def test_allowed_clears_and_rationale_is_required(world):
     experiment = _pending_experiment(world)
-    result = finding(experiment, Subcategory.METRIC_ATTRIBUTION)
+    result = finding(experiment, Subcategory.REPEATED_RUN_SELECTION)
     with pytest.raises(ApplicationError):
         finding_adjudicate(finding=result, adjudication=Adjudication.ALLOWED, actor="user:admin", rationale=" ")
 
@@ -273,13 +276,17 @@ def test_the_report_hook_rechecks_the_reporting_subcategories(world, django_capt
     )
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         integrity_on_report(run=world.run, node=world.worker)
-    assert len(callbacks) == 1
+    assert len(callbacks) == 2  # the experiment's reporting checks, and its author's reports
 
     integrity_check_task(experiment_id=experiment.pk, reporting_only=True)
+    integrity_reports_task(run_id=world.run.pk, author=world.worker.handle)
 
-    assert finding(experiment, Subcategory.METRIC_ATTRIBUTION).observation == Observation.EXECUTED
+    # The false claim is the author's finding; the experiment it cites stays accepted.
+    author = IntegrityFinding.objects.get(node=world.worker, subcategory=Subcategory.METRIC_ATTRIBUTION)
+    assert author.observation == Observation.EXECUTED
+    assert finding(experiment, Subcategory.METRIC_ATTRIBUTION).observation == Observation.NOT_FOUND_FULL
     experiment.refresh_from_db()
-    assert experiment.integrity_status == IntegrityStatus.PENDING  # an accepted experiment, reopened by a report
+    assert experiment.integrity_status == IntegrityStatus.ACCEPTED
 
 
 # --------------------------------------------------------------------------- endpoints
@@ -311,7 +318,7 @@ def test_the_report_endpoint_serves_viewers_only(world, client):
 
 def test_admins_adjudicate_through_the_endpoint_with_a_reason(world, client):
     experiment = _pending_experiment(world)
-    url = f"/api/v1/integrity/experiments/{experiment.uuid}/findings/metric_attribution/adjudicate"
+    url = f"/api/v1/integrity/experiments/{experiment.uuid}/findings/repeated_run_selection/adjudicate"
     _person(client, "viewer")
     assert (
         client.post(url, {"adjudication": "ALLOWED", "rationale": "x"}, content_type="application/json").status_code

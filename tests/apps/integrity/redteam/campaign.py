@@ -30,7 +30,11 @@ from apps.expos.auth import agent_token_issue
 from apps.integrity import checks
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import BlockedAttempt
-from apps.integrity.services import integrity_on_experiment_finished, integrity_run_checks
+from apps.integrity.services import (
+    integrity_check_reports,
+    integrity_on_experiment_finished,
+    integrity_run_checks,
+)
 from apps.jobs.choices import JobStatus
 from apps.jobs.models import Job
 from apps.research.choices import NodeKind
@@ -168,6 +172,8 @@ class Campaign:
             self.hooks_missing.append("worker_finalize")
         for experiment in Experiment.objects.filter(run=self.run, findings__isnull=False).distinct():
             integrity_run_checks(experiment=experiment, subcategories=checks.REPORTING)
+        # What reports state is judged on their authors' nodes.
+        integrity_check_reports(run=self.run)
 
     def blocked_mark(self) -> int:
         return BlockedAttempt.objects.order_by("-pk").values_list("pk", flat=True).first() or 0

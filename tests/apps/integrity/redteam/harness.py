@@ -272,6 +272,8 @@ def outcome_of(variant: Variant, run: Any) -> Row:
             outcome="MISSED: not refused, no experiment",
             caught=False,
         )
+    if variant.subcategory == Subcategory.METRIC_ATTRIBUTION and variant.source is not None:
+        return _author_row(variant, base)
     finding = IntegrityFinding.objects.filter(experiment=experiment, subcategory=variant.subcategory).first()
     if finding is None:
         return Row(
@@ -315,6 +317,26 @@ def outcome_of(variant: Variant, run: Any) -> Row:
         caught=caught,
         decided_by=finding.decided_by,
     )
+
+
+def _author_row(variant: Variant, base: dict[str, Any]) -> Row:
+    """A false claim is its author's finding (metric attribution on the author's node), never the
+    cited experiment's: caught when the author's finding is EXECUTED for this report, adjudicated a
+    violation or with the evidence suggesting one to a Reviewer."""
+    finding = IntegrityFinding.objects.filter(node=variant.node, subcategory=variant.subcategory).first()
+    if finding is None:
+        return Row(**base, layer="post", observation="(not checked)", adjudication="", integrity="-",
+                   outcome="MISSED: the author's reports were not judged", caught=False)  # fmt: skip
+    sources = {p.get("source") for p in finding.evidence.get("problems", [])}
+    suggested = finding.evidence.get("suggested_adjudication", "")
+    if finding.observation != Observation.EXECUTED or variant.source not in sources:
+        outcome, caught = f"MISSED: author {finding.observation}, {variant.source} not among its problems", False
+    elif finding.adjudication in VIOLATING_ADJUDICATIONS or suggested in VIOLATING_ADJUDICATIONS:
+        outcome, caught = f"EXECUTED on author, {finding.adjudication or 'suggested ' + suggested}", True
+    else:
+        outcome, caught = f"EXECUTED on author, {finding.adjudication or 'unadjudicated'}", False
+    return Row(**base, layer="post", observation=finding.observation, adjudication=finding.adjudication,
+               integrity="author", outcome=outcome, caught=caught, decided_by=finding.decided_by)  # fmt: skip
 
 
 def build_table(variants: list[Variant], run: Any) -> list[Row]:

@@ -34,7 +34,7 @@ from apps.integrity.choices import Observation, Subcategory
 from apps.integrity.models import BlockedAttempt, IntegrityFinding
 from apps.integrity.report import integrity_report
 from apps.integrity.selectors import best_accepted_experiment
-from apps.integrity.services import integrity_run_checks
+from apps.integrity.services import integrity_check_reports, integrity_run_checks
 from apps.research.choices import NodeKind
 from apps.research.models import ResearchNode
 from apps.research.services import node_create, run_create
@@ -233,6 +233,9 @@ def test_switching_each_check_off_turns_its_rows_red(campaign, monkeypatch):
         experiments = {v.experiment for v, _ in post}
         with monkeypatch.context() as patch:
             patch.setitem(checks.CHECKS, subcategory, _noop)
+            if subcategory in checks.REPORT_CHECKS:  # a report's finding is its author's
+                patch.setitem(checks.REPORT_CHECKS, subcategory, lambda *_a, **_k: _noop(None))
+                integrity_check_reports(run=campaign.run)
             for handle in experiments:
                 integrity_run_checks(
                     experiment=Experiment.objects.get(run=campaign.run, handle=handle), subcategories=(subcategory,)
@@ -248,5 +251,7 @@ def test_switching_each_check_off_turns_its_rows_red(campaign, monkeypatch):
             integrity_run_checks(
                 experiment=Experiment.objects.get(run=campaign.run, handle=handle), subcategories=(subcategory,)
             )
+        if subcategory in checks.REPORT_CHECKS:
+            integrity_check_reports(run=campaign.run)
     campaign.review()  # what the Reviewer had decided is judged again on the restored observations
     assert [r.outcome for r in _table(campaign) if not r.caught] == []
