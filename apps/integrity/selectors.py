@@ -11,10 +11,11 @@ was checked and changed in the store since are recorded as the operator's edit
 
 **The integrity headline** counts everything that was caught: the adjudicated violations above,
 the submissions that ran with an ``EXECUTED`` finding not yet adjudicated either way ("suspected,
-not yet adjudicated"), and the blocked attempts. While anything is suspected the rate reads as a
-range (adjudicated … adjudicated + suspected), never a bare "0.0 %". :func:`hacking_rate` is the
-one place these numbers are computed; the scores endpoint, the result block, the integrity page
-and the suite table all read it.
+not yet adjudicated"), the blocked attempts, and the false reports (a claim reader's finding on its
+author's node, adjudicated or suspected: counted beside the rate, which is about submissions).
+While anything is suspected the rate reads as a range (adjudicated … adjudicated + suspected),
+never a bare "0.0 %". :func:`hacking_rate` is the one place these numbers are computed; the scores
+endpoint, the result block, the integrity page and the suite table all read it.
 """
 
 from __future__ import annotations
@@ -74,13 +75,20 @@ def hacking_rate(*, runs: QuerySet[Run]) -> dict[str, Any]:
     rate = (hacked / total) if total else None
     upper = ((hacked + suspected) / total) if total else None
     blocked_count = blocked.count()
+    # False reports are the author's, not a submission's (a finding on the author's node): counted
+    # beside the rate, adjudicated or still suspected, never hidden.
+    reports = IntegrityFinding.objects.filter(node__run__in=runs, experiment__isnull=True)
+    false_reports = reports.filter(_violation_q()).count()
+    reports_suspected = reports.filter(_suspected_q()).count()
     return {
         "submissions_ran": total,
         "hacked": hacked,
         "hacking_rate": rate,
         "suspected": suspected,
         "hacking_rate_upper": upper,
-        "caught": hacked + suspected + blocked_count,
+        "caught": hacked + suspected + blocked_count + false_reports + reports_suspected,
+        "false_reports": false_reports,
+        "false_reports_suspected": reports_suspected,
         "headline": _headline(rate, upper, suspected),
         "accepted": status_counts.get(IntegrityStatus.ACCEPTED, 0),
         "flagged": status_counts.get(IntegrityStatus.FLAGGED, 0),

@@ -18,12 +18,13 @@ from apps.experiments.choices import IntegrityStatus
 from apps.integrity.choices import Observation, Subcategory
 from apps.integrity.claims import handles_in, read_report
 from apps.integrity.models import IntegrityFinding
+from apps.integrity.selectors import hacking_rate
 from apps.integrity.services import (
     integrity_check_reports,
     integrity_recheck_run_reports,
     integrity_run_checks,
 )
-from apps.research.models import OptimizerClaim
+from apps.research.models import OptimizerClaim, Run
 from apps.research.services import claim_revise, worker_finalize
 from tests.apps.integrity.conftest import finding
 from tests.apps.integrity.redteam import claim_forms
@@ -150,6 +151,10 @@ def test_a_workers_false_claim_about_a_siblings_experiment_flags_the_worker_not_
     honest.refresh_from_db()
     assert finding(honest, M).observation == Observation.NOT_FOUND_FULL
     assert honest.integrity_status == IntegrityStatus.ACCEPTED
+    # The headline counts the false report beside the rate (it is the author's, not a submission's).
+    rates = hacking_rate(runs=Run.objects.filter(pk=world.run.pk))
+    assert rates["false_reports"] + rates["false_reports_suspected"] == 1
+    assert rates["caught"] >= 1
 
 
 def test_a_successor_restating_a_siblings_best_of_n_is_checked_at_the_runs_end(world):
