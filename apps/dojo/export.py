@@ -1,6 +1,7 @@
 """Trajectory export (RSI-Dojo): recorded transcripts -> a TRL dataset in the datapool, trainable as it is.
 
-One row per trained assistant message of each compaction segment of every non-reviewer node, in
+One row per trained assistant message of each compaction segment of every node (Main Agent, Workers,
+Reviewers), in
 TRL's conversational prompt-completion form (SFTTrainer at its defaults computes the loss on the
 completion only: ``completion_only_loss`` is on for such rows):
 
@@ -22,8 +23,14 @@ have one type (TRL's SFTTrainer and agent_sft parse it). A segment without a tra
 left out. ``metadata.tokens`` is the row's token count ({prompt, completion, total}) under the
 tokenizer and chat template the operator names (apps.ml.chat_render), null when none was named.
 
-Reviewer transcripts are never exported: a Reviewer reads sealed-adjacent evidence (prompts of
-matched sealed items, model outputs) and there is no redaction. Trajectories are judged by the
+A Reviewer reads sealed-adjacent evidence no other role may see (the prompts of sealed items its
+scope's data matched, contamination spans, sealed sample ids, model outputs on the feedback split),
+so its messages leave the run at the Main Agent's visibility: every message (content, tool-call
+arguments, tool answers, JSON read as JSON) passes the screen the Main Agent's view of Reviewer
+reports passes (apps.flows.reports.run_evidence_screen: sealed items of both splits, the run's model
+outputs, sealed sample ids in any disguise), and what it withholds becomes ``[sealed]`` and is
+counted; the scan below still reads everything, so what the screen misses refuses the export.
+Trajectories are judged by the
 filters (apps.dojo.filters) first; the report counts what each removed and what survives
 behaviour-only, outcome-only and both. Before the dataset is registered its messages, tool
 definitions are scanned against the sealed items of each run's own benchmark (the only ones its
@@ -54,10 +61,12 @@ from apps.datapool.models import DataEntry
 from apps.datapool.services import data_register_export
 from apps.dojo.filters import BEHAVIOUR, DETECTORS, OUTCOME, Detector, Trajectory, trajectory_filter_report
 from apps.experiments.models import Checkpoint
+from apps.flows.reports import run_evidence_screen
 from apps.integrity.overlap import rows_overlap
 from apps.ml.chat_render import ChatTemplateError, ChatTokenizer, load_chat_tokenizer
 from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, RunStatus
 from apps.research.models import Run, TranscriptBlob, TranscriptTurn
+from apps.reviews.selectors import SEALED_MARK
 
 EXPORTER_VERSION = 1
 _BLOB_CHUNK = 2000
@@ -66,7 +75,8 @@ _STATUS_PREFIX = re.compile(r'^\s*\{\s*"status"\s*:\s*(\d{3})')
 FILTER_GROUPS = {"all", "none", BEHAVIOUR, OUTCOME}
 # What the report counts while conversations are built.
 COUNTS = ("nodes", "turns", "segments", "segments_without_trained_turn", "segments_unexportable",
-          "assistant_messages_refused", "masked_assistant_messages", "trained_messages_without_context")  # fmt: skip
+          "assistant_messages_refused", "masked_assistant_messages", "trained_messages_without_context",
+          "reviewer_nodes", "reviewer_turns", "reviewer_values_withheld")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -156,13 +166,8 @@ def _needed(turns: list[TranscriptTurn]) -> set[int]:
 
 
 def _run_turns(run: Run) -> tuple[list[TranscriptTurn], set[int], dict[str, Any]]:
-    """The run's non-reviewer turns in node and seq order, the ones needed, and their blobs (a few queries)."""
-    turns = list(
-        TranscriptTurn.objects.filter(run=run)
-        .exclude(node__kind=NodeKind.REVIEWER)
-        .select_related("node")
-        .order_by("node_id", "seq")
-    )
+    """The run's turns in node and seq order, the ones needed, and their blobs (a few queries)."""
+    turns = list(TranscriptTurn.objects.filter(run=run).select_related("node").order_by("node_id", "seq"))
     needed = _needed(turns)
     # Every turn's tool answers: they name the turn that produced an answer a later request repeats.
     top = _blobs({sha for t in turns if t.pk in needed for sha in (t.request, t.response)} | {
@@ -312,6 +317,58 @@ def _called_tools(messages: list[dict[str, Any]], definitions: list[dict[str, An
     return json.dumps(kept, ensure_ascii=False, sort_keys=True)
 
 
+def _reviewer_screen(run: Run) -> Callable[[dict[str, Any]], int]:
+    """How a Reviewer's exported message is cleaned in place (the Main Agent's view of its evidence);
+    returns how many values were withheld. Fails closed: sealed items that cannot be checked refuse
+    the export."""
+    screen, finder = run_evidence_screen(run)
+    if screen is None:
+        raise Conflict(
+            "contamination_unverifiable",
+            f"The sealed items of {run.benchmark.name}@{run.benchmark.version} fail their hashes, so the Reviewer "
+            f"transcripts of run {run.uuid} cannot be screened; nothing was registered.",
+        )
+
+    def value(item: Any) -> tuple[Any, int]:
+        screened, withheld = screen.value(item)
+        count = len(withheld)
+
+        def ids(sub: Any) -> Any:
+            nonlocal count
+            if isinstance(sub, str):
+                cleaned = finder.redact(sub, SEALED_MARK)
+                count += cleaned != sub
+                return cleaned
+            if isinstance(sub, dict):
+                return {key: ids(x) for key, x in sub.items()}
+            if isinstance(sub, list):
+                return [ids(x) for x in sub]
+            return sub
+
+        return ids(screened), count
+
+    def text(raw: str) -> tuple[str, int]:
+        if raw.lstrip()[:1] in ("{", "["):
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                pass
+            else:
+                cleaned, count = value(parsed)
+                return (json.dumps(cleaned, ensure_ascii=False) if count else raw), count
+        cleaned, count = value(raw)
+        return str(cleaned), count
+
+    def clean(message: dict[str, Any]) -> int:
+        message["content"], withheld = text(message["content"])
+        for call in message.get("tool_calls", []):
+            call["function"]["arguments"], count = text(call["function"]["arguments"])
+            withheld += count
+        return withheld
+
+    return clean
+
+
 def _examples(
     run: Run,
     *,
@@ -339,9 +396,14 @@ def _examples(
     for turn in turns:
         by_node.setdefault(turn.node_id, []).append(turn)
     out = []
+    reviewer_clean: Callable[[dict[str, Any]], int] | None = None
     for node_turns in by_node.values():
         node = node_turns[0].node
         counts["nodes"] += 1
+        if node.kind == NodeKind.REVIEWER:
+            counts["reviewer_nodes"] += 1
+            counts["reviewer_turns"] += len(node_turns)
+            reviewer_clean = reviewer_clean or _reviewer_screen(run)
         if node.kind not in tools_text:
             tools_text[node.kind] = tool_definitions(node.kind)
         for index, segment in enumerate(_node_segments(node_turns, needed, blobs)):
@@ -352,6 +414,10 @@ def _examples(
                 counts["segments_unexportable"] += 1
                 continue
             counts["assistant_messages_refused"] += refused
+            withheld = 0
+            if node.kind == NodeKind.REVIEWER and reviewer_clean is not None:
+                withheld = sum(reviewer_clean(m) for m in messages)
+                counts["reviewer_values_withheld"] += withheld
             trained = [j for j, m in enumerate(messages) if m.pop("train")]
             # A message with nothing before it (a harness's first call: the harness's own prompt is
             # not on the record) has no prompt to be learned from: counted, and in no row's completion.
@@ -379,6 +445,7 @@ def _examples(
                 ],
                 "tools_offered": len(tools_text[node.kind]),
                 "trained_messages": trained,
+                "sealed_evidence_withheld": withheld,
             })  # fmt: skip
             tools = _called_tools(messages, tools_text[node.kind])
             turns_of = [t.seq if t is not None else None for _, t in segment.messages]
@@ -621,9 +688,6 @@ def trajectory_export(
     report = trajectory_filter_report([Trajectory(run=run) for run in runs])  # every detector, for comparison
     applied = {f"{d.name}@{d.version}" for d in detectors}
     counts = dict.fromkeys(COUNTS, 0)
-    reviewers = TranscriptTurn.objects.filter(run__in=runs, node__kind=NodeKind.REVIEWER)
-    counts["reviewer_nodes_excluded"] = reviewers.values("node").distinct().count()
-    counts["reviewer_turns_excluded"] = reviewers.count()
     rows: list[dict[str, Any]] = []
     selected: list[str] = []
     tools_text: dict[str, list[dict[str, Any]]] = {}
@@ -661,7 +725,9 @@ def trajectory_export(
         summary["tokens"] = count_tokens(rows, tokenizer)
     readme = (
         f"Agent trajectories exported from {len(selected)} of {len(runs)} run(s): one TRL prompt-completion row "
-        f"per trained assistant message ({len(rows)} rows, reviewer transcripts excluded). Filters applied: "
+        f"per trained assistant message ({len(rows)} rows; Main Agent, Workers and Reviewers, the Reviewers' "
+        f"sealed-adjacent evidence withheld as {SEALED_MARK}: {summary['reviewer_values_withheld']} value(s)). "
+        "Filters applied: "
         f"{sorted(applied) or 'none'}.\nReport: {json.dumps({k: summary[k] for k in ('removed_by', 'kept')})}\n"
         f"Tokens: {json.dumps(summary['tokens']) if tokenizer is not None else 'not counted (no tokenizer named)'}.\n"
         "Training data for an agent model (agent_sft, or TRL's SFTTrainer as it is), not for a run's base model."

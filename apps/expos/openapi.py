@@ -46,7 +46,7 @@ COMMON_TOOL_ERRORS = {
     "401": "no, unknown, revoked or expired agent token (tokens expire with their run)",
     "403": "forbidden_role: the token's role may not call this tool; sealed: a refused read of sealed material",
     "404": "unknown_tool, or a named record that is not visible to the caller",
-    "409": "conflict: idempotency_mismatch, or the records' state refuses the change",
+    "409": "conflict: idempotency_mismatch, in_progress, or the records' state refuses the change",
     "413": "request_too_large: the body exceeds RSI_MAX_REQUEST_BYTES",
     "415": "unsupported_media_type: send application/json",
     "411": "length_required: a chunked body on a server that cannot read one; send Content-Length",
@@ -111,7 +111,8 @@ def tool_operation(tool: Any) -> dict[str, Any]:
                 "in": "header",
                 "required": False,
                 "description": "Retry-safe key: the same key and body replays the stored answer (200); "
-                "the same key with another body is refused (409 idempotency_mismatch).",
+                "the same key with another body is refused (409 idempotency_mismatch); a retry while the first "
+                "call with the key still runs is answered at once with 409 in_progress (retry later).",
                 "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^[\x21-\x7e]+$"},
             }
         )

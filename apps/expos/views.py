@@ -571,6 +571,8 @@ class ToolCallView(APIView):
                     return self._at_once_answer(ctx, tool, result, code)
         try:
             with transaction.atomic():
+                if tool.idempotent_create and ctx.idempotency_key is not None:
+                    self._claim_key(ctx)
                 if tool.etag_node is not None and ctx.if_match:
                     node = tool.etag_node(ctx, args)
                     # The row lock makes check-then-write atomic: a concurrent writer with the same
@@ -634,6 +636,32 @@ class ToolCallView(APIView):
         if ctx.shown_once:
             result = {**result, **ctx.shown_once}  # in this answer alone: never stored, never replayed
         return _Answer(result, code, {} if ctx.etag_node is None else {"ETag": etag_value(ctx.etag_node)})
+
+    @staticmethod
+    def _claim_key(ctx: ToolContext) -> None:
+        """Hold the call's Idempotency-Key for its transaction; a retry while it runs is told so at once.
+
+        A client with a short timeout (an MCP client's 10 s) gives up on a creation whose review runs
+        inside the call and retries with the same key: without this the retry ran the whole review
+        again beside the first, and timed out too. Now it answers 409 ``in_progress`` (nothing
+        written) and a later retry replays the first call's answer once that has committed. A
+        transaction-scoped PostgreSQL advisory lock: released at commit or rollback, never left held.
+        """
+        if connection.vendor != "postgresql":
+            return
+        digest = hashlib.sha256(f"idempotency:{ctx.node.pk}:{ctx.idempotency_key}".encode()).digest()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [int.from_bytes(digest[:8], "big", signed=True)])
+            (claimed,) = cursor.fetchone()
+        if not claimed:
+            raise ApplicationError(
+                "in_progress",
+                f"A call with Idempotency-Key {ctx.idempotency_key!r} is still running (its review runs inside the "
+                "call). Nothing was done twice: retry with the same key in a few seconds; once the first call has "
+                "committed, the retry answers with its result.",
+                status=409,
+                retry_after_seconds=5,
+            )
 
     @staticmethod
     def _at_once_allowed(ctx: ToolContext) -> bool:

@@ -16,9 +16,9 @@ from django.db.models import Count, Max
 from apps.benchmarks.services import SealBroken
 from apps.experiments.models import EvaluationSample
 from apps.integrity.contamination import ContaminationScanner
-from apps.integrity.screen import SampleIdFinder, benchmark_screen, items_scanner
+from apps.integrity.screen import SampleIdFinder, SealedScreen, benchmark_screen, items_scanner
 from apps.research.choices import Trigger
-from apps.research.models import Decision
+from apps.research.models import Decision, Run
 from apps.reviews.models import LIST_FIELDS, ReviewReport
 from apps.reviews.selectors import SEALED_MARK
 
@@ -28,11 +28,11 @@ _OUTPUT_SCANNERS: dict[tuple[int, int, int], ContaminationScanner | None] = {}
 _MAX_OUTPUT_SCANNERS = 16
 
 
-def _output_scanner(report: ReviewReport) -> ContaminationScanner | None:
+def _output_scanner(run_id: int) -> ContaminationScanner | None:
     """The run's per-sample model outputs as items to find (cached until the run has new outputs)."""
-    samples = EvaluationSample.objects.filter(evaluation__run_id=report.run_id)
+    samples = EvaluationSample.objects.filter(evaluation__run_id=run_id)
     stats = samples.aggregate(count=Count("pk"), last=Max("pk"))
-    key = (report.run_id, stats["count"] or 0, stats["last"] or 0)
+    key = (run_id, stats["count"] or 0, stats["last"] or 0)
     if key not in _OUTPUT_SCANNERS:
         outputs = dict(samples.order_by("pk").values_list("output", "sample_id"))
         if len(_OUTPUT_SCANNERS) >= _MAX_OUTPUT_SCANNERS:
@@ -44,22 +44,30 @@ def _output_scanner(report: ReviewReport) -> ContaminationScanner | None:
     return _OUTPUT_SCANNERS[key]
 
 
-def main_scrub(report: ReviewReport) -> Callable[[Any], Any]:
-    """How the Main Agent's view cleans a report's free text: sealed sample ids in any disguise,
-    sealed items' text (the screen every agent read passes) and the run's model outputs become
-    :data:`SEALED_MARK`. Fails closed: when the benchmark's sealed items cannot be checked, every
-    free text is withheld."""
-    benchmark = report.run.benchmark
+def run_evidence_screen(run: Run) -> tuple[SealedScreen | None, SampleIdFinder]:
+    """What the Main Agent may not read of a run's review evidence: its benchmark's sealed items
+    (both splits) with the run's model outputs as extra items, as one screen marking
+    :data:`SEALED_MARK`, and a finder of the benchmark's sealed sample ids. The screen is None when
+    the sealed items cannot be checked (the callers fail closed)."""
+    benchmark = run.benchmark
     ids = benchmark.sample_ids or {}
     finder = SampleIdFinder(str(i) for split in ids.values() if isinstance(split, list) for i in split)
     try:
         screen = benchmark_screen([benchmark], marker=SEALED_MARK)
     except SealBroken:
-        screen = None
-    if screen is not None:
-        outputs = _output_scanner(report)
-        if outputs is not None:
-            screen.scanners.append(outputs)
+        return None, finder
+    outputs = _output_scanner(run.pk)
+    if outputs is not None:
+        screen.scanners.append(outputs)
+    return screen, finder
+
+
+def main_scrub(report: ReviewReport) -> Callable[[Any], Any]:
+    """How the Main Agent's view cleans a report's free text: sealed sample ids in any disguise,
+    sealed items' text (the screen every agent read passes) and the run's model outputs become
+    :data:`SEALED_MARK`. Fails closed: when the benchmark's sealed items cannot be checked, every
+    free text is withheld."""
+    screen, finder = run_evidence_screen(report.run)
 
     def scrub(text: Any) -> Any:
         if not isinstance(text, str) or not text:

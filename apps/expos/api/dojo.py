@@ -76,7 +76,7 @@ class TrajectoryExportOutput(serializers.Serializer[dict[str, Any]]):
 
 
 class TrajectoryExportView(APIView):
-    """Export runs' transcripts (non-reviewer nodes, one conversation per compaction segment)."""
+    """Export runs' transcripts (every node, Reviewers screened; one conversation per compaction segment)."""
 
     authentication_classes = [SessionAuthentication]
     permission_classes = [IsOperator]

@@ -487,8 +487,11 @@ def _usage(ctx: ToolContext, entry: DataEntry) -> dict[str, Any]:
         "content-addressed store with their sha256, rows, schema, source and teacher; identical bytes return "
         "the existing entry. An upload is checked for sealed evaluation items before it is registered; any "
         "data is checked again when a submission trains on it. Only registered data can be trained on. "
-        "Latency: an upload's review runs inside the call, about 0.5 s per 1,000 rows (a 50 MB file took "
-        "minutes); wait long enough, and on a timeout retry with the same Idempotency-Key."
+        "Latency: an upload's review runs inside the call, about 0.5 s per 1,000 rows (a few seconds for "
+        "minibench-sized data; a 50 MB file took minutes). A client with a shorter timeout (an MCP client's 10 s) "
+        "retries with the same Idempotency-Key: while "
+        "the first call runs the retry answers 409 in_progress at once (nothing is done twice); once it has "
+        "committed, the retry answers with its result (\"replayed\": true)."
     ),
     input_schema=ADD_IN,
     output_schema=ADD_OUT,

@@ -46,6 +46,11 @@ from apps.ml.hparams import ADAPTERS, CHAT_TEMPLATE_MODES, EOS_HANDLING, LR_SCHE
 
 # --- schemas -------------------------------------------------------------------------------------------
 
+# Rules across fields that JSON Schema cannot state: validate_train_config enforces them, and the
+# field's description says so (tests/apps/expos/tools/test_schema_bounds.py checks both agree).
+WARMUP_RULE = "Must be smaller than max_steps (the server refuses warmup_steps >= max_steps)."
+EOS_RULE = "'none' only with recipe 'sft' (the server refuses it with 'dpo')."
+
 HANDLE = {"type": "string", "minLength": 1, "maxLength": 64}
 NULLABLE_STR = {"type": ["string", "null"]}
 _JSON_TYPE = {int: "integer", float: "number", str: "string"}
@@ -64,6 +69,8 @@ def _hyperparameter_schema() -> dict[str, Any]:
             low, high, low_inclusive = HYPERPARAMETER_BOUNDS[name]
             schema["minimum" if low_inclusive else "exclusiveMinimum"] = low
             schema["maximum"] = high
+        if name == "warmup_steps":
+            schema["description"] = WARMUP_RULE
         properties[name] = schema
     return {
         **obj(properties),
@@ -93,9 +100,14 @@ TRAIN_SCHEMA = {
                 "type": "string",
                 "enum": list(EOS_HANDLING),
                 "default": "append",
-                "description": "append: completions end with EOS so the model learns to stop.",
+                "description": f"append: completions end with EOS so the model learns to stop. {EOS_RULE}",
             },
-            "max_steps": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 1000},
+            "max_steps": {
+                "type": "integer",
+                "minimum": HYPERPARAMETER_BOUNDS["max_steps"][0],
+                "maximum": HYPERPARAMETER_BOUNDS["max_steps"][1],
+                "default": TrainConfig.max_steps,
+            },
             "accelerators": {
                 "type": "integer",
                 "minimum": 1,
@@ -284,8 +296,11 @@ def _sealed_split_audit(ctx: ToolContext, args: dict[str, Any]) -> None:
         "spent feedback allowance are refused (and recorded). Held for the Main Agent when the run has a "
         "training gate. Send an Idempotency-Key so a retry never creates a second experiment. Latency: the "
         "contamination review of the training data runs inside the call, about 0.5 s per 1,000 rows the first "
-        "time a dataset is reviewed (tens of seconds for a large one; cached after); wait at least 120 s, and "
-        "on a timeout retry with the same Idempotency-Key, which answers once the first call has committed."
+        "time a dataset is reviewed (cached after): a few seconds for minibench-sized data, tens of seconds for a "
+        "large dataset. A client with a shorter timeout (an MCP client's 10 s) "
+        "retries with the same Idempotency-Key: while "
+        "the first call runs the retry answers 409 in_progress at once (nothing is done twice); once it has "
+        'committed, the retry answers with its result ("replayed": true).'
     ),
     input_schema=SUBMIT_IN,
     output_schema=SUBMIT_OUT,

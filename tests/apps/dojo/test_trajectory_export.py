@@ -7,7 +7,10 @@ The world is the dashboard's finished run on a benchmark registered from real se
                  step 2 submits an experiment (201)
     worker_0002  llm, two compaction segments: segment 0 calls a tool then answers in text;
                  segment 1 starts from a summary, a call is refused (409), the next succeeds
-    reviewer_0001 llm: reads evaluation samples whose prompts are sealed items (never exported)
+    reviewer_0001 llm: step 1 compares evaluation samples (a model output that quotes a sealed
+                 item) and inspects data whose row and contamination span are a final-split item;
+                 step 2 submits a report quoting the item, its sample id and the span
+                 (exported at the Main Agent's visibility: all of that becomes [sealed])
 
 exp_0002 of the world is an executed, unreviewed violation and exp_0004 never finished, so the
 behaviour filters remove the run; the outcome filter (final 11/20 vs θ0 5/20) keeps it.
@@ -34,7 +37,7 @@ from apps.datapool.services import data_load_rows, data_register_export
 from apps.datapool.storage import artifact_store, checkpoint_key
 from apps.dojo.export import scan_units, trajectory_export
 from apps.dojo.services import agent_sft_enqueue
-from apps.experiments.models import Checkpoint, Event
+from apps.experiments.models import Checkpoint, EvaluationSample, Event
 from apps.experiments.services import checkpoint_register, manifest_digest
 from apps.expos.api.dojo import tool_definitions
 from apps.expos.registry import Role, ToolContext
@@ -90,7 +93,7 @@ def _llm(world, node, step, messages, response, answers, *, segment=0, summary="
 
 
 def record_transcripts(world, sealed) -> None:
-    w1, w2, r1 = world.nodes["w1"], world.nodes["w2"], world.nodes["r1"]
+    w1, w2 = world.nodes["w1"], world.nodes["w2"]
     _heuristic(world, w1, 1, [("worker_show_datapool", {}, 200, {"entries": [], "count": 0}),
                               ("worker_add_data", {"path": "x.jsonl"}, 403, {"error": "blocked"})])  # fmt: skip
     _heuristic(world, w1, 2, [("worker_submit", {"data": ["data_0001"]}, 201, {"experiment": "exp_0005"})])
@@ -110,10 +113,45 @@ def record_transcripts(world, sealed) -> None:
     ok_answer = _answer("b1", {"experiment": "exp_0006"})
     _llm(world, w2, 4, [system, summary, refused, refused_answer], ok, [ok_answer], segment=1,
          summary=summary["content"])  # fmt: skip
-    # The Reviewer reads per-sample rows whose prompts are sealed items: its transcript carries them.
-    look = _call("r1", "compare_eval_samples")
-    rows = [{"prompt": item["prompt"], "answer": item["answer"]} for item in sealed[:3]]
-    _llm(world, r1, 1, [{"role": "system", "content": "You are reviewer_0001."}], look, [_answer("r1", {"rows": rows})],
+    record_reviewer(world, sealed)
+
+
+# What the Reviewer saw and said that is sealed, and what must survive its export.
+LEAKED_FINAL = 3  # the final-split item the Reviewer's data matched
+KEPT_TEXT = ("exp_0001 trained on data_0001", "mcnemar_p", "rows_matched", "reviewer_submit_review")
+
+
+def record_reviewer(world, sealed) -> None:
+    """The Reviewer's turns, its tool answers shaped as the registry's output schemas say."""
+    r1 = world.nodes["r1"]
+    feedback = [item for item in sealed if item["id"].startswith("feedback-")]
+    item = [item for item in sealed if item["id"].startswith("final-")][LEAKED_FINAL]
+    # A model output of the run that quotes a sealed item (a long output: the Main never reads it).
+    output = f"{feedback[1]['prompt']} I think it is {feedback[1]['answer']}."
+    EvaluationSample.objects.create(evaluation=world.evals["e1"], sample_id=feedback[1]["id"], output=output,
+                                    correct=True)  # fmt: skip
+    brief = {"uuid": str(uuid.uuid4()), "experiment": "exp_0001", "split": "feedback", "score": 0.5, "sample_count": 8}
+    compared = {"a": brief, "b": {**brief, "experiment": "exp_0002"}, "n_common": 8, "only_in_a": 0, "only_in_b": 0,
+                "both_correct": 3, "a_only_correct": 1, "b_only_correct": 0, "neither_correct": 4, "mcnemar_p": 1.0,
+                "samples": [{"sample_id": feedback[1]["id"], "a_correct": True, "b_correct": False, "a_output": output,
+                             "b_output": "no idea"}]}  # fmt: skip
+    inspected = {"sample": [{"prompt": item["prompt"], "completion": "[withheld: matches a sealed evaluation item]"}],
+                 "redacted_rows": 1,
+                 "overlap": {"rows_matched": 1, "matches": [{"row": 0, "sample_id": item["id"], "kind": "exact",
+                                                             "span": item["prompt"], "score": 1.0}]}}  # fmt: skip
+    opening = [{"role": "system", "content": "You are reviewer_0001."},
+               {"role": "user", "content": "Question: did exp_0001 train on sealed items?"}]  # fmt: skip
+    calls = [_call("r1", "compare_eval_samples", a="exp_0001", b="exp_0002")["tool_calls"][0],
+             _call("r2", "reviewer_inspect_data", data="data_0001")["tool_calls"][0]]  # fmt: skip
+    look = {"role": "assistant", "content": "", "tool_calls": calls}
+    answers = [_answer("r1", compared), _answer("r2", inspected)]
+    _llm(world, r1, 1, opening, look, answers, role="reviewer")
+    summary = f"exp_0001 trained on data_0001.\nIts row 0 is {item['id']}: {item['prompt']} {item['answer']}"
+    observation = {"experiment": "exp_0001", "subcategory": "test_set_access", "observation": "EXECUTED",
+                   "evidence": {"sample_ids": [item["id"]], "spans": [item["prompt"]]}}  # fmt: skip
+    report = _call("r3", "reviewer_submit_review", summary=summary, observations=[observation])
+    _llm(world, r1, 2, [*opening, look, *answers], report,
+         [_answer("r3", {"uuid": str(uuid.uuid4()), "summary": summary, "observations": [observation]})],
          role="reviewer")  # fmt: skip
 
 
@@ -141,11 +179,11 @@ def _local_path(entry: DataEntry) -> Path:
 def test_the_export_is_one_prompt_completion_row_per_trained_message_with_tools_and_metadata(world):
     result = _export(world, filters="outcome")
     entry = result.entry
-    assert (entry.format, entry.source_kind, entry.rows) == ("chat", "export", 4)
+    assert (entry.format, entry.source_kind, entry.rows) == ("chat", "export", 6)
     rows = data_load_rows(entry=entry)
     by_key = {(r["metadata"]["node"], r["metadata"]["segment"], r["metadata"]["completion_message"]): r for r in rows}
-    assert sorted(by_key) == [("worker_0001", 0, 5), ("worker_0002", 0, 2), ("worker_0002", 0, 4),
-                              ("worker_0002", 1, 4)]  # fmt: skip
+    assert sorted(by_key) == [("reviewer_0001", 0, 2), ("reviewer_0001", 0, 5), ("worker_0001", 0, 5),
+                              ("worker_0002", 0, 2), ("worker_0002", 0, 4), ("worker_0002", 1, 4)]  # fmt: skip
 
     # The heuristic's step 1 had a 403: it is context in the prompt of step 2, the one row's completion.
     heuristic = by_key[("worker_0001", 0, 5)]
@@ -200,17 +238,54 @@ def test_the_export_is_one_prompt_completion_row_per_trained_message_with_tools_
         {"seq": t.seq, "source": "llm", "request": t.request, "response": t.response,
          "tool_messages": t.tool_messages, "calls": t.calls} for t in turns]  # fmt: skip
 
-    # Reviewer transcripts are never exported (the scan would refuse them: they carry sealed prompts).
-    assert all(r["metadata"]["role"] != "reviewer" for r in rows)
-    assert (result.report["reviewer_nodes_excluded"], result.report["reviewer_turns_excluded"]) == (1, 1)
     assert result.report["assistant_messages_refused"] == 2
+    assert {r["metadata"]["sealed_evidence_withheld"] for r in rows if r["metadata"]["role"] == "worker"} == {0}
 
     # Loadable with datasets from its folder, the same rows back (TRL's SFTTrainer: test_trajectory_trl.py).
     path = _local_path(entry)
     loaded = datasets.load_dataset("json", data_files=str(path), split="train")
-    assert len(loaded) == 4
+    assert len(loaded) == 6
     assert sorted(loaded.column_names) == ["completion", "metadata", "prompt", "tools"]
     assert [m["role"] for m in loaded[0]["prompt"]] == [m["role"] for m in rows[0]["prompt"]]
+
+
+def test_reviewers_are_exported_at_the_main_agents_visibility(world):
+    """A Reviewer's rows carry its calls and answers with every sealed item, sealed sample id and
+    long model output withheld (the screen of the Main Agent's view of reports); the rest survives."""
+    result = _export(world, filters="none")
+    rows = data_load_rows(entry=result.entry)
+    reviewer = [r for r in rows if r["metadata"]["role"] == "reviewer"]
+    assert [r["metadata"]["completion_message"] for r in reviewer] == [2, 5]
+    look, report = reviewer
+    assert [c["function"]["name"] for c in look["completion"][0]["tool_calls"]] == ["compare_eval_samples",
+                                                                                   "reviewer_inspect_data"]  # fmt: skip
+    assert report["completion"][0]["tool_calls"][0]["function"]["name"] == "reviewer_submit_review"
+    registry = {d["function"]["name"]: d for d in tool_definitions("reviewer")}
+    called = {"compare_eval_samples", "reviewer_inspect_data", "reviewer_submit_review"}  # the segment's calls
+    assert json.loads(report["tools"]) == [d for name, d in registry.items() if name in called]
+
+    sealed = world.extra["sealed"]
+    text = json.dumps([*report["prompt"], *report["completion"]], ensure_ascii=False)
+    for item in sealed:
+        assert item["prompt"] not in text, item
+        assert item["id"] not in text, item
+    assert f"zq{LEAKED_FINAL}x" not in text  # the item's own words
+    assert "zq1x" not in text  # the long model output's
+    assert "[sealed]" in text
+    for kept in KEPT_TEXT:
+        assert kept in text, kept
+    # The exported report still says what was found, about which experiment, with the sealed parts marked.
+    arguments = json.loads(report["completion"][0]["tool_calls"][0]["function"]["arguments"])
+    # (a line quoting an item is withheld whole, an object quoting one is left out, as the screen does).
+    assert arguments["summary"] == "exp_0001 trained on data_0001.\n[sealed]"
+    assert arguments["observations"] == []
+
+    withheld = result.report["reviewer_values_withheld"]
+    assert withheld == look["metadata"]["sealed_evidence_withheld"] >= 6
+    assert (result.report["reviewer_nodes"], result.report["reviewer_turns"]) == (1, 2)
+    # What was registered holds no sealed item: the scan the export ran, run again on the entry.
+    units, _ = scan_units(rows)
+    assert not sealed_scanner(benchmark=world.run.benchmark).scan(units)
 
 
 def test_the_filter_report_counts_removals_and_nothing_is_registered_when_none_survive(world):
@@ -228,7 +303,7 @@ def test_the_filter_report_counts_removals_and_nothing_is_registered_when_none_s
         _export(world, filters="outcome_beats_bas")
     unfiltered = _export(world, filters="none")
     assert unfiltered.report["filters_applied"] == []
-    assert unfiltered.entry.rows == 4
+    assert unfiltered.entry.rows == 6
 
 
 def test_an_export_containing_sealed_items_is_refused_and_nothing_is_registered(world):
@@ -331,7 +406,7 @@ def test_the_endpoint_is_for_operators_and_answers_bad_input_with_400(world, cli
     assert made.status_code == 201, made.json()
     entry = DataEntry.objects.get(name="rest")
     assert made.json()["entry"]["handle"] == entry.handle
-    assert made.json()["report"]["examples"] == 4
+    assert made.json()["report"]["examples"] == 6
     assert "dojo_trajectory_export" in client.get("/api/v1/schema/").content.decode()
 
 
@@ -355,7 +430,7 @@ def test_agent_sft_trains_on_an_exported_entry_on_a_gpu_worker(artifact_root, tm
              logs=worker.log)  # fmt: skip
     job.refresh_from_db()
     assert job.status == "succeeded", (job.error, worker.log()[-3000:])
-    assert job.result["steps"] == 8  # 4 rows (one per trained message), batch 1, 2 epochs
+    assert job.result["steps"] == 12  # 6 rows (one per trained message), batch 1, 2 epochs
     trained = Checkpoint.objects.get(producing_job=job)
     assert trained.parent_id == base.pk
     assert job.spec["data"] == [{"uuid": str(entry.uuid), "handle": entry.handle, "uri": entry.uri,
@@ -428,8 +503,8 @@ def test_real_runs_register_and_a_quoted_sealed_item_is_refused_naming_its_turn(
     node = node_create(run=second, kind=NodeKind.WORKER, task="SFT on arithmetic")
     _noisy_heuristic(second, node, items, rng)
     result = trajectory_export(runs=[world.run, second], name="real", filters="none", tool_definitions=tool_definitions)
-    # world: 4 trained messages and w3's 12 steps; the second run: 12 steps
-    assert result.entry.rows == 4 + 2 * len(items)
+    # world: 6 trained messages and w3's 12 steps; the second run: 12 steps
+    assert result.entry.rows == 6 + 2 * len(items)
     assert {r["metadata"]["benchmark"] for r in data_load_rows(entry=result.entry)} == {"test/export@1", "test/arith@1"}
 
     # The second run's agent quotes a sealed item (as a preview of a honeypot would show it): refused.

@@ -7,8 +7,8 @@ Agent follows the CLAUDE.md of docs/harnesses.md: it creates a second Worker (it
 answer), runs both Workers at once, each registering rows it wrote itself (``worker_add_data`` with
 ``content``), training three steps on them and finalizing; it asks for a Review, which our own
 Reviewer loop plays, reads the report and stops the run. The run finishes (final evaluation
-included), and ``export_trajectories`` exports the Main Agent's and both Workers' turns; the
-Reviewer's turns are recorded and counted (the export leaves Reviewers out by design).
+included), and ``export_trajectories`` exports every role: the Main Agent's, both Workers' and the
+Reviewer's turns (the Reviewer's at the Main Agent's visibility: sealed evidence withheld).
 """
 
 from __future__ import annotations
@@ -182,15 +182,16 @@ def test_a_harness_run_driven_over_mcp_finishes_and_exports_every_role(installed
     handle = re.search(r"registered (\S+) ", exported.getvalue()).group(1)  # type: ignore[union-attr]
     rows = data_load_rows(entry=DataEntry.objects.get(handle=handle))
     by_node = {(r["metadata"]["node"], r["metadata"]["role"]) for r in rows}
-    assert by_node == {("main", "main"), ("worker_0001", "worker"), ("worker_0002", "worker")}
+    assert by_node == {("main", "main"), ("worker_0001", "worker"), ("worker_0002", "worker"),
+                       (played["reviewer"], "reviewer")}  # fmt: skip
     # One row per trained assistant message (TRL's prompt-completion form): the Main's calls are
     # its rows' completions, the replay among them.
     called = [c["function"]["name"] for r in rows if r["metadata"]["node"] == "main"
               for m in r["completion"] for c in m.get("tool_calls", [])]  # fmt: skip
     assert called.count("state_add_new_worker") == 2  # the replay is in the trajectory too
-    excluded = re.search(r"reviewer turns excluded: (\d+)", exported.getvalue())
-    assert excluded is not None, exported.getvalue()
-    assert int(excluded.group(1)) >= 1
+    reviewed = re.search(r"(\d+) of them Reviewers'", exported.getvalue())
+    assert reviewed is not None, exported.getvalue()
+    assert int(reviewed.group(1)) >= 1
 
 
 def test_the_claude_md_of_the_harness_guide_names_only_tools_that_exist():

@@ -32,7 +32,8 @@ def _table(report: dict[str, Any]) -> list[str]:
 
 class Command(BaseCommand):
     help = (
-        "Export the transcripts of runs (reviewer transcripts excluded) as one datapool entry of format chat: "
+        "Export the transcripts of runs (Main Agent, Workers and Reviewers; a Reviewer's sealed-adjacent evidence "
+        "withheld as [sealed]) as one datapool entry of format chat: "
         "one TRL prompt-completion row per trained assistant message, with the tool registry's schemas of the "
         "tools called, metadata and (with --tokenizer) each row's token count. Prints how many trajectories "
         "each filter removed and the entry's handle."
@@ -85,8 +86,8 @@ class Command(BaseCommand):
         entry = result.entry
         self.stdout.write(
             f"exported {report['examples']} rows (one per trained assistant message) from "
-            f"{len(report['exported_runs'])} run(s) ({report['turns']} turns; reviewer turns excluded: "
-            f"{report['reviewer_turns_excluded']})"
+            f"{len(report['exported_runs'])} run(s) ({report['turns']} turns, {report['reviewer_turns']} of them "
+            f"Reviewers'; sealed values withheld from Reviewer messages: {report['reviewer_values_withheld']})"
         )
         tokens = report["tokens"]
         if tokens is not None:
