@@ -23,7 +23,7 @@ def test_job_page_charts_the_samples_and_says_peak_memory_and_oom(world, as_role
     )
     response = as_role("viewer").get(reverse("dashboard:job", args=[job.uuid]))
     html = response.content.decode()
-    assert "peak RAM 1234.0 MiB" in html
+    assert 'peak RAM <span id="hw-peak-ram">1234.0</span> MiB' in html  # the span hardware.js renews live
     assert "GPU 0 peak 70000.0 / 81559.0 MiB" in html
     assert "out of memory" in html
     figure = response.context["hardware_figure"]
