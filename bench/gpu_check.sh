@@ -17,5 +17,7 @@ timeout "$limit" "$PY" bench/gpu_check.py "$@"
 # NCCL), against 1. Skipped with the reason printed on a host with fewer than 2 CUDA devices.
 case " $* " in
   *" --device cpu "*) echo "multi-device case skipped: --device cpu (the CPU path is CI's tests/apps/ml/test_launch.py)" ;;
-  *) timeout 240 "$PY" bench/multi_device.py --devices 2 --require-devices --steps 20 ;;
+  # trl and datasets from the luggage gpu_check.py installed (var/gpu-check/site), for the ranks too.
+  *) PYTHONPATH="$PWD/var/gpu-check/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 \
+       timeout 240 "$PY" bench/multi_device.py --devices 2 --require-devices --steps 20 ;;
 esac

@@ -40,6 +40,7 @@ urlpatterns = [
     path("review-queue/", views.review_queue_view, name="review-queue"),
     path("jobs/<uuid:job_uuid>/", views.job_detail_view, name="job"),
     path("jobs/<uuid:job_uuid>/snapshot.json", views.job_snapshot_view, name="job-snapshot"),
+    path("jobs/<uuid:job_uuid>/hardware.json", views.job_hardware_view, name="job-hardware"),
     path("minibench/build.json", views.minibench_build_view, name="minibench-build"),
     path("datapool/", views.datapool_view, name="datapool"),
     path("suites/", views.suite_list_view, name="suite-list"),

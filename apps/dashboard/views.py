@@ -672,6 +672,17 @@ def job_snapshot_view(request: HttpRequest, job_uuid: Any) -> JsonResponse:
 
 @require_GET
 @role_required(VIEWER)
+def job_hardware_view(request: HttpRequest, job_uuid: Any) -> JsonResponse:
+    """The job page's hardware chart and summary, fetched again when a ``job.progress`` event on
+    the job's websocket brings a new sample (as the run page's charts are: static/dashboard/run.js)."""
+    job = _job_or_404(request, job_uuid)
+    return JsonResponse(
+        {"figure": hardware_figure(job), "summary": job_hardware(job=job, with_samples=False)["summary"]}
+    )
+
+
+@require_GET
+@role_required(VIEWER)
 def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
     job = _job_or_404(request, job_uuid)
 
@@ -686,6 +697,7 @@ def job_detail_view(request: HttpRequest, job_uuid: Any) -> HttpResponse:
             "hardware_figure": hardware_figure(job),
             "page_config": {
                 "ws": f"/ws/jobs/{job.uuid}/",
+                "hardware": reverse("dashboard:job-hardware", args=[job.uuid]),
                 "experiment": job.experiment.handle if job.experiment_id else None,
             },
         },

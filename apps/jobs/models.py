@@ -46,6 +46,10 @@ class Job(UUIDModel):
     # charged per device-second. `devices`: the indices on the claiming worker's host it holds.
     accelerators = models.PositiveSmallIntegerField(default=1)
     devices = models.JSONField(default=list, blank=True)
+    # A queued multi-device job refused for want of free devices reserves the host it asked
+    # (apps.jobs.services._devices_for): the devices that free there are kept for it. Only a
+    # queued row holds a reservation; one per host.
+    reserved_host = models.CharField(max_length=200, blank=True)
 
     class Meta:
         constraints = [
@@ -56,6 +60,11 @@ class Job(UUIDModel):
             models.CheckConstraint(condition=Q(resource_seconds__gte=0), name="job_resource_seconds_gte_0"),
             models.CheckConstraint(
                 condition=Q(accelerators__gte=1) & Q(accelerators__lte=8), name="job_accelerators_1_8"
+            ),
+            models.UniqueConstraint(
+                fields=["reserved_host"],
+                condition=Q(status=JobStatus.QUEUED) & ~Q(reserved_host=""),
+                name="job_one_reservation_per_host",
             ),
             models.CheckConstraint(
                 condition=Q(attempt=1, previous_attempt__isnull=True)

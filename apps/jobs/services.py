@@ -287,7 +287,12 @@ def job_enqueue(
 
 
 class DevicesBusy(Conflict):
-    """The job's devices are not all free on this host now (or its run holds its cap): it waits queued."""
+    """The job's devices are not all free on this host now (or are kept for a job waiting longer
+    there, or its run holds its cap): it waits queued, holding none."""
+
+    def __init__(self, code: str, message: str, *, may_reserve: bool = False) -> None:
+        super().__init__(code, message)
+        self.may_reserve = may_reserve  # refused for want of free devices: it may reserve the host
 
 
 def worker_host(worker: str) -> str:
@@ -303,6 +308,54 @@ def _lock_host(host: str) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"rsiweb.jobs.host:{host}"])
 
 
+def _run_cap_refusal(job: Job) -> str | None:
+    """Why ``job``'s run may not start it now (its policy's ``accelerators_per_run``), or None.
+
+    Final evaluations are not counted against the cap, so they never wait for the run's trainings.
+    """
+    if job.run is None or job.kind == JobKind.FINAL_EVAL:
+        return None
+    cap = int((job.run.policy or {}).get("accelerators_per_run", DEFAULT_ACCELERATORS_PER_RUN))
+    in_use = (
+        Job.objects.filter(status=JobStatus.RUNNING, run=job.run, queue=job.queue).exclude(pk=job.pk)
+        .exclude(kind=JobKind.FINAL_EVAL).aggregate(n=Sum("accelerators"))["n"] or 0
+    )  # fmt: skip
+    if in_use + job.accelerators > cap:
+        return f"The run holds {in_use} of its {cap} accelerators."
+    return None
+
+
+def _reservation(host: str, *, host_devices: int, besides: Job) -> Job | None:
+    """The queued job that holds ``host``'s reservation and may still start there, or None.
+
+    A reservation lapses by itself when its job leaves the queue (claimed elsewhere, cancelled):
+    only a queued row holds one. It is also void while its job cannot start anyway (its run holds
+    its cap, the host is too small): keeping devices idle for it then would only slow everyone else.
+    """
+    holder = (
+        Job.objects.filter(status=JobStatus.QUEUED, reserved_host=host).exclude(pk=besides.pk)
+        .select_related("run").first()
+    )  # fmt: skip
+    if holder is None or holder.accelerators > host_devices or _run_cap_refusal(holder) is not None:
+        return None
+    return holder
+
+
+def _ahead_by_fair_share(job: Job, holder: Job) -> bool:
+    """Does the fair share between runs (`job_yields_turn`) put ``job`` before ``holder``? It does
+    when ``job``'s run holds fewer of the queue's devices than ``holder``'s. Each such start adds
+    to its run's count, so this lets another run catch up, never starve the holder."""
+    if job.run_id is None or holder.run_id is None or job.run_id == holder.run_id:
+        return False
+    held = dict(
+        Job.objects.filter(queue=job.queue, status=JobStatus.RUNNING, run_id__in=(job.run_id, holder.run_id))
+        .values_list("run_id").annotate(n=Sum("accelerators")).values_list("run_id", "n")
+    )  # fmt: skip
+    mine: int = held.get(job.run_id, 0)
+    theirs: int = held.get(holder.run_id, 0)
+    return mine < theirs
+
+
 def _devices_for(job: Job, *, host: str, host_devices: int) -> list[int]:
     """All of ``job``'s devices from those free on ``host``, or DevicesBusy: never a partial hold.
 
@@ -310,24 +363,62 @@ def _devices_for(job: Job, *, host: str, host_devices: int) -> list[int]:
     8-device host; a job takes all its devices in one claim or none. The run's policy caps the
     devices its running jobs hold together (``accelerators_per_run``); final evaluations are not
     counted against it, so they never wait for the run's own trainings.
+
+    A multi-device job refused for want of free devices reserves the host (`_reserve_host`): from
+    then on the devices that free there are kept for it, and another job (final evaluations
+    excepted, and jobs of a run the fair share puts first) may take only those it cannot use, the
+    free devices beyond its need. Without the reservation a stream of 1-device jobs would take
+    each device as it frees, and an 8-device job would wait forever.
     """
+    if (why := _run_cap_refusal(job)) is not None:
+        raise DevicesBusy("run_accelerators_cap", why)
     running = Job.objects.filter(status=JobStatus.RUNNING).exclude(pk=job.pk)
     held = {d for devices in running.filter(worker__startswith=f"{host}:").values_list("devices", flat=True)
             for d in devices}  # fmt: skip
     free = [d for d in range(host_devices) if d not in held]
     if len(free) < job.accelerators:
         raise DevicesBusy(
-            "devices_busy", f"Job {job.uuid} needs {job.accelerators} devices; {len(free)} of {host_devices} are free."
+            "devices_busy",
+            f"Job {job.uuid} needs {job.accelerators} devices; {len(free)} of {host_devices} are free.",
+            may_reserve=True,
         )
-    if job.run is not None and job.kind != JobKind.FINAL_EVAL:
-        cap = int((job.run.policy or {}).get("accelerators_per_run", DEFAULT_ACCELERATORS_PER_RUN))
-        in_use = (
-            running.filter(run=job.run, queue=job.queue).exclude(kind=JobKind.FINAL_EVAL)
-            .aggregate(n=Sum("accelerators"))["n"] or 0
-        )  # fmt: skip
-        if in_use + job.accelerators > cap:
-            raise DevicesBusy("run_accelerators_cap", f"The run holds {in_use} of its {cap} accelerators.")
+    if job.kind != JobKind.FINAL_EVAL and (holder := _reservation(host, host_devices=host_devices, besides=job)):
+        spare = len(free) - holder.accelerators
+        if job.accelerators > spare and not _ahead_by_fair_share(job, holder):
+            raise DevicesBusy(
+                "devices_reserved",
+                f"Job {job.uuid} needs {job.accelerators} devices; {len(free)} of {host_devices} are free and "
+                f"kept for job {holder.uuid}, which waits for {holder.accelerators} on this host.",
+            )
     return free[: job.accelerators]
+
+
+def _reserve_host(job_id: int, *, host: str, host_devices: int) -> Job | None:
+    """After a refusal for want of devices: let multi-device job ``job_id`` reserve ``host``.
+
+    One reservation per host and per job (a job keeps the first host it reserved; it still starts
+    on any host with room). A host already reserved stays with its holder, except that a final
+    evaluation takes it over from any other kind. Returns the job when it now holds the host.
+    The caller holds the host's lock, so reservations of one host are decided one at a time.
+    """
+    job = Job.objects.select_related("run").filter(pk=job_id, status=JobStatus.QUEUED).first()
+    if job is None or job.accelerators < 2 or job.accelerators > host_devices or job.reserved_host:
+        return None
+    holder = _reservation(host, host_devices=host_devices, besides=job)
+    if holder is not None and (holder.kind == JobKind.FINAL_EVAL or job.kind != JobKind.FINAL_EVAL):
+        return None
+    # A lapsed or taken-over reservation is cleared first: one queued holder per host (constraint).
+    Job.objects.filter(status=JobStatus.QUEUED, reserved_host=host).update(reserved_host="", updated_at=Now())
+    if not Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(reserved_host=host, updated_at=Now()):
+        return None
+    seq = (JobLogLine.objects.filter(job=job).aggregate(m=Max("seq"))["m"] or 0) + 1
+    JobLogLine.objects.create(
+        job=job,
+        seq=seq,
+        text=f"scheduler: reserved host {host}: its devices are kept for this job as they free "
+        f"({job.accelerators} of {host_devices} needed)",
+    )
+    return job
 
 
 def job_claim(*, job_id: int, worker: str, host_devices: int | None = None) -> Job | None:
@@ -336,28 +427,40 @@ def job_claim(*, job_id: int, worker: str, host_devices: int | None = None) -> J
     The conditional UPDATE is the claim: the database lets exactly one of two racing workers
     change ``status=queued`` to running, so a redelivered or duplicated message is harmless.
     With ``host_devices`` (the accelerators on the worker's host) the claim also takes all the
-    job's devices there, or raises `DevicesBusy` and leaves the job queued.
+    job's devices there, or raises `DevicesBusy` and leaves the job queued (a multi-device job
+    refused for want of devices reserves the host then: `_devices_for`).
     """
     now = Now()  # the database's clock, in the statement: heartbeats and reapers compare with it
+    refused: DevicesBusy | None = None
     with transaction.atomic():
+        host = worker_host(worker)
         if host_devices is not None:
-            _lock_host(worker_host(worker))
-        claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
-            status=JobStatus.RUNNING, worker=worker[:200], started_at=now, heartbeat_at=now, updated_at=now
-        )
-        if claimed != 1:
-            return None
-        job = Job.objects.select_related("run").get(pk=job_id)  # row-locked by the UPDATE above
-        if host_devices is not None:
-            # Raising rolls the claim back: the job stays queued, untouched.
-            job.devices = _devices_for(job, host=worker_host(worker), host_devices=host_devices)
-            job.save(update_fields=["devices", "updated_at"])
-        _lock_experiment(job)
-        # The host that runs the job may differ from the one that queued it.
-        job.versions = {**job.versions, "executed": versions_capture()}
-        job.save(update_fields=["versions", "updated_at"])
-        _record_transition(job, from_status=JobStatus.QUEUED, reason=f"claimed by {worker}", actor=worker)
-        _after_transition(job)
+            _lock_host(host)
+        try:
+            with transaction.atomic():  # a savepoint: a refusal rolls the claim back, the job stays queued
+                claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
+                    status=JobStatus.RUNNING, worker=worker[:200], started_at=now, heartbeat_at=now, updated_at=now,
+                    reserved_host="",
+                )  # fmt: skip
+                if claimed != 1:
+                    return None
+                job = Job.objects.select_related("run").get(pk=job_id)  # row-locked by the UPDATE above
+                if host_devices is not None:
+                    job.devices = _devices_for(job, host=host, host_devices=host_devices)
+                    job.save(update_fields=["devices", "updated_at"])
+        except DevicesBusy as busy:
+            refused = busy
+            if busy.may_reserve and host_devices is not None:
+                _reserve_host(job_id, host=host, host_devices=host_devices)
+        if refused is None:
+            _lock_experiment(job)
+            # The host that runs the job may differ from the one that queued it.
+            job.versions = {**job.versions, "executed": versions_capture()}
+            job.save(update_fields=["versions", "updated_at"])
+            _record_transition(job, from_status=JobStatus.QUEUED, reason=f"claimed by {worker}", actor=worker)
+            _after_transition(job)
+    if refused is not None:
+        raise refused
     return job
 
 
@@ -393,7 +496,8 @@ def job_report(
     log_line: str | None = None,
     hardware_sample: dict[str, Any] | None = None,
 ) -> None:
-    """Stream progress, a metrics point (loss, tokens/s at a step) and/or a log line into the records.
+    """Stream progress, a metrics point (loss, tokens/s at a step), a log line and/or a hardware
+    sample (apps.jobs.hardware) into the records, and tell the job's watchers (``job.progress``).
 
     Only the worker that holds the job writes its metrics, so the read-append-write of the JSON
     below has a single writer. Reports for a job that is no longer running (a reaped attempt,
@@ -438,6 +542,9 @@ def job_report(
             payload["metrics_point"] = metrics_point
         if log_line is not None:
             payload["log_line"] = log_line
+        if hardware_sample is not None:
+            # The job page redraws its hardware chart when one comes (static/dashboard/hardware.js).
+            payload["hardware_sample"] = fields["metrics"]["hardware"][-1]
         _publish(job, LiveEvent.JOB_PROGRESS, payload)
 
 

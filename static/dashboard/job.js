@@ -115,9 +115,23 @@
     document.body.dataset.live = text;
   }
 
+  // The hardware chart (hardware.js) is fetched again when a sample comes, when the job's status
+  // changes (its last sample), and after a reconnect (samples may have come meanwhile).
+  const hardware = () => { if (window.rsiHardware) window.rsiHardware.refresh(); };
+  let snapshots = 0;
+
   window.rsiJobSocket = new live.LiveSocket(config.ws, {
-    snapshot: (snapshot) => { state = live.jobStateFrom(snapshot); window.rsiJobState = state; schedule(); },
-    event: (event, payload) => { if (state && live.applyJobEvent(state, event, payload)) schedule(); },
+    snapshot: (snapshot) => {
+      state = live.jobStateFrom(snapshot);
+      window.rsiJobState = state;
+      schedule();
+      if (snapshots++ > 0) hardware();
+    },
+    event: (event, payload) => {
+      if (!state || !live.applyJobEvent(state, event, payload)) return;
+      schedule();
+      if (payload.hardware_sample || event === "job.updated") hardware();
+    },
     state: onState,
   });
   document.addEventListener("DOMContentLoaded", () => { if (state) schedule(); });

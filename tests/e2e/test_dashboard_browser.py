@@ -289,6 +289,21 @@ def test_record_pages_open_and_stay_live(transactional_db, live_url, page):
     )
     assert held == fresh
     assert held["metrics_points"][-1] == {"step": 30, "loss": 1.25}
+    # The worker's sampler reports a hardware point (apps.jobs.hardware): the chart and the peaks
+    # follow through the job's websocket, without a reload.
+    page.evaluate("window.__sameDocument = true")
+    assert page.text_content("#hw-peak-ram") == "—"
+    gpu = {"index": 0, "util_percent": 97.0, "memory_mib": 7000.0, "memory_total_mib": 81559.0, "temperature_c": 71.0}
+    for t, ram in ((0, 800.0), (10, 1234.5)):
+        sample = {"t": t, "cpu_percent": 50.0 + t, "ram_mib": ram, "host_ram_percent": 31.0, "gpus": [gpu]}
+        act(job_report, job=job, hardware_sample=sample)
+        page.wait_for_function("(ram) => document.getElementById('hw-peak-ram').textContent === ram",
+                               arg=f"{ram:.1f}", timeout=WAIT_MS)  # fmt: skip
+    traces = page.evaluate("document.getElementById('job-hardware-chart').data.map((t) => [t.name, t.x, t.y])")
+    assert ["RAM MiB", [0, 10], [800, 1234.5]] in traces
+    assert ["CPU %", [0, 10], [50, 60]] in traces
+    assert page.text_content("#hw-gpus") == " · GPU 0 peak 7000.0 / 81559.0 MiB"
+    assert page.evaluate("window.__sameDocument") is True
     screenshot(page, "job-page")
 
     page.goto(f"{live_url}/datapool/")

@@ -23,7 +23,7 @@ def test_job_page_charts_the_samples_and_says_peak_memory_and_oom(world, as_role
     )
     response = as_role("viewer").get(reverse("dashboard:job", args=[job.uuid]))
     html = response.content.decode()
-    assert "peak RAM 1234.0 MiB" in html
+    assert 'peak RAM <span id="hw-peak-ram">1234.0</span> MiB' in html  # the span hardware.js renews live
     assert "GPU 0 peak 70000.0 / 81559.0 MiB" in html
     assert "out of memory" in html
     figure = response.context["hardware_figure"]
@@ -51,3 +51,19 @@ def test_the_experiment_node_summarises_each_jobs_hardware(world, as_role):
     assert "peak RAM 2048.0 MiB · GPU 0 peak 70000.0 MiB" in html
     row = next(r for r in response.context["jobs"] if r["job"].pk == job.pk)
     assert row["hardware"]["runtime_seconds"] is not None
+
+
+def test_the_job_pages_hardware_json_is_what_the_page_redraws_live(world, as_role):
+    job = world.jobs["running"]
+    url = reverse("dashboard:job-hardware", args=[job.uuid])
+    page = as_role("viewer").get(reverse("dashboard:job", args=[job.uuid]))
+    assert page.context["page_config"]["hardware"] == url
+    Job.objects.filter(pk=job.pk).update(
+        metrics={**job.metrics, "hardware": [{"t": 0, "cpu_percent": 10, "ram_mib": 900, "gpus": [GPU]}]}
+    )
+    body = as_role("viewer").get(url).json()
+    assert body["figure"]["data"][1]["y"] == [900]
+    assert body["summary"]["peak_ram_mib"] == 900.0
+    assert body["summary"]["gpus"][0]["memory_mib"] == 70_000.0
+    assert as_role("nobody").get(url).status_code == 403
+    assert as_role("viewer").get(reverse("dashboard:job-hardware", args=[world.run.uuid])).status_code == 404
