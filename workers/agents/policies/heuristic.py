@@ -1248,11 +1248,11 @@ class MainHeuristic:
         for what its report calls for: the report is information still to come, and one that arrives
         to a full cap could change nothing. The strongest line still moves meanwhile in the others."""
         taken = self._branches(state) + len(state["pending"])
-        pending_review = state.get("review_coming") or any(
+        pending_review = bool(state.get("review_coming")) or any(
             r.get("status") != "reported" for r in state["reviewers"].values()
         )
         keep = 1 if pending_review and trigger != "review_report" else 0
-        return max(0, self.defaults["max_workers"] - taken - keep)
+        return max(0, int(self.defaults["max_workers"]) - taken - keep)
 
     def _follow_up(self, view: StepView, state: dict[str, Any], direction: str, kind: str, trigger: str,
                    rationale: str, *, search: bool = False, subject: str | None = None) -> None:  # fmt: skip

@@ -248,9 +248,8 @@ class Command(BaseCommand):
             "--benchmark", default=None, help="the run's sealed benchmark (default: the profile's arithmetic)"
         )
         # The defaults are sized for a first result within ten minutes on two cores (issue 36, item 8;
-        # docs/benchmarks.md "The first ten minutes"): batches of 32, four Workers, so that the slot
-        # left after the first result and its continuation can be the first Reviewer's to fill (when
-        # the data screen finishes before the recipe sweep; measured: one run of two).
+        # docs/benchmarks.md "The first ten minutes"): batches of 32, four Workers; the Main Agent keeps
+        # one slot for a pending review's follow-ups, so the first report can change a decision.
         parser.add_argument(
             "--accelerator-seconds", type=int, default=1500, help="the run's accelerator budget (gpu-queue seconds)"
         )
