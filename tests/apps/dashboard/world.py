@@ -103,13 +103,6 @@ def _evaluation(run: Run, *, checkpoint: Checkpoint, split: str, correct: int, n
     return evaluation_made(run, checkpoint=checkpoint, split=split, rows=_rows(correct, n), experiment=experiment)
 
 
-def _trained(
-    experiment: Experiment, *, worker: str, points: list[dict[str, float]], weights: str
-) -> tuple[Job, Checkpoint]:
-    """Start ``experiment`` and run its training job to success; the pipeline then queues its evaluation."""
-    return experiment_trained(experiment, weights=weights, points=points, worker=worker)
-
-
 def feedback_succeed(experiment: Experiment, *, correct: int, n: int = 100, worker: str = "gpu@host-a") -> Evaluation:
     """The feedback evaluation the pipeline queued for ``experiment`` runs and succeeds (the experiment with it)."""
     return factories.feedback_succeed(experiment, rows=_rows(correct, n), worker=worker)
@@ -165,7 +158,7 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
         run=run, owner=w1, kind="train_eval", input_checkpoint=base, claim="SFT lifts accuracy",
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 1e-4, "max_steps": 50}},
     )  # fmt: skip
-    train, ckpt1 = _trained(
+    train, ckpt1 = experiment_trained(
         exp1, worker="gpu@host-a", points=[{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], weights="b" * 64
     )
     e1 = feedback_succeed(exp1, correct=42)
@@ -179,7 +172,7 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
         run=run, owner=w1, kind="train_eval", input_checkpoint=ckpt1, parents=[exp1],
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 5e-5, "max_steps": 80}},
     )  # fmt: skip
-    _, ckpt2 = _trained(
+    _, ckpt2 = experiment_trained(
         exp2, worker="gpu@host-a", points=[{"step": 1, "loss": 1.8}, {"step": 2, "loss": 1.2}], weights="d" * 64
     )
     e2 = feedback_succeed(exp2, correct=61)
