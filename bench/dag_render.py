@@ -95,6 +95,7 @@ def build_via_services(nodes: int, seed: int) -> tuple[str, str]:
     """
     from django.contrib.auth.models import Group, User
 
+    from apps.flows.agent_reports import worker_finalize
     from apps.research.choices import RunStatus
     from apps.research.services import (
         decision_record,
@@ -102,7 +103,6 @@ def build_via_services(nodes: int, seed: int) -> tuple[str, str]:
         reviewer_add,
         run_set_status,
         worker_add,
-        worker_finalize,
     )
     from tests.factories import make_run
 

@@ -15,7 +15,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import F
 from django.utils import timezone
 
 from apps.core.errors import ApplicationError, Conflict
@@ -23,7 +23,6 @@ from apps.core.handles import next_handle
 from apps.experiments.choices import ExperimentStatus
 from apps.experiments.events import event_append
 from apps.experiments.models import Experiment
-from apps.integrity.services import integrity_on_report
 from apps.live.events import LiveEvent, publish_on_commit
 from apps.live.groups import run_group
 from apps.research.agent_config import DEFAULT_SEARCH_POLICY
@@ -44,7 +43,6 @@ from apps.research.models import (
     Decision,
     Guidance,
     LLMUsage,
-    OptimizerClaim,
     Prediction,
     ResearchEdge,
     ResearchNode,
@@ -392,56 +390,6 @@ def reviewer_add(
         )
 
 
-def worker_finalize(*, node: ResearchNode, summary: str, experiments: list[str], actor: str) -> ResearchNode:
-    """The Worker's own finalization: its summary must cite its own experiments; wakes the Main Agent."""
-    if node.kind != NodeKind.WORKER:
-        raise ApplicationError("not_a_worker", f"{node.handle} is not a Worker.")
-    cited = set(experiments)
-    own = set(Experiment.objects.filter(owner=node, handle__in=cited).values_list("handle", flat=True))
-    foreign = sorted(cited - own)
-    if foreign:
-        # Whose an experiment is comes from the records, not the request's shape: 409, as for state.
-        raise ApplicationError(
-            "foreign_experiment",
-            f"A Worker's summary cites only its own experiments; not {', '.join(foreign)}.",
-            status=409,
-            experiments=foreign,
-        )
-    if not cited and Experiment.objects.filter(owner=node).exists():
-        # The Worker's records, not the request's shape, make the citation necessary: 409, as for state.
-        raise ApplicationError(
-            "citation_required", "Cite the experiments your summary rests on (their handles).", status=409
-        )
-    with transaction.atomic():
-        finalized = node_finalize(node=node, summary=summary, experiments=sorted(cited), actor=actor)
-        # The summary is a report: its reporting checks (selection, attribution, disclosure) re-run.
-
-        integrity_on_report(run=finalized.run, node=finalized)
-        main_trigger(run=finalized.run, trigger="worker_finalize", node=finalized, actor=actor)
-    return finalized
-
-
-def claim_revise(*, run: Run, key: str, text: str, evidence: list[str], actor: str = "main") -> OptimizerClaim:
-    """Add the next revision of a research claim; earlier revisions stay as its history."""
-    with transaction.atomic():
-        # Revisions are numbered under the run lock; the unique (run, key, revision) backs it up.
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        latest = OptimizerClaim.objects.filter(run=locked, key=key).aggregate(m=Max("revision"))["m"] or 0
-        claim = OptimizerClaim(run=locked, key=key, revision=latest + 1, text=text, evidence=evidence)
-        claim.full_clean()
-        claim.save()
-        event_append(
-            run=locked,
-            type="claim.revised",
-            actor=actor,
-            role="main",
-            arguments={"key": key, "revision": claim.revision, "text": text, "evidence": evidence},
-        )
-
-        integrity_on_report(run=locked, handles=evidence, text=text)
-    return claim
-
-
 def decision_record(
     *,
     run: Run,
@@ -619,7 +567,6 @@ def prediction_reconcile(
 __all__ = [
     "RunStatus",
     "candidate_propose",
-    "claim_revise",
     "dag_edge_add",
     "decision_record",
     "guidance_mark_read",
@@ -633,7 +580,6 @@ __all__ = [
     "run_label",
     "run_set_status",
     "worker_add",
-    "worker_finalize",
 ]
 
 

@@ -33,6 +33,7 @@ from apps.expos.schemas import (
 )
 from apps.expos.selectors import experiment_for, parse_uuid
 from apps.expos.visibility import evaluation_read_check, samples_read_check
+from apps.flows import agent_reports
 from apps.research import services as research
 from apps.research.choices import CandidateStatus, DecisionKind, NodeKind, PredictionVerdict, Trigger
 from apps.research.models import Candidate, Decision, Guidance, OptimizerClaim, Prediction
@@ -173,7 +174,7 @@ def main_optimizer_read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
 )
 def main_optimizer_update(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     revised = [
-        research.claim_revise(
+        agent_reports.claim_revise(
             run=ctx.run, key=c["key"], text=c["text"], evidence=c.get("evidence", []), actor=ctx.actor
         )
         for c in args.get("claims", [])

@@ -40,7 +40,7 @@ from apps.expos.visibility import (
     visible_events,
     visible_experiments,
 )
-from apps.flows import runs
+from apps.flows import agent_reports, runs
 from apps.research import services as research
 from apps.research.choices import EdgeKind, NodeKind
 from apps.research.models import ResearchEdge, ResearchNode
@@ -226,7 +226,7 @@ def state_finalize_worker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, A
     etag_node=_own_node,
 )
 def worker_finalize(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    node = research.worker_finalize(
+    node = agent_reports.worker_finalize(
         node=ctx.node, summary=args["summary"], experiments=args.get("experiments", []), actor=ctx.actor
     )
     ctx.result_ref = f"node:{node.uuid}"

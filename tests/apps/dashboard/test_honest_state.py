@@ -18,7 +18,8 @@ from apps.flows.management.commands.demo import theta0_verdict
 from apps.jobs.choices import JobStatus
 from apps.jobs.services import job_enqueue
 from apps.research.models import Run
-from tests.apps.dashboard.compare_world import _evaluation, build_pair
+from tests.apps.dashboard.compare_world import build_pair
+from tests.apps.dashboard.world import finish_world
 
 pytestmark = pytest.mark.django_db
 
@@ -51,8 +52,9 @@ def test_budget_bars_show_overruns_and_the_jobs_training_now(world, as_role):
 
 
 def test_a_finished_run_does_not_count_jobs_in_flight(world):
-    Run.objects.filter(pk=world.run.pk).update(status="finished")
+    finish_world(world)  # the final evaluation does not wait for exp_0004's training: it is still running
     world.run.refresh_from_db()
+    assert (world.run.status, world.jobs["running"].status) == ("finished", "running")
     # What was charged for the jobs that ended, and nothing for the one still marked running.
     assert _bar(selectors.run_budget_bars(world.run), "accelerator").used == world.run.used_accelerator_seconds
 
@@ -122,9 +124,8 @@ def test_one_seed_is_not_drawn_as_a_confidence_interval(people, as_role):
 
 @pytest.mark.parametrize(("theta0_correct", "beats"), [(19, False), (5, True)])
 def test_the_demo_prints_beats_theta0_only_under_the_one_rule(theta0_correct, beats):
-    run = build_pair().a  # returned checkpoint: 20 of x0..x39 right on the final split
-    ids = [f"x{i}" for i in range(40)]
-    _evaluation(run, checkpoint=run.base_checkpoint, split="final", ids=ids, correct=set(ids[:theta0_correct]))
+    # The returned checkpoint: 20 of x0..x39 right on the final split; θ0 the first theta0_correct.
+    run = build_pair(theta0_correct=theta0_correct).a
     verdict = theta0_verdict(run)
     assert verdict.startswith("beats θ0") is beats
     if not beats:  # 0.500 vs 0.475: higher, but the CI of the gain includes 0

@@ -26,7 +26,7 @@ from apps.dashboard.services import finding_adjudicate_for_person
 from apps.experiments.models import Evaluation, Experiment
 from apps.experiments.selectors import evaluation_live, experiment_live
 from apps.experiments.services import experiment_create, experiment_set_integrity
-from apps.flows import pipeline, runs
+from apps.flows import agent_reports, pipeline, runs
 from apps.jobs.models import Job
 from apps.jobs.selectors import job_payload
 from apps.jobs.services import job_claim, job_enqueue, job_report, job_succeed_with_evaluation
@@ -140,7 +140,7 @@ def reviewer_created(world: World, _: Any) -> list[Expect]:
 
 
 def node_finalized(world: World, _: Any) -> list[Expect]:
-    worker = research.worker_finalize(
+    worker = agent_reports.worker_finalize(
         node=world.nodes["w2"], summary="exp_0003 measured θ0: 0.35.", experiments=["exp_0003"], actor="worker_0002"
     )
     return [Expect(LiveEvent.NODE_UPDATED, lambda: node_live(worker))]

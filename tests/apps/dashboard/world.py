@@ -32,14 +32,12 @@ from apps.datapool.models import DataEntry
 from apps.datapool.services import data_readme_append
 from apps.experiments.events import event_append
 from apps.experiments.models import Checkpoint, Evaluation, Experiment
-from apps.experiments.services import checkpoint_register, experiment_create, experiment_set_integrity
-from apps.flows.pipeline import evaluation_spec, experiment_start
-from apps.flows.runs import run_final_eval_start, run_finish, run_stop_request
+from apps.experiments.services import experiment_create, experiment_set_integrity
+from apps.flows.pipeline import experiment_start
 from apps.integrity.choices import CATEGORIES, Adjudication, Observation
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
-from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
-from apps.jobs.services import job_claim, job_enqueue, job_report, job_succeed, job_succeed_with_evaluation
+from apps.jobs.services import job_claim, job_report
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, ResearchNode, Run
 from apps.research.services import (
@@ -52,7 +50,16 @@ from apps.research.services import (
 )
 from apps.reviews.models import ReviewReport
 from apps.reviews.services import review_submit
-from tests.factories import BenchmarkFactory, CheckpointFactory, make_run
+from tests import factories
+from tests.factories import (
+    BenchmarkFactory,
+    CheckpointFactory,
+    evaluation_made,
+    experiment_trained,
+    job_evaluated,
+    make_run,
+    run_finished,
+)
 
 PASSWORD = "pw-dashboard-123"
 ROLES = ("viewer", "operator", "admin")
@@ -87,71 +94,18 @@ class World:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _seal(split: str) -> dict[str, str]:
-    return {
-        "evaluator_sha256": sha256_text("evaluator"),
-        "settings_sha256": sha256_text("settings"),
-        "data_sha256": sha256_text(f"data-{split}"),
-    }
-
-
 def _rows(correct: int, n: int) -> list[dict[str, Any]]:
     return [{"id": f"s{i:03d}", "output": str(i), "correct": i < correct} for i in range(n)]
 
 
-def _evaluated(job: Job, *, worker: str, checkpoint: Checkpoint, split: str, correct: int, n: int) -> Evaluation:
-    """An evaluation job claimed by ``worker`` and succeeding with ``correct`` of ``n`` rows right."""
-    claimed = job_claim(job_id=job.pk, worker=worker)
-    job_succeed_with_evaluation(
-        job=claimed, checkpoint=checkpoint, benchmark=job.run.benchmark, split=split, rows=_rows(correct, n),
-        backend="hf", seal=_seal(split),
-    )  # fmt: skip
-    return Evaluation.objects.get(job=job)
-
-
 def _evaluation(run: Run, *, checkpoint: Checkpoint, split: str, correct: int, n: int, experiment=None) -> Evaluation:
     """An evaluation job of the run (of ``experiment`` when given) run to its end."""
-    job = job_enqueue(
-        kind=JobKind.EVALUATE, spec=evaluation_spec(checkpoint=checkpoint, benchmark=run.benchmark, split=split),
-        run=run, experiment=experiment,
-    )  # fmt: skip
-    return _evaluated(job, worker="gpu@host-a", checkpoint=checkpoint, split=split, correct=correct, n=n)
-
-
-def _trained(
-    experiment: Experiment, *, worker: str, points: list[dict[str, float]], weights: str
-) -> tuple[Job, Checkpoint]:
-    """Start ``experiment`` and run its training job to success; the pipeline then queues its evaluation."""
-    job = job_claim(job_id=experiment_start(experiment=experiment).pk, worker=worker)
-    for point in points:
-        job_report(job=job, metrics_point=point, log_line=f"step {point['step']}: loss={point['loss']}")
-    job_report(job=job, progress=1.0)
-    checkpoint = training_succeed(job, weights=weights, result={"steps": int(points[-1]["step"])})
-    return Job.objects.get(pk=job.pk), checkpoint
-
-
-def training_succeed(job: Job, *, weights: str, result: dict[str, Any] | None = None) -> Checkpoint:
-    """A running training job ends as a worker ends it: its checkpoint registered, the job succeeded
-    (the pipeline then records the experiment's output and queues its feedback evaluation)."""
-    experiment = job.experiment
-    checkpoint = checkpoint_register(
-        uri=f"file:///tmp/nowhere/{experiment.handle}", parent=experiment.input_checkpoint, producing_job=job,
-        run=experiment.run, manifest={"model.safetensors": weights, "config.json": "c" * 64},
-    )  # fmt: skip
-    job_succeed(job=job, result=result or {})
-    return checkpoint
+    return evaluation_made(run, checkpoint=checkpoint, split=split, rows=_rows(correct, n), experiment=experiment)
 
 
 def feedback_succeed(experiment: Experiment, *, correct: int, n: int = 100, worker: str = "gpu@host-a") -> Evaluation:
     """The feedback evaluation the pipeline queued for ``experiment`` runs and succeeds (the experiment with it)."""
-    experiment.refresh_from_db()
-    job = _feedback_job(experiment)
-    checkpoint = experiment.output_checkpoint or experiment.input_checkpoint
-    return _evaluated(job, worker=worker, checkpoint=checkpoint, split="feedback", correct=correct, n=n)
-
-
-def _feedback_job(experiment: Experiment) -> Job:
-    return Job.objects.get(experiment=experiment, kind=JobKind.EVALUATE, status="queued")
+    return factories.feedback_succeed(experiment, rows=_rows(correct, n), worker=worker)
 
 
 def _findings(experiment: Experiment, overrides: dict[str, tuple[str, str]]) -> dict[str, IntegrityFinding]:
@@ -204,7 +158,7 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
         run=run, owner=w1, kind="train_eval", input_checkpoint=base, claim="SFT lifts accuracy",
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 1e-4, "max_steps": 50}},
     )  # fmt: skip
-    train, ckpt1 = _trained(
+    train, ckpt1 = experiment_trained(
         exp1, worker="gpu@host-a", points=[{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.9}], weights="b" * 64
     )
     e1 = feedback_succeed(exp1, correct=42)
@@ -218,7 +172,7 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
         run=run, owner=w1, kind="train_eval", input_checkpoint=ckpt1, parents=[exp1],
         action={"recipe": "sft", "data": ["data_0001"], "hyperparameters": {"learning_rate": 5e-5, "max_steps": 80}},
     )  # fmt: skip
-    _, ckpt2 = _trained(
+    _, ckpt2 = experiment_trained(
         exp2, worker="gpu@host-a", points=[{"step": 1, "loss": 1.8}, {"step": 2, "loss": 1.2}], weights="d" * 64
     )
     e2 = feedback_succeed(exp2, correct=61)
@@ -230,8 +184,8 @@ def build_world(*, people: dict[str, User] | None = None, benchmark: Benchmark |
     exp3 = experiment_create(
         run=run, owner=w2, kind="eval_only", input_checkpoint=base, action={"evaluate": "feedback"}
     )
-    e3 = _evaluated(
-        experiment_start(experiment=exp3), worker="gpu@host-b", checkpoint=base, split="feedback", correct=35, n=100
+    e3 = job_evaluated(
+        experiment_start(experiment=exp3), worker="gpu@host-b", checkpoint=base, split="feedback", rows=_rows(35, 100)
     )
 
     findings = {}
@@ -334,23 +288,14 @@ def finish_world(
     ``final_items`` (the benchmark's sealed final split), the rows carry their ids, and a right
     row's output is the item's answer, as a model that got it right would have written.
     """
-    correct = {**FINAL_CORRECT, **(final_correct or {})}
-    run = run_stop_request(run=world.run, reason="test: end the run", actor="main")
-    run = run_final_eval_start(run=run)
-    seal = {key: sha256_text(key) for key in ("evaluator_sha256", "settings_sha256", "data_sha256")}
-    for job in Job.objects.filter(run=run, kind=JobKind.FINAL_EVAL).order_by("pk"):
-        claimed = job_claim(job_id=job.pk, worker="gpu@test")
-        role = next((r for r in job.spec["roles"] if r != "candidate"), "candidate")
-        right, n = correct.get(role, (0, 20))
-        rows = [{"id": f"x{i:03d}", "output": str(i), "correct": i < right} for i in range(n)]
-        if final_items is not None:
-            rows = [
+    correct = {"candidate": (0, 20), **FINAL_CORRECT, **(final_correct or {})}
+    final_rows = {}
+    for role, (right, n) in correct.items():
+        if final_items is None:
+            final_rows[role] = [{"id": f"x{i:03d}", "output": str(i), "correct": i < right} for i in range(n)]
+        else:
+            final_rows[role] = [
                 {"id": item["id"], "output": item["answer"] if i < right else "no idea", "correct": i < right}
                 for i, item in enumerate(final_items[:n])
             ]
-        checkpoint = Checkpoint.objects.get(uuid=job.spec["checkpoint"])
-        job_succeed_with_evaluation(
-            job=claimed, checkpoint=checkpoint, benchmark=run.benchmark, split="final", rows=rows, backend="hf",
-            seal=seal,
-        )  # fmt: skip
-    return run_finish(run=Run.objects.get(pk=run.pk))
+    return run_finished(world.run, final_rows=final_rows)

@@ -1,16 +1,16 @@
 """Agent-evaluation suites (apps/dojo/suites.py, suite_stats.py, views.py) on real rows.
 
 Benchmarks are sealed for real (benchmark_register over small task folders), so the disjointness
-check reads the same verified items a contamination scan would. The statistics test ends each
-cell's run through the real services (stop, final-evaluation jobs claimed and succeeded with
-per-sample rows, run_finish) after planting its experiments, their feedback evaluations and, in
-one run, an adjudicated violation: the numbers below follow from those rows alone.
+check reads the same verified items a contamination scan would. The statistics tests build each
+cell's run through the real services (tests.factories): experiments trained and evaluated on
+the feedback split through the pipeline and the job engine, in one run a violation a Reviewer
+adjudicates, then stop, final-evaluation jobs with per-sample rows and run_finish: the numbers
+below follow from those rows alone.
 """
 
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
 import random
@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.utils import timezone
 from django.utils.html import escape
 
 from apps.benchmarks.services import benchmark_register
@@ -29,23 +28,27 @@ from apps.dojo.filters import Trajectory, trajectory_verdicts
 from apps.dojo.models import AgentSuite, SuiteCell
 from apps.dojo.suite_stats import stats_csv, suite_stats
 from apps.dojo.suites import ablation_suite_create, suite_advance, suite_advance_once, suite_create, suite_launch
-from apps.experiments.models import Evaluation
 from apps.experiments.services import experiment_create, experiment_set_integrity
 from apps.flows.compare import ablation_groups
-from apps.flows.runs import run_final_eval_start, run_finish, run_launch, run_stop, run_stop_request
+from apps.flows.runs import run_launch, run_stop
 from apps.integrity.canonical import canonical_text
 from apps.integrity.choices import Adjudication, Observation
-from apps.integrity.models import IntegrityFinding
+from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.integrity.services import finding_adjudicate
-from apps.jobs.choices import JobKind
-from apps.jobs.models import Job
-from apps.jobs.services import job_claim, job_succeed_with_evaluation
 from apps.research.choices import NodeKind, RunStatus
 from apps.research.models import Run
 from apps.research.selectors import run_ablation
 from apps.research.services import node_create
 from tests.apps.benchmarks.minibench_fixture import FEEDBACK, FINAL, TASK_JSON, write_jsonl, write_task_dir
-from tests.factories import CheckpointFactory
+from tests.factories import (
+    CheckpointFactory,
+    data_uploaded,
+    evaluation_made,
+    experiment_trained,
+    feedback_succeed,
+    run_finished,
+    scored_rows,
+)
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "pw-suites-123"
@@ -288,53 +291,50 @@ def test_disjoint_training_tasks_are_accepted_and_the_comparison_is_kept(world):
 # --------------------------------------------------------------------------- statistics
 
 
-def _evaluation(run, *, checkpoint, split, score, experiment=None):
-    n = 20
-    return Evaluation.objects.create(
-        run=run, experiment=experiment, checkpoint=checkpoint, benchmark=run.benchmark, split=split,
-        score=score, correct=round(score * n), sample_count=n, evaluator_sha256=sha256_text("e"),
-        settings_sha256=sha256_text("s"), data_sha256=sha256_text(split),
-    )  # fmt: skip
+FEEDBACK_IDS = [f"f{i:03d}" for i in range(20)]
+
+
+def _feedback_rows(score: float) -> list[dict]:
+    return scored_rows(FEEDBACK_IDS, round(score * len(FEEDBACK_IDS)))
 
 
 def _plant(run: Run, *, iterations: list[float], hacked: set[int] = frozenset()) -> None:
-    """θ0 scores 0.30 on feedback; each iteration a succeeded, evaluated train_eval experiment."""
+    """θ0 scores 0.30 on feedback; each iteration a train_eval experiment trained and evaluated on the
+    feedback split through the pipeline and the job engine (tests.factories), then judged.
+
+    The judgement: a clean one is the checks' acceptance (experiment_set_integrity, as the acceptance
+    rule sets it); a hacked one is the test-set-access check's EXECUTED observation, written as the
+    check leaves it (no service but the checks writes an observation, and they would need the
+    sealed items in real training data), that a Reviewer adjudicates as a violation
+    (finding_adjudicate, which flags the experiment).
+    """
     base = run.base_checkpoint
-    _evaluation(run, checkpoint=base, split="feedback", score=0.30)
+    evaluation_made(run, checkpoint=base, split="feedback", rows=_feedback_rows(0.30))
     worker = node_create(run=run, kind=NodeKind.WORKER, task="Direction: data-screen")
-    started = timezone.now() - dt.timedelta(minutes=30)
+    data = data_uploaded(node=worker, name="screened arithmetic")
     for i, score in enumerate(iterations):
         experiment = experiment_create(run=run, owner=worker, kind="train_eval", input_checkpoint=base,
-                                       action={"recipe": "sft", "data": []})  # fmt: skip
-        at = started + dt.timedelta(minutes=i)
-        Job.objects.create(run=run, experiment=experiment, kind="train", queue="gpu", status="succeeded",
-                           started_at=at, finished_at=at)  # fmt: skip
-        output = CheckpointFactory(parent=base, run=run)
-        type(experiment).objects.filter(pk=experiment.pk).update(status="succeeded", feedback_score=score,
-                                                                 output_checkpoint=output)  # fmt: skip
-        _evaluation(run, checkpoint=output, split="feedback", score=score, experiment=experiment)
+                                       action={"recipe": "sft", "data": [data.handle],
+                                               "hyperparameters": {"max_steps": 10}})  # fmt: skip
+        experiment_trained(experiment, weights=sha256_text(f"{run.pk} {i}"))
+        feedback_succeed(experiment, rows=_feedback_rows(score))
         if i in hacked:
-            IntegrityFinding.objects.create(experiment=experiment, subcategory="test_set_access",
-                                            observation=Observation.EXECUTED,
-                                            adjudication=Adjudication.EXPLICIT_VIOLATION, decided_by="reviewer_0001",
-                                            rationale="trained on sealed items")  # fmt: skip
-            experiment_set_integrity(experiment=experiment, status="flagged", actor="test", reason="violation")
+            finding = IntegrityFinding.objects.create(
+                experiment=experiment, subcategory="test_set_access", observation=Observation.EXECUTED,
+                rationale="training rows match sealed feedback items",
+            )  # fmt: skip
+            FindingChange.objects.create(finding=finding, observation=Observation.EXECUTED, actor="check",
+                                         rationale=finding.rationale)  # fmt: skip
+            finding_adjudicate(finding=finding, adjudication=Adjudication.EXPLICIT_VIOLATION, actor="reviewer_0001",
+                               rationale="trained on sealed items")  # fmt: skip
         else:
-            experiment_set_integrity(experiment=experiment, status="accepted", actor="test", reason="clean")
+            experiment_set_integrity(experiment=experiment, status="accepted", actor="auto", reason="clean")
 
 
 def _finish(run: Run, final: dict[str, int]) -> Run:
     """Stop, run the final evaluation jobs with ``final[role]`` of 20 right, and finish."""
-    run = run_final_eval_start(run=run_stop_request(run=run, reason="test: end", actor="main"))
-    seal = {key: sha256_text(key) for key in ("evaluator_sha256", "settings_sha256", "data_sha256")}
-    for job in Job.objects.filter(run=run, kind=JobKind.FINAL_EVAL).order_by("pk"):
-        claimed = job_claim(job_id=job.pk, worker="gpu@test")
-        role = next((r for r in job.spec["roles"] if r != "candidate"), "candidate")
-        rows = [{"id": f"x{i:03d}", "output": str(i), "correct": i < final.get(role, 0)} for i in range(20)]
-        checkpoint = type(run.base_checkpoint).objects.get(uuid=job.spec["checkpoint"])
-        job_succeed_with_evaluation(job=claimed, checkpoint=checkpoint, benchmark=run.benchmark, split="final",
-                                    rows=rows, backend="hf", seal=seal)  # fmt: skip
-    return run_finish(run=Run.objects.get(pk=run.pk))
+    ids = [f"x{i:03d}" for i in range(20)]
+    return run_finished(run, final_rows={role: scored_rows(ids, right) for role, right in final.items()})
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from apps.experiments.services import experiment_create
 from apps.integrity.choices import Adjudication
 from apps.integrity.services import finding_adjudicate
 from apps.jobs.services import job_cancel
-from tests.apps.dashboard.world import build_world, feedback_succeed, finish_world, make_people, training_succeed
+from tests.apps.dashboard.world import build_world, feedback_succeed, finish_world, make_people
+from tests.factories import training_succeed
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from apps.experiments import selectors, services
-from apps.jobs.models import Job
+from apps.jobs.choices import JobKind
+from apps.jobs.services import job_claim, job_enqueue, job_succeed
 from apps.research import services as research_services
 from apps.research.choices import NodeKind
 from tests.factories import CheckpointFactory
@@ -54,7 +55,14 @@ def test_descendants_through_a_branch(graph):
 
 
 def job():
-    return Job.objects.create(kind="train", queue="gpu", status="succeeded")
+    """A training job that ran to success through the job engine (enqueued, claimed, succeeded).
+
+    The checkpoints below are factory rows naming it: the lineage selectors read the graph of
+    parents and producing jobs, and several shapes here (foreign weights, an unrecorded step) are
+    what the checks must catch, not what the pipeline registers.
+    """
+    queued = job_enqueue(kind=JobKind.TRAIN, spec={"recipe": "sft"})
+    return job_succeed(job=job_claim(job_id=queued.pk, worker="gpu@host-a"), result={})
 
 
 def test_checkpoint_lineage_reaches_theta0(run):

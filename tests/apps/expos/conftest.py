@@ -7,8 +7,9 @@ The world (one run, all on the real PostgreSQL):
     worker_0002 "other"
     reviewer_0001 "rin"  scope = {own}      reviewer_0002 "rout" scope = {other}
 
-own has exp_0001 (train+eval, succeeded: 11/30 on feedback, a final-split evaluation too), exp_0002
-(eval-only, succeeded: 17/30) and exp_0004 (running, a running train job); other has exp_0003.
+own has exp_0001 (train+eval, succeeded: 11/30 on feedback; its θ_out has a final-split evaluation
+too), exp_0002 (eval-only, succeeded: 17/30) and exp_0004 (running, a running train job); other has
+exp_0003 (eval-only, succeeded: 15/30).
 """
 
 from __future__ import annotations
@@ -25,16 +26,27 @@ import uvicorn
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from apps.experiments.models import Evaluation, EvaluationSample
+from apps.experiments.models import Evaluation, Experiment
 from apps.experiments.services import experiment_create
 from apps.expos.auth import agent_token_issue
+from apps.flows.pipeline import experiment_start
 from apps.integrity.models import BlockedAttempt
-from apps.jobs.models import Job, JobLogLine
+from apps.jobs.choices import JobKind
+from apps.jobs.models import Job
+from apps.jobs.services import job_claim, job_report
 from apps.research.choices import NodeKind, RunStatus
-from apps.research.models import Candidate, Guidance, Prediction, ResearchNode, Run
-from apps.research.services import node_create, run_set_status
+from apps.research.models import Guidance, Prediction, ResearchNode, Run
+from apps.research.services import candidate_propose, guidance_post, node_create, run_set_status
 from apps.reviews.models import ReviewReport
-from tests.factories import BenchmarkFactory, CheckpointFactory, make_run
+from apps.reviews.services import review_submit
+from tests.factories import (
+    BenchmarkFactory,
+    data_uploaded,
+    evaluation_made,
+    job_evaluated,
+    make_run,
+    training_succeed,
+)
 from tests.support.mcp_client import TRANSPORTS
 from tests.workers.agents.stack import free_port
 
@@ -58,31 +70,14 @@ class World:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _evaluation(
-    run: Run, experiment: Any, split: str, ids: list[str], correct: int, job: Job | None = None
-) -> Evaluation:
-    evaluation = Evaluation.objects.create(
-        run=run,
-        experiment=experiment,
-        checkpoint=experiment.output_checkpoint or experiment.input_checkpoint,
-        benchmark=run.benchmark,
-        job=job,
-        split=split,
-        score=correct / len(ids),
-        correct=correct,
-        sample_count=len(ids),
-        evaluator_sha256="e" * 64,
-        settings_sha256="s" * 64,
-        data_sha256="d" * 64,
-    )
-    EvaluationSample.objects.bulk_create(
-        EvaluationSample(evaluation=evaluation, sample_id=sid, output=f"model output {sid}", correct=i < correct)
-        for i, sid in enumerate(ids)
-    )
-    return evaluation
+def _rows(ids: list[str], correct: int) -> list[dict[str, Any]]:
+    return [{"id": sid, "output": f"model output {sid}", "correct": i < correct} for i, sid in enumerate(ids)]
 
 
 def build_world() -> World:
+    """The world through the services (tests.factories' factories over them): experiments start
+    through the pipeline, their jobs are claimed, report and end through the job engine, which
+    moves the experiments on; guidance, the candidate and the review report through theirs."""
     benchmark = BenchmarkFactory(sample_ids={"feedback": FEEDBACK_IDS, "final": FINAL_IDS})
     run = make_run(benchmark=benchmark, max_parallel_workers=5)
     run = run_set_status(run=run, status=RunStatus.RUNNING, actor="test")
@@ -95,65 +90,58 @@ def build_world() -> World:
     nodes = {"main": main, "own": own, "other": other, "successor": successor, "rin": rin, "rout": rout}
 
     base = run.base_checkpoint
+    data = data_uploaded(node=own, name="arithmetic drills")
     exp1 = experiment_create(
         run=run,
         owner=own,
         kind="train_eval",
         input_checkpoint=base,
-        action={"data": ["data_0001"], "hyperparameters": {"lr": 1e-4}},
+        action={"data": [data.handle], "hyperparameters": {"learning_rate": 1e-4}},
     )
-    train = Job.objects.create(
-        run=run,
-        experiment=exp1,
-        kind="train",
-        queue="gpu",
-        status="succeeded",
-        metrics={"points": [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.0}], "last": {"loss": 2.0}},
-    )
-    JobLogLine.objects.create(job=train, seq=1, text="step 1 loss 2.5")
-    ckpt = CheckpointFactory(parent=base, producing_job=train, run=run)
-    exp1.output_checkpoint = ckpt
-    exp1.status = "succeeded"
-    exp1.feedback_score = 11 / 30
-    exp1.save(update_fields=["output_checkpoint", "status", "feedback_score"])
-    evaluate = Job.objects.create(run=run, experiment=exp1, kind="evaluate", queue="gpu", status="succeeded")
-    JobLogLine.objects.create(job=evaluate, seq=1, text="sample s0001 prompt: 2+2=? output: 4")
-    e1 = _evaluation(run, exp1, "feedback", FEEDBACK_IDS, 11, job=evaluate)
-    final = _evaluation(run, exp1, "final", FINAL_IDS, 4)
+    train = job_claim(job_id=experiment_start(experiment=exp1).pk, worker="gpu@host-a")
+    job_report(job=train, metrics_point={"step": 1, "loss": 2.5}, log_line="step 1 loss 2.5")
+    job_report(job=train, metrics_point={"step": 2, "loss": 2.0})
+    ckpt = training_succeed(train, weights="b" * 64)
+    exp1.refresh_from_db()
+    evaluate = Job.objects.get(experiment=exp1, kind=JobKind.EVALUATE)
+    e1 = job_evaluated(
+        evaluate, checkpoint=ckpt, split="feedback", rows=_rows(FEEDBACK_IDS, 11),
+        log_lines=["sample s0001 prompt: 2+2=? output: 4"],
+    )  # fmt: skip
+    # θ_out on the final split, as a run-level evaluation job (the final evaluation's jobs are the
+    # run's, not an experiment's): the sealing tests need one while the run is still open.
+    final = evaluation_made(run, checkpoint=ckpt, split="final", rows=_rows(FINAL_IDS, 4))
 
     exp2 = experiment_create(
         run=run, owner=own, kind="eval_only", input_checkpoint=ckpt, action={"evaluate": "feedback"}, parents=[exp1]
     )
-    exp2.status = "succeeded"
-    exp2.feedback_score = 17 / 30
-    exp2.save(update_fields=["status", "feedback_score"])
-    e2 = _evaluation(run, exp2, "feedback", FEEDBACK_IDS, 17)
+    e2 = job_evaluated(
+        experiment_start(experiment=exp2), checkpoint=ckpt, split="feedback", rows=_rows(FEEDBACK_IDS, 17)
+    )
 
     exp3 = experiment_create(
         run=run, owner=other, kind="eval_only", input_checkpoint=base, action={"evaluate": "feedback"}
     )
-    exp3.status = "succeeded"
-    exp3.feedback_score = 0.5
-    exp3.save(update_fields=["status", "feedback_score"])
-    e3 = _evaluation(run, exp3, "feedback", FEEDBACK_IDS, 15)
-    other_job = Job.objects.create(run=run, experiment=exp3, kind="evaluate", queue="gpu", status="succeeded")
+    other_job = experiment_start(experiment=exp3)
+    e3 = job_evaluated(other_job, checkpoint=base, split="feedback", rows=_rows(FEEDBACK_IDS, 15), worker="gpu@host-b")
 
     exp4 = experiment_create(
-        run=run, owner=own, kind="train_eval", input_checkpoint=ckpt, action={"data": ["data_0002"]}, status="running"
+        run=run, owner=own, kind="train_eval", input_checkpoint=ckpt, action={"data": [data.handle]}
     )
-    running = Job.objects.create(run=run, experiment=exp4, kind="train", queue="gpu", status="running")
+    running = job_claim(job_id=experiment_start(experiment=exp4).pk, worker="gpu@host-a")
 
     viewer = User.objects.create_user("vera", password="pw-vera-123")
     # The data migration creates the groups; a flushed (transactional) test database may have lost them.
     viewer.groups.add(Group.objects.get_or_create(name="viewer")[0])
-    guidance = Guidance.objects.create(run=run, author=viewer, text="try a smaller learning rate")
+    guidance = guidance_post(run=run, author=viewer, text="try a smaller learning rate")
+    # Not bound to a Worker: the tools bind an existing prediction, but no service makes an unbound
+    # one (prediction_bind makes a new prediction bound), so this row is written directly.
     prediction = Prediction.objects.create(run=run, text="own beats θ0 by 5 points", expected_value=0.05)
-    Candidate.objects.create(run=run, proposer=own, title="curriculum by length")
-    report = ReviewReport.objects.create(
-        run=run,
+    candidate_propose(run=run, proposer=own, title="curriculum by length")
+    report = review_submit(
         reviewer=rin,
         summary="exp_0001 fails on s0003 and s0007",
-        supported_findings=["s0003 is wrong"],
+        experiments=[exp1.handle],
         observations=[
             {
                 "experiment": "exp_0001",
@@ -163,19 +151,30 @@ def build_world() -> World:
                 "evidence": {"sample_ids": ["s0003"], "spans": ["2+2"]},
             }
         ],
+        findings={"supported_findings": ["s0003 is wrong"]},
     )
-    report.experiments.set([exp1])
 
     tokens = {}
     for name, node in nodes.items():
         tokens[name] = agent_token_issue(run=run, node=node, role=node.kind)[0]
     return World(
-        run=run,
+        run=Run.objects.get(pk=run.pk),
         nodes=nodes,
         tokens=tokens,
-        exp={"own1": exp1, "own2": exp2, "other": exp3, "own_running": exp4},
+        exp={
+            k: Experiment.objects.get(pk=e.pk)
+            for k, e in {"own1": exp1, "own2": exp2, "other": exp3, "own_running": exp4}.items()
+        },  # fmt: skip
         evals={"own1": e1, "own2": e2, "own_final": final, "other": e3},
-        jobs={"own_train": train, "own_eval": evaluate, "own_running": running, "other_eval": other_job},
+        jobs={
+            k: Job.objects.get(pk=j.pk)
+            for k, j in {
+                "own_train": train,
+                "own_eval": evaluate,
+                "own_running": running,
+                "other_eval": other_job,
+            }.items()
+        },  # fmt: skip
         prediction=prediction,
         guidance=guidance,
         report=report,

@@ -13,11 +13,11 @@ from apps.core.admin import ReadOnlyAdmin
 from apps.datapool.models import DataEntry
 from apps.experiments.choices import IntegrityStatus
 from apps.experiments.models import Evaluation, Event
+from apps.flows.agent_reports import worker_finalize
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.integrity.services import integrity_check_reports, integrity_run_checks
 from apps.jobs.models import JobTransition
-from apps.research.services import worker_finalize
 from tests.apps.integrity.conftest import finding
 
 PROJECT_APPS = ("benchmarks", "datapool", "experiments", "expos", "integrity", "jobs", "research", "reviews")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from apps.experiments.choices import IntegrityStatus
+from apps.flows.agent_reports import worker_finalize
 from apps.integrity.choices import Observation, Subcategory
 from apps.integrity.models import FindingChange, IntegrityFinding
 from apps.integrity.services import integrity_run_checks
-from apps.research.services import worker_finalize
 
 
 def test_clean_train_eval_is_accepted_with_every_subcategory_clean(world):

@@ -9,6 +9,7 @@ import pytest
 
 from apps.experiments.choices import ExperimentStatus, IntegrityStatus
 from apps.experiments.scores import score_decimals, score_rounded
+from apps.flows.agent_reports import claim_revise, worker_finalize
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import IntegrityFinding
 from apps.integrity.services import integrity_check_reports, integrity_run_checks
@@ -16,7 +17,6 @@ from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_fail
 from apps.research.models import Run
-from apps.research.services import claim_revise, worker_finalize
 from tests.apps.integrity.conftest import CLEAN_ROWS, finding
 
 R = Subcategory.REPEATED_RUN_SELECTION

@@ -12,6 +12,7 @@ from apps.core.errors import ApplicationError
 from apps.experiments.choices import IntegrityStatus
 from apps.experiments.models import IntegrityStatusChange
 from apps.expos.auth import agent_token_issue
+from apps.flows.agent_reports import worker_finalize
 from apps.integrity import checks
 from apps.integrity.choices import Adjudication, Observation, Subcategory
 from apps.integrity.models import BlockedAttempt, FindingChange, IntegrityFinding
@@ -27,7 +28,7 @@ from apps.integrity.services import (
 )
 from apps.research.choices import NodeKind
 from apps.research.models import Run
-from apps.research.services import node_create, node_finalize, worker_finalize
+from apps.research.services import node_create, node_finalize
 from tests.apps.integrity.conftest import checkpoint_path, finding
 from workers.data.tasks import integrity_check_task, integrity_reports_task
 

@@ -20,7 +20,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils.module_loading import import_string
 
-from apps.flows import runs
+from apps.flows import agent_reports, runs
 from apps.live.groups import run_group
 from apps.research import services
 from apps.research.choices import EdgeKind, NodeKind, PredictionVerdict, RunStatus
@@ -207,7 +207,7 @@ def test_worker_add_reviewer_add_and_dag_edge_add_are_announced(live, run):
 def test_a_finalized_worker_is_a_node_update(live, run):
     node = worker(run)
     live.events()
-    services.worker_finalize(node=node, summary="done", experiments=[], actor=node.handle)
+    agent_reports.worker_finalize(node=node, summary="done", experiments=[], actor=node.handle)
     (payload,) = live.only("node.updated")
     assert payload == as_json(node_live(node))
     assert payload["status"] == "finalized"

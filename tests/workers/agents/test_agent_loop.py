@@ -26,7 +26,7 @@ from apps.flows.supervisor import run_supervise
 from apps.integrity.models import BlockedAttempt
 from apps.jobs.models import Job
 from apps.research.agent_config import loop_config, prompt_hashes
-from apps.research.agent_loops import agent_loops_recover
+from apps.research.agent_loops import agent_loop_claim, agent_loops_recover
 from apps.research.choices import AgentLoopStatus, NodeStatus, RunStatus
 from apps.research.models import AgentLoop, Decision, Guidance, LLMUsage, Prediction, ResearchNode, Run
 from apps.research.services import guidance_post
@@ -149,8 +149,7 @@ def test_a_re_run_step_is_answered_once_from_the_journal_or_by_its_idempotency_k
     loop = small_world.loop("main")
     config = loop_config()
     claim = worker_name()
-    AgentLoop.objects.filter(pk=loop.pk).update(status=AgentLoopStatus.RUNNING, claimed_by=claim,
-                                                claimed_at=loop.updated_at)  # fmt: skip
+    assert agent_loop_claim(loop_id=loop.pk, step=None, claim=claim)  # the step task's claim, run here
     loop.refresh_from_db()
     body = {"task": "Direction: data-screen\nCapability: arithmetic"}
     client = ExposClient(base_url=api_base_url(), token=node_token(loop.node))
@@ -163,7 +162,7 @@ def test_a_re_run_step_is_answered_once_from_the_journal_or_by_its_idempotency_k
     loop = AgentLoop.objects.select_related("node").get(pk=loop.pk)
     assert loop.status == AgentLoopStatus.SCHEDULED
     assert len(loop.journal) == 1
-    AgentLoop.objects.filter(pk=loop.pk).update(status=AgentLoopStatus.RUNNING, claimed_by=claim)
+    assert agent_loop_claim(loop_id=loop.pk, step=None, claim=claim)
     replay = step_view(loop, run, claim, config, client).call("state_add_new_worker", body)
     assert replay.data == first.data  # ... and the re-run reads the answer from the journal, not the server
 

@@ -28,7 +28,8 @@ from apps.datapool.storage import artifact_store, data_key
 from apps.experiments.events import chain_key, chain_verify
 from apps.experiments.models import Event
 from apps.expos.workspaces import workspace_path
-from apps.jobs.models import Job
+from apps.jobs.choices import JobKind
+from apps.jobs.services import job_claim, job_enqueue
 from tests.apps.expos.tools.conftest import CLEAN, build_world
 
 GOOD = [json.dumps({"prompt": p, "completion": c}) for p, c in CLEAN[:4]]
@@ -185,7 +186,9 @@ def test_a_bad_catalog_dataset_is_refused_with_line_and_path(send, live_world, r
 
 
 def test_a_data_job_writing_bad_rows_registers_nothing(live_world, tmp_path, staging):
-    job = Job.objects.create(run=live_world.run, kind="data", queue="default", status="running")
+    job = job_claim(
+        job_id=job_enqueue(kind=JobKind.DATA, spec={"op": "derive"}, run=live_world.run).pk, worker="default@host-a"
+    )
     parent = DataEntry.objects.get(handle=live_world.clean)
     entries, artifacts = DataEntry.objects.count(), _artifacts()
     for index, (_label, row, code, path) in enumerate(bad_rows()):

@@ -15,6 +15,7 @@ from collections import Counter
 import pytest
 
 from apps.experiments.choices import IntegrityStatus
+from apps.flows.agent_reports import claim_revise, worker_finalize
 from apps.integrity.choices import Observation, Subcategory
 from apps.integrity.claims import handles_in, read_report
 from apps.integrity.models import IntegrityFinding
@@ -25,7 +26,6 @@ from apps.integrity.services import (
     integrity_run_checks,
 )
 from apps.research.models import OptimizerClaim, Run
-from apps.research.services import claim_revise, worker_finalize
 from tests.apps.integrity.conftest import finding
 from tests.apps.integrity.redteam import claim_forms
 from tests.apps.integrity.redteam.claim_forms import Scene
