@@ -61,7 +61,7 @@ from apps.integrity.selectors import experiments_hacked, experiments_ran
 from apps.jobs.choices import JobKind, JobStatus
 from apps.jobs.models import Job, JobLogLine
 from apps.jobs.selectors import job_hardware, job_payload
-from apps.research.choices import RUN_TERMINAL_STATES, NodeKind, RunStatus
+from apps.research.choices import RUN_TERMINAL_STATES, EdgeKind, NodeKind, RunStatus
 from apps.research.models import Decision, Guidance, ResearchEdge, ResearchNode, Run, TranscriptTurn
 from apps.research.selectors import (
     DECISION_VALUES,
@@ -579,6 +579,14 @@ def integrity_matrix(*, run: Run) -> dict[str, Any]:
         "hacking_headline": rates["headline"],
         "suspected": rates["suspected"],
         "needs_adjudication": pending,
+        # The reports' findings, on their authors' nodes (apps.integrity.report's "reports").
+        "report_findings": [
+            {"finding": f, "state": finding_cell_state(f)}
+            for f in IntegrityFinding.objects.filter(node__run=run, experiment__isnull=True)
+            .select_related("node")
+            .prefetch_related("changes")
+            .order_by("node__created_at", "node_id", "subcategory")
+        ],
         "blocked_attempts": list(
             BlockedAttempt.objects.filter(run=run).select_related("node").order_by("created_at", "pk")
         ),
@@ -587,11 +595,14 @@ def integrity_matrix(*, run: Run) -> dict[str, Any]:
 
 
 def review_queue() -> list[IntegrityFinding]:
-    """The operator's review queue: findings awaiting adjudication in runs that have no Reviewer.
+    """The operator's review queue: findings awaiting adjudication that no Reviewer can decide.
 
-    Without a Reviewer nobody else adjudicates them, so they would stay "suspected" on the run's
-    headline forever; an admin decides them here. Only submissions that ran (a job started) count,
-    EXECUTED observations first.
+    A submission's finding in a run that has no Reviewer, and a report's finding on its author's
+    node (a false claim in a Worker's summary or a Main Agent claim) whose author is on no
+    Reviewer's review scope — the Main Agent's claims always, since no Reviewer's scope holds the
+    Main. Without a Reviewer nobody else adjudicates them, so they would stay "suspected" on the
+    run's headline forever; an admin decides them here. Only submissions that ran (a job started)
+    count; EXECUTED observations first.
     """
     reviewed = ResearchNode.objects.filter(run=OuterRef("experiment__run"), kind=NodeKind.REVIEWER)
     findings = (
@@ -601,12 +612,36 @@ def review_queue() -> list[IntegrityFinding]:
         .prefetch_related("changes")
         .order_by("experiment__run__created_at", "experiment__created_at", "experiment_id", "subcategory")
     )
-    pending = [f for f in findings if finding_cell_state(f) == "pending"]
+    covered = ResearchEdge.objects.filter(
+        upstream=OuterRef("node"), kind=EdgeKind.REVIEW_SCOPE, downstream__kind=NodeKind.REVIEWER
+    )
+    reports = (
+        IntegrityFinding.objects.filter(node__isnull=False)
+        .exclude(Exists(covered))
+        .select_related("node__run")
+        .prefetch_related("changes")
+        .order_by("node__run__created_at", "node__created_at", "node_id", "subcategory")
+    )
+    pending = [f for f in [*findings, *reports] if finding_cell_state(f) == "pending"]
     return sorted(pending, key=lambda f: f.observation != Observation.EXECUTED)
 
 
+def finding_run(finding: IntegrityFinding) -> Run:
+    """The run a finding belongs to: its submission's, or its author's (a report's finding)."""
+    if finding.experiment is not None:
+        return finding.experiment.run
+    if finding.node is None:  # the table's check (finding_experiment_or_author) forbids it
+        raise ValueError(f"finding {finding.pk} has neither a submission nor an author")
+    return finding.node.run
+
+
 def finding_get(*, run: Run, finding_id: int) -> IntegrityFinding | None:
-    return IntegrityFinding.objects.filter(pk=finding_id, experiment__run=run).select_related("experiment").first()
+    """One finding of ``run``: a submission's, or one on the node of its report's author."""
+    return (
+        IntegrityFinding.objects.filter(Q(experiment__run=run) | Q(node__run=run), pk=finding_id)
+        .select_related("experiment", "node")
+        .first()
+    )
 
 
 # --- jobs --------------------------------------------------------------------------------------

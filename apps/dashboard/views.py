@@ -612,13 +612,11 @@ def integrity_report_view(request: HttpRequest, run_uuid: Any) -> HttpResponse:
 @require_GET
 @role_required(VIEWER)
 def review_queue_view(request: HttpRequest) -> HttpResponse:
-    """Findings awaiting adjudication in runs without a Reviewer; admins decide them here."""
-    findings = [
-        f for f in selectors.review_queue() if f.experiment is not None and can_view_run(request.user, f.experiment.run)
-    ]
-    return _page(
-        request, "dashboard/review_queue.html", {"findings": findings, "adjudication_form": AdjudicationForm()}
-    )
+    """Findings no Reviewer can adjudicate (a submission's in a run without Reviewers, a report's
+    finding on an author no Reviewer's scope holds); admins decide them here."""
+    queued = [(selectors.finding_run(f), f) for f in selectors.review_queue()]
+    rows = [(run, f) for run, f in queued if can_view_run(request.user, run)]
+    return _page(request, "dashboard/review_queue.html", {"rows": rows, "adjudication_form": AdjudicationForm()})
 
 
 @require_POST

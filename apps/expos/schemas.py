@@ -168,13 +168,14 @@ REPORT = closed(
             closed(
                 {
                     "experiment": string(32),
+                    "node": string(32),  # an observation on a Worker's reports ("experiment" is then "")
                     "subcategory": string(32),
                     "observation": string(24),
                     "note": string(MAX_TEXT),
                     "evidence": free_object(),
                     "evidence_redacted": boolean(),
                 },
-                optional=("evidence", "evidence_redacted"),
+                optional=("node", "evidence", "evidence_redacted"),
             ),
             max_items=10_000,
         ),

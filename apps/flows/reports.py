@@ -97,6 +97,7 @@ def report_payload(
     for item in report.observations or []:
         entry = {
             "experiment": item.get("experiment", ""),
+            **({"node": item["node"]} if "node" in item else {}),  # a Worker's reports, judged on its node
             "subcategory": item.get("subcategory", ""),
             "observation": item.get("observation", ""),
             "note": scrub(item.get("note", "")),

@@ -1,4 +1,6 @@
-"""The integrity report of one run: the 12-subcategory matrix per submission, rates, blocked attempts.
+"""The integrity report of one run: the 12-subcategory matrix per submission, the findings on the
+reports' authors (a false claim in a Worker's summary or a Main Agent claim, judged on its author's
+node: ``reports``), rates, blocked attempts.
 
 Served as JSON to people (viewer and above) at ``GET /api/v1/integrity/runs/<uuid>/report``; the
 dashboard renders the same dict as a page. It carries observations, adjudications and one-line
@@ -89,6 +91,12 @@ def integrity_report(run: Run) -> dict[str, Any]:
                 "findings": cells,
             }
         )
+    # What reports state is judged on their authors' nodes: listed apart from the submissions.
+    reports = (
+        IntegrityFinding.objects.filter(node__run=run, experiment__isnull=True)
+        .select_related("node")
+        .order_by("node__created_at", "node_id", "subcategory")
+    )
     blocked = BlockedAttempt.objects.filter(run=run).select_related("node").order_by("created_at", "pk")
     best = best_accepted_experiment(run)
     return {
@@ -109,6 +117,11 @@ def integrity_report(run: Run) -> dict[str, Any]:
             for s in SUBCATEGORY_ORDER
         },
         "submissions": submissions,
+        "reports": [
+            {"node": f.node.handle, "kind": f.node.kind, "subcategory": f.subcategory, **_finding_cell(f)}
+            for f in reports
+            if f.node is not None
+        ],
         "blocked_attempts": [
             {
                 "node": a.node.handle if a.node_id else None,

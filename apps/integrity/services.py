@@ -9,7 +9,8 @@ For each (experiment, subcategory) one :class:`IntegrityFinding` keeps two layer
   and applies the acceptance rule.
 - :func:`finding_adjudicate` is how Reviewers and admins (with an audited reason) decide the rest;
   :func:`reviewer_adjudicate` is the Reviewer's way in (its ``reviewer_submit_review`` tool): within
-  its review scope only, while it is active.
+  its review scope only, while it is active; :func:`reviewer_adjudicate_report` the same for a
+  report's finding on the node of a Worker of its scope.
 - :func:`experiment_integrity_recompute` is the acceptance rule: accepted when every subcategory is
   ``NOT_FOUND_FULL`` or ``ATTEMPTED_BLOCKED``, or adjudicated ``ALLOWED`` / ``COMPATIBILITY_REPAIR``;
   flagged when any is ``EXECUTED`` and adjudicated ``EXPLICIT_VIOLATION`` / ``EVAL_INVALIDATING``;
@@ -534,15 +535,8 @@ def reviewer_adjudicate(
     then stands over the check's) only where it differs from the stored observation, so a
     Reviewer confirming the check's observation leaves later check runs free to update it.
     """
-    reviewer = ResearchNode.objects.get(pk=reviewer.pk)  # its status now, not when the caller read it
-    if reviewer.kind != NodeKind.REVIEWER:
-        raise PermissionDenied("not_a_reviewer", f"{reviewer.handle} is not a Reviewer; only Reviewers adjudicate.")
-    if reviewer.status != NodeStatus.ACTIVE:
-        raise Conflict("node_not_active", f"{reviewer.handle} is {reviewer.status}; it adjudicates no more.")
-    in_scope = ResearchEdge.objects.filter(
-        downstream=reviewer, kind=EdgeKind.REVIEW_SCOPE, upstream_id=experiment.owner_id
-    ).exists()
-    if experiment.run_id != reviewer.run_id or not in_scope:
+    in_scope = _reviewer_may_adjudicate(reviewer, experiment.owner_id, experiment.run_id)
+    if not in_scope:
         raise PermissionDenied(
             "out_of_scope", f"{experiment.handle} belongs to a Worker outside {reviewer.handle}'s review scope."
         )
@@ -553,6 +547,52 @@ def reviewer_adjudicate(
         raise Conflict(
             "not_checked",
             f"{experiment.handle} has no {subcategory} finding yet (its checks have not run); adjudicate it later.",
+        )
+    return finding_adjudicate(
+        finding=finding,
+        adjudication=adjudication,
+        actor=reviewer.handle,
+        rationale=rationale,
+        observation=observation if observation is not None and observation != finding.observation else None,
+    )
+
+
+def _reviewer_may_adjudicate(reviewer: ResearchNode, node_id: int | None, run_id: int) -> bool:
+    """Whether ``reviewer`` is an active Reviewer of ``run_id`` with node ``node_id`` on its review scope
+    (raises for a node that is not an active Reviewer)."""
+    reviewer = ResearchNode.objects.get(pk=reviewer.pk)  # its status now, not when the caller read it
+    if reviewer.kind != NodeKind.REVIEWER:
+        raise PermissionDenied("not_a_reviewer", f"{reviewer.handle} is not a Reviewer; only Reviewers adjudicate.")
+    if reviewer.status != NodeStatus.ACTIVE:
+        raise Conflict("node_not_active", f"{reviewer.handle} is {reviewer.status}; it adjudicates no more.")
+    return (
+        run_id == reviewer.run_id
+        and ResearchEdge.objects.filter(downstream=reviewer, kind=EdgeKind.REVIEW_SCOPE, upstream_id=node_id).exists()
+    )
+
+
+def reviewer_adjudicate_report(
+    *,
+    reviewer: ResearchNode,
+    node: ResearchNode,
+    subcategory: str,
+    adjudication: str,
+    rationale: str,
+    observation: str | None = None,
+) -> IntegrityFinding:
+    """A Reviewer's judgement of a report's finding on its author's node (a false claim in a Worker's
+    summary): the rules of :func:`reviewer_adjudicate`, with the author on the Reviewer's review
+    scope in place of the experiment's owner. The Main Agent is on no Reviewer's scope: its claims'
+    findings are the operator's (the dashboard's review queue)."""
+    if not _reviewer_may_adjudicate(reviewer, node.pk, node.run_id):
+        raise PermissionDenied("out_of_scope", f"{node.handle} is outside {reviewer.handle}'s review scope.")
+    if subcategory not in Subcategory.values:
+        raise ApplicationError("invalid_subcategory", f"subcategory must be one of {Subcategory.values}.")
+    finding = IntegrityFinding.objects.filter(node=node, subcategory=subcategory).first()
+    if finding is None:
+        raise Conflict(
+            "not_checked",
+            f"{node.handle}'s reports have no {subcategory} finding (not judged yet, or nothing to judge).",
         )
     return finding_adjudicate(
         finding=finding,

@@ -45,7 +45,8 @@ def review_submit(
         raise ApplicationError("not_a_reviewer", f"{reviewer.handle} is not a Reviewer.")
     if reviewer.status != NodeStatus.ACTIVE:
         raise Conflict("node_not_active", f"{reviewer.handle} is {reviewer.status}; it submits no more reports.")
-    cited = set(experiments) | {o["experiment"] for o in observations}
+    # An observation names an experiment, or a Worker whose reports (summary) it judges.
+    cited = set(experiments) | {o["experiment"] for o in observations if "experiment" in o}
     in_scope = {e.handle: e for e in scope_experiments(reviewer=reviewer).filter(handle__in=cited)}
     outside = sorted(cited - set(in_scope))
     if outside:
@@ -53,6 +54,19 @@ def review_submit(
             "out_of_scope",
             f"A report covers experiments of this Reviewer's scope only; not {', '.join(outside)}.",
             experiments=outside,
+        )
+    authors = {o["node"] for o in observations if "node" in o}
+    scope = set(
+        ResearchEdge.objects.filter(downstream=reviewer, kind=EdgeKind.REVIEW_SCOPE).values_list(
+            "upstream__handle", flat=True
+        )
+    )
+    foreign = sorted(authors - scope)
+    if foreign:
+        raise ApplicationError(
+            "out_of_scope",
+            f"A report judges the Workers of this Reviewer's scope only; not {', '.join(foreign)}.",
+            nodes=foreign,
         )
     with transaction.atomic():
         report = ReviewReport(

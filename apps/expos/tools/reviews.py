@@ -20,6 +20,8 @@ from apps.expos.schemas import (
     REVIEWER,
     TIMESTAMP,
     UUID,
+    WORKER,
+    alternatives,
     array,
     closed,
     enum,
@@ -34,9 +36,11 @@ from apps.expos.selectors import experiment_brief
 from apps.expos.visibility import visible_experiments
 from apps.flows.reports import report_payload
 from apps.integrity.choices import Adjudication, Observation, Subcategory
-from apps.integrity.services import reviewer_adjudicate
+from apps.integrity.models import IntegrityFinding
+from apps.integrity.services import reviewer_adjudicate, reviewer_adjudicate_report
 from apps.jobs.models import Job
-from apps.research.choices import NodeKind, NodeStatus
+from apps.research.choices import EdgeKind, NodeKind, NodeStatus
+from apps.research.models import ResearchEdge, ResearchNode
 from apps.reviews.models import ReviewReport
 from apps.reviews.services import LIST_FIELDS, review_finalize, review_submit
 
@@ -87,18 +91,54 @@ _DATA = closed(
 )
 
 
+_FINDING = {
+    "subcategory": string(32),
+    "observation": string(24),
+    "adjudication": string(40),
+    "rationale": string(MAX_TEXT),
+    "decided_by": string(200),
+    "evidence": free_object(),
+}
+
+
+def _finding_payload(finding: IntegrityFinding) -> dict[str, Any]:
+    return {
+        "subcategory": finding.subcategory,
+        "observation": finding.observation,
+        "adjudication": finding.adjudication,
+        "rationale": finding.rationale,
+        "decided_by": finding.decided_by,
+        "evidence": finding.evidence if isinstance(finding.evidence, dict) else {"value": finding.evidence},
+    }
+
+
+def scope_report_findings(reviewer: ResearchNode) -> list[dict[str, Any]]:
+    """What the reports of the Workers on ``reviewer``'s scope were judged to state, on their nodes."""
+    scope = ResearchEdge.objects.filter(downstream=reviewer, kind=EdgeKind.REVIEW_SCOPE).values("upstream_id")
+    findings = (
+        IntegrityFinding.objects.filter(node__run=reviewer.run_id, node_id__in=scope, experiment__isnull=True)
+        .select_related("node")
+        .order_by("node__handle", "subcategory")
+    )
+    return [{"node": f.node.handle, **_finding_payload(f)} for f in findings if f.node is not None]
+
+
 @tool(
     "state_get_current_reviewer",
     category=Category.REVIEW,
     roles=REVIEWER_ROLE,
     description="The calling Reviewer: its question (task), status and ETag (send it as If-Match to "
-    "reviewer_finalize), the Workers of its scope, their experiments, and how many reports it has submitted.",
+    "reviewer_finalize), the Workers of its scope, their experiments, how many reports it has submitted, "
+    "and report_findings: what the checks found in those Workers' own reports (a summary claiming more than "
+    "the record, judged on the Worker's node), with their evidence; judge one with an observation naming "
+    "the Worker (node) in reviewer_submit_review.",
     output_schema=closed(
         {
             "reviewer": NODE,
             "scope": array(string(32), max_items=1000),
             "experiments": array(EXPERIMENT_BRIEF, max_items=10_000),
             "reports": integer(0),
+            "report_findings": array(closed({"node": string(32), **_FINDING}), max_items=10_000),
         }
     ),
 )
@@ -110,6 +150,7 @@ def state_get_current_reviewer(ctx: ToolContext, args: dict[str, Any]) -> dict[s
         "scope": scope_handles(ctx.node),
         "experiments": [experiment_brief(ctx, e) for e in experiments],
         "reports": ReviewReport.objects.filter(reviewer=ctx.node).count(),
+        "report_findings": scope_report_findings(ctx.node),
     }
 
 
@@ -160,19 +201,7 @@ def state_get_current_reviewer(ctx: ToolContext, args: dict[str, Any]) -> dict[s
                 }
             ),
             "jobs": array(JOB, max_items=10_000),
-            "findings": array(
-                closed(
-                    {
-                        "subcategory": string(32),
-                        "observation": string(24),
-                        "adjudication": string(40),
-                        "rationale": string(MAX_TEXT),
-                        "decided_by": string(200),
-                        "evidence": free_object(),
-                    }
-                ),
-                max_items=100,
-            ),
+            "findings": array(closed(_FINDING), max_items=100),
             "integrity_history": array(
                 closed(
                     {
@@ -259,17 +288,7 @@ def reviewer_inspect_experiment(ctx: ToolContext, args: dict[str, Any]) -> dict[
             ],
         },
         "jobs": [job_brief(j) for j in jobs],
-        "findings": [
-            {
-                "subcategory": f.subcategory,
-                "observation": f.observation,
-                "adjudication": f.adjudication,
-                "rationale": f.rationale,
-                "decided_by": f.decided_by,
-                "evidence": f.evidence if isinstance(f.evidence, dict) else {"value": f.evidence},
-            }
-            for f in experiment.findings.order_by("subcategory")
-        ],
+        "findings": [_finding_payload(f) for f in experiment.findings.order_by("subcategory")],
         "integrity_history": [
             {
                 "from": c.from_status,
@@ -288,6 +307,8 @@ _FINDING_LIST = array(text(MAX_TEXT), max_items=100)
 _OBSERVATION = closed(
     {
         "experiment": EXPERIMENT,
+        # Or the Worker whose reports (its summary) the observation judges: its finding on its node.
+        "node": WORKER,
         "subcategory": enum(*Subcategory.values),
         "observation": enum(*Observation.values),
         "note": string(MAX_TEXT),
@@ -304,18 +325,29 @@ _OBSERVATION = closed(
         "adjudication": enum(*Adjudication.values),
         "rationale": text(MAX_TEXT),
     },
-    optional=("note", "evidence", "adjudication", "rationale"),
+    optional=("experiment", "node", "note", "evidence", "adjudication", "rationale"),
 )
-# What each adjudication left on the finding, and the experiment's integrity status after it.
+_OBSERVATION.update(
+    alternatives(
+        {"required": ["experiment"], "not": {"required": ["node"]}},
+        {"required": ["node"], "not": {"required": ["experiment"]}},
+        code="invalid_observation",
+        message="An observation names one experiment (experiment) or one Worker whose reports it judges (node).",
+    )
+)
+# What each adjudication left on the finding: an experiment's, with its integrity status after it,
+# or a Worker's reports' (node).
 _ADJUDICATED = closed(
     {
         "experiment": string(32),
+        "node": string(32),
         "subcategory": string(32),
         "observation": string(24),
         "adjudication": string(40),
         "decided_by": string(200),
         "integrity_status": string(16),
-    }
+    },
+    optional=("experiment", "node", "integrity_status"),
 )
 _SUBMITTED_REPORT = {
     **REPORT,
@@ -331,7 +363,9 @@ _SUBMITTED_REPORT = {
     description="Submit a structured report on experiments of your scope: supported findings, uncertainties, "
     "protocol violations, regressions, missing comparisons, recommendations, and per-experiment integrity "
     "observations (with sample ids / spans as evidence). An observation with an adjudication (and its "
-    "rationale) judges that experiment's stored integrity finding; the answer lists what each left.",
+    "rationale) judges that experiment's stored integrity finding; one naming a Worker of your scope (node) "
+    "instead of an experiment judges the finding on that Worker's own reports (state_get_current_reviewer "
+    "lists them); the answer lists what each left.",
     input_schema=closed(
         {
             "summary": text(MAX_TEXT),
@@ -355,7 +389,7 @@ _SUBMITTED_REPORT = {
 def reviewer_submit_review(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     observations = [
         {
-            "experiment": o["experiment"],
+            **{k: o[k] for k in ("experiment", "node") if k in o},
             "subcategory": o["subcategory"],
             "observation": o["observation"],
             "note": o.get("note", ""),
@@ -374,9 +408,30 @@ def reviewer_submit_review(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
         findings={name: args.get(name, []) for name in LIST_FIELDS},
     )
     experiments = {e.handle: e for e in report.experiments.all()}
-    adjudicated = []
+    named = [o["node"] for o in observations if "node" in o]  # review_submit checked they are of its scope
+    authors = {n.handle: n for n in ResearchNode.objects.filter(run=ctx.run, handle__in=named)}
+    adjudicated: list[dict[str, Any]] = []
     for o in observations:
         if "adjudication" not in o:
+            continue
+        if "node" in o:
+            judged = reviewer_adjudicate_report(
+                reviewer=ctx.node,
+                node=authors[o["node"]],
+                subcategory=o["subcategory"],
+                adjudication=o["adjudication"],
+                rationale=o.get("rationale") or o["note"],
+                observation=o["observation"],
+            )
+            adjudicated.append(
+                {
+                    "node": o["node"],
+                    "subcategory": judged.subcategory,
+                    "observation": judged.observation,
+                    "adjudication": judged.adjudication,
+                    "decided_by": judged.decided_by,
+                }
+            )
             continue
         experiment = experiments[o["experiment"]]
         finding = reviewer_adjudicate(

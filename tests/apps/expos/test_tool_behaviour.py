@@ -10,13 +10,24 @@ from django.db import DatabaseError, transaction
 from django.test import Client
 from jsonschema import Draft202012Validator
 
-from apps.experiments.models import Evaluation, Event, MetricPoint
+from apps.experiments.models import Evaluation, Event, Experiment, MetricPoint
 from apps.expos.payloads import decision_refused
 from apps.expos.registry import REGISTRY, Category, Role, load_all, tool
 from apps.flows.runs import run_final_eval_start
 from apps.integrity.models import FindingChange, IntegrityFinding
+from apps.integrity.selectors import hacking_rate
+from apps.integrity.services import integrity_check_reports
 from apps.jobs.models import Job, JobLogLine
-from apps.research.models import Candidate, Decision, Guidance, OptimizerClaim, Prediction, ResearchEdge, ResearchNode
+from apps.research.models import (
+    Candidate,
+    Decision,
+    Guidance,
+    OptimizerClaim,
+    Prediction,
+    ResearchEdge,
+    ResearchNode,
+    Run,
+)
 from apps.reviews.models import ReviewReport
 from tests.apps.expos.conftest import World, build_world
 
@@ -198,6 +209,59 @@ def test_a_reviewer_adjudicates_findings_of_its_scope_through_its_report(w):
     assert "manual_observation" not in finding.evidence  # it confirmed the check's observation
     assert FindingChange.objects.filter(finding=finding, actor=w.nodes["rin"].handle).count() == 1
     assert Event.objects.filter(run=w.run, type="integrity.adjudicated", actor=w.nodes["rin"].handle).exists()
+
+
+def test_a_reviewer_sees_and_adjudicates_the_false_claims_of_a_worker_of_its_scope(w):
+    own = w.nodes["own"].handle
+    finalized = call(
+        w, "own", "worker_finalize", {"summary": "exp_0001 reaches 0.95 on feedback.", "experiments": ["exp_0001"]}
+    )
+    assert finalized.status_code == 200, finalized.json()
+    integrity_check_reports(run=w.run, authors=[own])  # the report check's task body, run on commit
+    [listed] = call(w, "rin", "state_get_current_reviewer").json()["report_findings"]
+    assert (listed["node"], listed["subcategory"], listed["observation"]) == (own, "metric_attribution", "EXECUTED")
+    assert listed["evidence"]["codes"] == ["score_above_record"]
+    assert call(w, "rout", "state_get_current_reviewer").json()["report_findings"] == []  # not its scope
+    judged = {
+        "node": own,
+        "subcategory": "metric_attribution",
+        "observation": "EXECUTED",
+        "adjudication": "EXPLICIT_VIOLATION",
+        "rationale": "the summary states 0.95; exp_0001 recorded 0.37",
+    }
+    # Outside the scope, naming both an experiment and a Worker, the Main Agent, or a finding not
+    # stored: refused, nothing stored.
+    outside = call(w, "rout", "reviewer_submit_review", {"summary": "s", "observations": [judged]})
+    assert outside.json()["error"]["code"] == "out_of_scope"
+    both = call(
+        w, "rin", "reviewer_submit_review", {"summary": "s", "observations": [{**judged, "experiment": "exp_0001"}]}
+    )
+    assert (both.status_code, both.json()["error"]["code"]) == (400, "invalid_observation")
+    main = call(w, "rin", "reviewer_submit_review", {"summary": "s", "observations": [{**judged, "node": "main"}]})
+    assert main.status_code == 400
+    unchecked = {**judged, "subcategory": "data_provenance"}
+    assert call(w, "rin", "reviewer_submit_review", {"summary": "s", "observations": [unchecked]}).status_code == 409
+    assert not ReviewReport.objects.filter(reviewer=w.nodes["rin"], summary="s").exists()
+
+    submitted = call(
+        w, "rin", "reviewer_submit_review", {"summary": "the summary overstates", "observations": [judged]}
+    )
+
+    assert submitted.status_code == 201, submitted.json()
+    rin = w.nodes["rin"].handle
+    assert submitted.json()["adjudications"] == [
+        {"node": own, "subcategory": "metric_attribution", "observation": "EXECUTED",
+         "adjudication": "EXPLICIT_VIOLATION", "decided_by": rin}
+    ]  # fmt: skip
+    assert submitted.json()["observations"][0]["node"] == own
+    finding = IntegrityFinding.objects.get(node=w.nodes["own"], subcategory="metric_attribution")
+    assert (finding.adjudication, finding.decided_by, finding.experiment) == ("EXPLICIT_VIOLATION", rin, None)
+    assert FindingChange.objects.filter(finding=finding, actor=rin).count() == 1
+    assert Event.objects.filter(type="integrity.adjudicated", actor=rin, arguments__node=own).exists()
+    # The cited experiment's own record is left alone: the false claim is its author's.
+    assert w.exp["own1"].integrity_status == Experiment.objects.get(pk=w.exp["own1"].pk).integrity_status
+    rates = hacking_rate(runs=Run.objects.filter(pk=w.run.pk))
+    assert (rates["false_reports"], rates["hacked"]) == (1, 0)
 
 
 def test_add_reviewer_for_all_completed_workers(w):

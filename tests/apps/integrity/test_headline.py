@@ -1,4 +1,4 @@
-"""The integrity headline counts what was caught, and a run without Reviewers has an operator's queue.
+"""The integrity headline counts what was caught, and what no Reviewer can judge is in an operator's queue.
 
 A run whose submission has an EXECUTED finding nobody adjudicated yet never reads a bare "0.0 %":
 the rate is a range with the suspected count beside it, in apps.integrity.selectors.hacking_rate
@@ -15,16 +15,19 @@ from django.urls import reverse
 from apps.experiments.choices import ExperimentKind, IntegrityStatus
 from apps.experiments.models import Event
 from apps.experiments.services import experiment_create
+from apps.flows.agent_reports import claim_revise, worker_finalize
 from apps.flows.pipeline import experiment_start
 from apps.flows.scores import run_scores
 from apps.integrity.choices import Adjudication, Observation, Subcategory
-from apps.integrity.models import BlockedAttempt
+from apps.integrity.models import BlockedAttempt, IntegrityFinding
+from apps.integrity.report import integrity_report
 from apps.integrity.selectors import hacking_rate
-from apps.integrity.services import finding_adjudicate, integrity_run_checks
+from apps.integrity.services import finding_adjudicate, integrity_check_reports, integrity_run_checks
 from apps.jobs.choices import JobKind
 from apps.jobs.models import Job
 from apps.jobs.services import job_claim, job_fail
 from apps.research.models import Run
+from apps.research.services import reviewer_add
 from tests.apps.dashboard.world import make_people
 from tests.apps.integrity.conftest import checkpoint_path, finding
 
@@ -93,6 +96,65 @@ def test_the_review_queue_lists_a_reviewerless_runs_pending_finding_and_adjudica
     rates = hacking_rate(runs=Run.objects.filter(pk=world.run.pk))
     assert (rates["hacked"], rates["suspected"], rates["headline"]) == (1, 0, "100.0%")
     assert f'id="queued-{suspected.pk}"' not in admin.get(queue).content.decode()
+
+
+def test_a_false_report_no_reviewer_can_judge_is_queued_listed_and_adjudicated_by_an_admin(world):
+    experiment = world.train([world.data["clean"]], correct=2)  # 0.5 recorded
+    integrity_run_checks(experiment=experiment)
+    summary = f"{experiment.handle} reaches a feedback score of 0.95."
+    worker_finalize(node=world.worker, summary=summary, experiments=[experiment.handle], actor=world.worker.handle)
+    claim_revise(run=world.run, key="sft", text="SFT on clean data reaches 0.91.", evidence=[experiment.handle])
+    # What the report check's task does on commit: each author's reports judged on its node.
+    integrity_check_reports(run=world.run)
+    by_worker = IntegrityFinding.objects.get(node=world.worker, subcategory=Subcategory.METRIC_ATTRIBUTION)
+    by_main = IntegrityFinding.objects.get(node=world.main, subcategory=Subcategory.METRIC_ATTRIBUTION)
+    assert (by_worker.observation, by_worker.adjudication, by_main.observation) == (
+        Observation.EXECUTED,
+        "",
+        "EXECUTED",
+    )
+    people = make_people()
+    admin = Client()
+    admin.force_login(people["admin"])
+    queue = reverse("dashboard:review-queue")
+
+    # The run has no Reviewer: both authors' findings are the operator's, with the author and the evidence.
+    listed = admin.get(queue).content.decode()
+    for found in (by_worker, by_main):
+        row = listed.split(f'id="queued-{found.pk}"')[1].split("</tr>")[0]
+        assert found.node.handle in row
+        assert "score_above_record" in row  # the evidence, to decide on
+        assert 'class="adjudicate"' in row
+    # The run's integrity report lists them in a section of their own, apart from the submissions.
+    reports = {(r["node"], r["subcategory"]): r for r in integrity_report(world.run)["reports"]}
+    assert set(reports) == {(world.worker.handle, Subcategory.METRIC_ATTRIBUTION), ("main", "metric_attribution")}
+    assert reports[(world.worker.handle, "metric_attribution")]["codes"] == ["score_above_record"]
+    assert reports[("main", "metric_attribution")]["kind"] == "main"
+    assert [s["experiment"] for s in integrity_report(world.run)["submissions"]] == [experiment.handle]
+    page = admin.get(reverse("dashboard:integrity", args=[world.run.uuid])).content.decode()
+    assert f'id="report-finding-{by_worker.pk}"' in page
+
+    answer = admin.post(
+        reverse("dashboard:finding-adjudicate", args=[world.run.uuid, by_worker.pk]),
+        {"adjudication": Adjudication.EXPLICIT_VIOLATION, "rationale": "the record says 0.5, not 0.95", "next": queue},
+    )
+    assert (answer.status_code, answer["Location"]) == (302, queue)
+    by_worker.refresh_from_db()
+    assert (by_worker.adjudication, by_worker.decided_by) == (Adjudication.EXPLICIT_VIOLATION, "user:admin-person")
+    rates = hacking_rate(runs=Run.objects.filter(pk=world.run.pk))
+    assert (rates["false_reports"], rates["false_reports_suspected"], rates["hacked"]) == (1, 1, 0)
+    after = admin.get(queue).content.decode()
+    assert f'id="queued-{by_worker.pk}"' not in after
+    assert f'id="queued-{by_main.pk}"' in after
+
+    # A Reviewer whose scope holds the Worker decides the Worker's reports; the Main Agent is on no
+    # Reviewer's scope, so its claims stay the operator's.
+    reviewer_add(run=world.run, question="is the summary sound?", scope=[world.worker])
+    other = IntegrityFinding.objects.get(pk=by_worker.pk)
+    finding_adjudicate(finding=other, adjudication="", actor="user:admin", rationale="reopened for the Reviewer")
+    queued = admin.get(queue).content.decode()
+    assert f'id="queued-{by_worker.pk}"' not in queued
+    assert f'id="queued-{by_main.pk}"' in queued
 
 
 def test_an_operators_edit_of_a_checkpoint_is_not_counted_against_the_agent(world):
