@@ -46,6 +46,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.benchmarks.models import Benchmark
@@ -189,7 +190,8 @@ def _checkpoints_of(run: Run) -> list[Checkpoint]:
 def _rows_of(run: Run) -> dict[str, list[dict[str, Any]]]:
     experiments = Experiment.objects.filter(run=run)
     evaluations = Evaluation.objects.filter(run=run)
-    findings = IntegrityFinding.objects.filter(experiment__run=run)
+    # A submission's findings and a report's (on its author's node: the claim reader's).
+    findings = IntegrityFinding.objects.filter(Q(experiment__run=run) | Q(node__run=run))
     chain = EventChain.objects.get(key=chain_key(run))
     querysets: dict[type[models.Model], Iterable[models.Model]] = {
         Checkpoint: _checkpoints_of(run),

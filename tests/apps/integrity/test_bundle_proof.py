@@ -27,7 +27,8 @@ from apps.core.errors import ApplicationError
 from apps.core.hashing import canonical_json
 from apps.experiments.anchors import anchors_of, sign
 from apps.experiments.events import chain_key, chain_verify, content_hash, event_append, link_hash
-from apps.experiments.models import Event, EventChain
+from apps.experiments.models import Event, EventChain, Experiment
+from apps.flows.agent_reports import claim_revise
 from apps.flows.bundle import (
     BUNDLE_JSON,
     bundle_archive,
@@ -39,6 +40,8 @@ from apps.flows.bundle import (
     export_run_bundle,
     import_run_bundle,
 )
+from apps.integrity.models import IntegrityFinding
+from apps.integrity.services import integrity_check_reports
 from apps.research.models import Run
 from tests.apps.dashboard.world import make_people
 from tests.support.bundles import sealed_finished_world
@@ -412,3 +415,21 @@ def test_a_forged_anchor_fails_live_verification(anchored_run, settings):
     report = chain_verify(key)
     assert not report.ok
     assert "not signed by this instance" in report.reason
+
+
+def test_a_reports_finding_on_its_authors_node_travels_in_the_bundle(db, settings, tmp_path):
+    """A false claim is a finding on its author's node (no experiment): the bundle carries it, signed."""
+    settings.SEALED_ROOT = str(tmp_path / "sealed")
+    world, _ = sealed_finished_world(tmp_path, people=make_people())
+    cited = Experiment.objects.filter(run=world.run).order_by("pk").first()
+    assert cited is not None
+    claim_revise(run=world.run, key="best", text=f"{cited.handle} reaches 0.987 on feedback.", evidence=[cited.handle])
+    integrity_check_reports(run=world.run)
+    on_node = IntegrityFinding.objects.filter(node__run=world.run, experiment__isnull=True)
+    assert on_node.exists()
+
+    bundle = export_run_bundle(world.run)
+    rows = {row["id"]: row for row in _rows(bundle, "integrity.integrityfinding")}
+    assert {f.pk for f in on_node} <= set(rows)
+    assert all(rows[f.pk]["node_id"] == f.node_id and rows[f.pk]["experiment_id"] is None for f in on_node)
+    bundle_verify(bundle)  # the manifest signs it like every other record
