@@ -72,11 +72,19 @@ def test_sft_trainer_trains_on_the_unedited_export_and_only_trained_messages_car
                                tokenizer=chat_tokenizer)  # fmt: skip
     dataset = datasets.load_dataset("json", data_files=_file(result.entry), split="train")
     assert sorted(dataset.column_names) == ["completion", "metadata", "prompt", "tools"]
-    # worker_0001: step 2 (step 1 had a 403); worker_0002 segment 0: both; segment 1: the call after the 409.
-    assert len(dataset) == 4
+    # worker_0001: step 2 (step 1 had a 403); worker_0002 segment 0: both; segment 1: the call after the 409;
+    # and the Reviewer's two (exported at the Main Agent's visibility, issue 31).
+    roles = sorted(row["role"] for row in dataset["metadata"])
+    assert roles == ["reviewer", "reviewer", "worker", "worker", "worker", "worker"]
     tokens = result.report["tokens"]
     assert tokens["name"] == "qwen3-style"
-    assert tokens["rows_over_1024"] == 0, tokens
+    # The Reviewer's turns carry its tool answers (long evidence): the only rows past TRL's default
+    # max_length. Each row states its length, so a user keeps the rows that fit without editing any.
+    over = [row["metadata"]["role"] for row in dataset if row["metadata"]["tokens"]["total"] > 1024]
+    assert tokens["rows_over_1024"] == len(over), tokens
+    assert set(over) <= {"reviewer"}, over
+    dataset = dataset.filter(lambda row: row["metadata"]["tokens"]["total"] <= 1024)
+    assert sorted(row["role"] for row in dataset["metadata"]).count("worker") == 4
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     args = SFTConfig(

@@ -69,7 +69,11 @@ def pipeline_hook_wired() -> bool:
 def report_hook_wired() -> bool:
     """Does a Worker's finalization (or a Main Agent claim) re-run the reporting checks?"""
     return _calls(
-        "integrity_on_report", "apps.research.services", "apps.expos.tools.state", "apps.expos.tools.research"
+        "integrity_on_report",
+        "apps.flows.agent_reports",
+        "apps.research.services",
+        "apps.expos.tools.state",
+        "apps.expos.tools.research",
     )
 
 
