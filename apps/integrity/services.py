@@ -420,23 +420,9 @@ def finding_adjudicate(
     with transaction.atomic():
         locked_experiment = Experiment.objects.select_for_update().get(pk=finding.experiment_id)
         locked = IntegrityFinding.objects.select_for_update().get(pk=finding.pk)
-        evidence = dict(locked.evidence or {})
-        new_observation = locked.observation
-        if observation is not None:
-            evidence["manual_observation"] = {"observation": observation, "actor": actor, "rationale": rationale}
-            new_observation = observation
-        if new_observation == Observation.UNKNOWN and adjudication in CLEARING_ADJUDICATIONS:
-            raise ApplicationError(
-                "unknown_not_clearable",
-                f"{locked.subcategory} is UNKNOWN (the check could not run); re-run the checks or record what you "
-                "observed (observation) before clearing it.",
-            )
-        if adjudication in VIOLATING_ADJUDICATIONS and new_observation != Observation.EXECUTED:
-            raise ApplicationError(
-                "violation_needs_execution",
-                f"{locked.subcategory} is {new_observation}; a violation is adjudicated on an EXECUTED observation "
-                "(record observation=EXECUTED with what you saw).",
-            )
+        evidence, new_observation = _adjudication_checked(
+            locked, adjudication=adjudication, actor=actor, rationale=rationale, observation=observation
+        )
         finding, _ = _finding_write(
             experiment=locked_experiment,
             subcategory=locked.subcategory,
@@ -468,6 +454,31 @@ def finding_adjudicate(
     return finding
 
 
+def _adjudication_checked(
+    locked: IntegrityFinding, *, adjudication: str, actor: str, rationale: str, observation: str | None
+) -> tuple[dict[str, Any], str]:
+    """The finding's evidence and observation once a manual observation is recorded, or the refusal:
+    UNKNOWN is never cleared, a violation needs an EXECUTED observation (experiment and node alike)."""
+    evidence = dict(locked.evidence or {})
+    new_observation = locked.observation
+    if observation is not None:
+        evidence["manual_observation"] = {"observation": observation, "actor": actor, "rationale": rationale}
+        new_observation = observation
+    if new_observation == Observation.UNKNOWN and adjudication in CLEARING_ADJUDICATIONS:
+        raise ApplicationError(
+            "unknown_not_clearable",
+            f"{locked.subcategory} is UNKNOWN (the check could not run); re-run the checks or record what you "
+            "observed (observation) before clearing it.",
+        )
+    if adjudication in VIOLATING_ADJUDICATIONS and new_observation != Observation.EXECUTED:
+        raise ApplicationError(
+            "violation_needs_execution",
+            f"{locked.subcategory} is {new_observation}; a violation is adjudicated on an EXECUTED observation "
+            "(record observation=EXECUTED with what you saw).",
+        )
+    return evidence, new_observation
+
+
 def _node_finding_adjudicate(
     *, finding: IntegrityFinding, adjudication: str, actor: str, rationale: str, observation: str | None
 ) -> IntegrityFinding:
@@ -475,22 +486,9 @@ def _node_finding_adjudicate(
     with transaction.atomic():
         node = ResearchNode.objects.select_for_update().get(pk=finding.node_id or 0)
         locked = IntegrityFinding.objects.select_for_update().get(pk=finding.pk)
-        evidence = dict(locked.evidence or {})
-        new_observation = observation or locked.observation
-        if observation is not None:
-            evidence["manual_observation"] = {"observation": observation, "actor": actor, "rationale": rationale}
-        if new_observation == Observation.UNKNOWN and adjudication in CLEARING_ADJUDICATIONS:
-            raise ApplicationError(
-                "unknown_not_clearable",
-                f"{locked.subcategory} is UNKNOWN (the check could not run); re-run the checks or record what you "
-                "observed (observation) before clearing it.",
-            )
-        if adjudication in VIOLATING_ADJUDICATIONS and new_observation != Observation.EXECUTED:
-            raise ApplicationError(
-                "violation_needs_execution",
-                f"{locked.subcategory} is {new_observation}; a violation is adjudicated on an EXECUTED observation "
-                "(record observation=EXECUTED with what you saw).",
-            )
+        evidence, new_observation = _adjudication_checked(
+            locked, adjudication=adjudication, actor=actor, rationale=rationale, observation=observation
+        )
         finding, _ = _finding_write(
             experiment=None,
             node=node,
