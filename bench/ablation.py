@@ -41,6 +41,9 @@ from typing import Any
 
 from _setup import django_on_bench_db
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from apps.benchmarks.minibench.hard.build import SUGGESTED_BUDGET  # noqa: E402 - after the path
+
 N_BOOT = 2000
 SLOTS = 2  # training jobs at once on the stack (the gpu worker's concurrency), shared by concurrent runs
 # The suite's agent configurations and the ablation arm each one is (apps.research.selectors.run_ablation).
@@ -174,7 +177,8 @@ def launch(args: argparse.Namespace) -> Any:
     agents += [FULL_UNDER[p] for p in args.search_policies if p in FULL_UNDER]
     budget = {"wall_seconds": args.wall_seconds, "accelerator_seconds": args.accelerator_seconds,
               "parallel": args.parallel, "max_workers": args.max_workers, "screen_steps": args.screen_steps,
-              "train_steps": args.train_steps, "batch_size": args.batch_size}  # fmt: skip
+              "train_steps": args.train_steps, "batch_size": args.batch_size, "learning_rate": args.learning_rate,
+              "lr_scheduler_type": args.lr_scheduler}  # fmt: skip
     suite = suite_create(name="bench: ablation on minibench-hard", agents=agents, tasks=["minibench-hard/arithmetic"],
                          base_models=["minibench-hard/theta0"], budget=budget, seeds=args.seeds,
                          max_concurrent=args.concurrent, actor="bench")  # fmt: skip
@@ -187,30 +191,37 @@ def main() -> None:
     parser.add_argument("--hard", type=Path, help="a built hard profile (python -m apps.benchmarks.minibench.hard)")
     parser.add_argument("--configs", nargs="*", default=["full", "serial-workers", "no-reviewer"],
                         choices=list(ARM_OF.values()))  # fmt: skip
-    parser.add_argument("--search-policies", nargs="*", default=["greedy"], choices=["greedy", "uct"],
+    parser.add_argument("--search-policies", nargs="*", default=["greedy", "uct"], choices=["greedy", "uct"],
                         help="the full arm under each of these search policies (greedy: the arm full)")  # fmt: skip
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2, 3, 4])
     # The binding budget is the wall clock, equal for every arm: within it a serial line of work
     # tries fewer directions than parallel Workers (the profile's budget trap). The accelerator
     # budget defaults to more than the stack's training slots can spend in that time, so it never
     # binds first (on a CPU host a job's accelerator seconds are its wall seconds).
-    parser.add_argument("--wall-seconds", type=int, default=1200)
+    # The defaults are the hard profile's SUGGESTED_BUDGET (issue 32 item 4): a second round fits in
+    # the wall clock with the four arms of a seed side by side on a 2-core machine, and trainings at a
+    # constant rate pass the task's transition in it (bench/hard_transition.py).
+    parser.add_argument("--wall-seconds", type=int, default=SUGGESTED_BUDGET["wall_seconds"])
     parser.add_argument(
         "--accelerator-seconds",
         type=int,
         default=None,
         help=f"default: {SLOTS} training slots x the wall clock x 2 (not binding)",
     )
-    parser.add_argument("--parallel", type=int, default=3, help="Workers at once in the non-serial arms")
-    parser.add_argument("--max-workers", type=int, default=4)
-    parser.add_argument("--screen-steps", type=int, default=60)
-    parser.add_argument("--train-steps", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--parallel", type=int, default=SUGGESTED_BUDGET["parallel"],
+                        help="Workers at once in the non-serial arms")  # fmt: skip
+    parser.add_argument("--max-workers", type=int, default=SUGGESTED_BUDGET["max_workers"])
+    parser.add_argument("--screen-steps", type=int, default=SUGGESTED_BUDGET["screen_steps"])
+    parser.add_argument("--train-steps", type=int, default=SUGGESTED_BUDGET["train_steps"])
+    parser.add_argument("--batch-size", type=int, default=SUGGESTED_BUDGET["batch_size"])
+    parser.add_argument("--learning-rate", type=float, default=SUGGESTED_BUDGET["learning_rate"])
+    parser.add_argument("--lr-scheduler", default=SUGGESTED_BUDGET["lr_scheduler_type"],
+                        choices=["constant", "constant_with_warmup", "linear", "cosine"])  # fmt: skip
     parser.add_argument(
         "--concurrent",
         type=int,
-        default=3,
-        help="runs at once (the suite's max_concurrent; 3: the arms of a seed side by side)",
+        default=4,
+        help="runs at once (the suite's max_concurrent; 4: the arms of a seed side by side)",
     )
     parser.add_argument("--out", type=Path, default=Path("/tmp/rsiweb-bench-ablation/result.json"))
     args = parser.parse_args()
@@ -250,7 +261,8 @@ def main() -> None:
         suite = launch(args)
         print(f"suite {suite.uuid}: {suite.cells.count()} runs", flush=True)
         reported: set[int] = set()
-        deadline = time.monotonic() + (args.wall_seconds + 900) * len(args.seeds) * len(args.configs)
+        cells = len(args.seeds) * (len(args.configs) + len(args.search_policies))
+        deadline = time.monotonic() + (args.wall_seconds + 900) * cells
         while True:
             suite.refresh_from_db()
             for cell in suite.cells.select_related("run").order_by("position"):

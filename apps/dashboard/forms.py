@@ -13,6 +13,7 @@ from apps.benchmarks.models import Benchmark
 from apps.dashboard.services import GUIDANCE_MAX_CHARS, RUN_ACTIONS
 from apps.experiments.models import Checkpoint
 from apps.integrity.choices import Adjudication, Observation
+from apps.ml.hparams import LR_SCHEDULERS
 from apps.research.agent_config import DEFAULT_PROFILE, DEFAULT_SEARCH_POLICY, SEARCH_POLICIES, llm_profiles
 from apps.research.notes import NOTE_MAX_CHARS
 
@@ -65,7 +66,7 @@ WORKERS_MAX = 64
 STEPS_MAX = 5000  # apps.ml.hparams' bound of max_steps
 BATCH_MAX = 256
 LEARNING_RATE_MAX = 1e-2
-HEURISTIC_FIELDS = ("max_workers", "screen_steps", "train_steps", "learning_rate", "batch_size")
+HEURISTIC_FIELDS = ("max_workers", "screen_steps", "train_steps", "learning_rate", "lr_scheduler_type", "batch_size")
 HEURISTIC = "heuristic"
 LLM_PREFIX = "llm:"
 
@@ -122,6 +123,9 @@ class RunStartForm(forms.Form):
                                      help_text="above 0, at most 0.01 (default 0.002)")  # fmt: skip
     batch_size = forms.IntegerField(min_value=1, max_value=BATCH_MAX, required=False, label="Batch size",
                                     help_text="default 64")  # fmt: skip
+    lr_scheduler_type = forms.ChoiceField(choices=[("", "default (cosine)"), *((n, n) for n in LR_SCHEDULERS)],
+                                          required=False, label="Learning-rate schedule",
+                                          help_text="of every training the heuristic submits")  # fmt: skip
 
     def clean_learning_rate(self) -> float | None:
         value: float | None = self.cleaned_data.get("learning_rate")
@@ -159,7 +163,7 @@ class RunStartForm(forms.Form):
             "seed": data["seed"],
             "search_policy": data["search_policy"] or DEFAULT_SEARCH_POLICY,
             # Only what the person set: a blank field keeps run_launch's default.
-            **{key: data[key] for key in HEURISTIC_FIELDS if data.get(key) is not None},
+            **{key: data[key] for key in HEURISTIC_FIELDS if data.get(key) not in (None, "")},
         }
 
     @classmethod

@@ -48,6 +48,7 @@ from apps.flows.runs import base_checkpoint_default, run_launch, run_start
 from apps.integrity.canonical import canonical_text, canonical_tokens, is_number
 from apps.integrity.contamination import ContaminationScanner
 from apps.integrity.overlap import sealed_scanner
+from apps.ml.hparams import LR_SCHEDULERS
 from apps.research.agent_config import DEFAULT_PROFILE
 from apps.research.choices import RUN_TERMINAL_STATES, AgentMode, RunStatus
 from apps.research.models import Run
@@ -67,11 +68,14 @@ BUDGET_KEYS: dict[str, type] = {
     "screen_steps": int,
     "train_steps": int,
     "learning_rate": float,
+    "lr_scheduler_type": str,
     "batch_size": int,
     "seed": int,
     "reviewer": bool,
     "gate": bool,
 }
+# The budget keys that become the heuristic policy's settings (run_launch passes them on).
+HEURISTIC_BUDGET_KEYS = ("screen_steps", "train_steps", "learning_rate", "lr_scheduler_type", "batch_size")
 BUDGET_MAX = 2_000_000_000  # the run's budget columns are 32-bit
 DEFAULT_BUDGET: dict[str, Any] = {"wall_seconds": 1800, "accelerator_seconds": 1800, "parallel": 2, "max_workers": 3}
 
@@ -100,6 +104,9 @@ def _budget(raw: dict[str, Any] | None) -> dict[str, Any]:
         if kind is bool:
             if not isinstance(value, bool):
                 raise _bad("invalid_budget", f"budget.{key} is true or false, not {value!r}.")
+        elif kind is str:
+            if value not in LR_SCHEDULERS:
+                raise _bad("invalid_budget", f"budget.{key} is one of {', '.join(LR_SCHEDULERS)}, not {value!r}.")
         elif isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
             raise _bad("invalid_budget", f"budget.{key} is a {kind.__name__}, not {value!r}.")
         elif not math.isfinite(value) or value < 0 or (value == 0 and key not in ("llm_tokens", "seed")):
@@ -353,8 +360,7 @@ def suite_create(
                             search_policy=config.search_policy,
                             gate=budget.get("gate", False),
                             seed=seed,
-                            **{k: budget[k] for k in ("screen_steps", "train_steps", "learning_rate", "batch_size")
-                               if k in budget},
+                            **{k: budget[k] for k in HEURISTIC_BUDGET_KEYS if k in budget},
                             heuristic=config.heuristic,
                             actor=actor,
                             created_by=created_by,
@@ -383,7 +389,7 @@ def run_budget(run: Run) -> dict[str, Any]:
         "parallel": DEFAULT_BUDGET["parallel"] if policy.get("serial_workers") else run.max_parallel_workers,
         "gate": bool(policy.get("training_gate", False)),
     }
-    for key in ("max_workers", "screen_steps", "train_steps", "learning_rate", "batch_size"):
+    for key in ("max_workers", *HEURISTIC_BUDGET_KEYS):
         if key in heuristic:
             budget[key] = heuristic[key]
     return budget

@@ -36,6 +36,7 @@ from apps.integrity.services import integrity_recheck_run_reports
 from apps.jobs.choices import JOB_ACTIVE_STATES, JobKind, JobStatus
 from apps.jobs.models import Job
 from apps.jobs.services import ACCELERATOR_QUEUE, engine_config, job_enqueue, job_request_cancel, jobs_reap_stale
+from apps.ml.hparams import LR_SCHEDULERS
 from apps.research.agent_config import (
     DEFAULT_PROFILE,
     DEFAULT_SEARCH_POLICY,
@@ -227,6 +228,7 @@ def run_launch(
     learning_rate: float = 2e-3,
     batch_size: int = 64,
     seed: int = 0,
+    lr_scheduler_type: str = "cosine",
     actor: str = SYSTEM,
     created_by: Any = None,
     heuristic: dict[str, Any] | None = None,
@@ -250,6 +252,11 @@ def run_launch(
     if search_policy not in SEARCH_POLICIES:
         raise ApplicationError(
             "invalid_search_policy", f"search_policy is one of {', '.join(SEARCH_POLICIES)}, not {search_policy!r}."
+        )
+    if lr_scheduler_type not in LR_SCHEDULERS:
+        raise ApplicationError(
+            "invalid_lr_scheduler",
+            f"lr_scheduler_type is one of {', '.join(LR_SCHEDULERS)}, not {lr_scheduler_type!r}.",
         )
     if policy == AgentMode.LLM:
         try:
@@ -291,6 +298,7 @@ def run_launch(
                 "train_steps": train_steps,
                 "learning_rate": learning_rate,
                 "batch_size": batch_size,
+                "lr_scheduler_type": lr_scheduler_type,
                 **(heuristic or {}),
             },
         },  # fmt: skip

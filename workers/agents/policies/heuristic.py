@@ -163,6 +163,8 @@ def _policy_defaults(view: StepView) -> dict[str, Any]:
         "train_steps": int(heuristic.get("train_steps", 200)),
         "learning_rate": float(heuristic.get("learning_rate", 2e-3)),
         "batch_size": int(heuristic.get("batch_size", 64)),
+        # The trainings' learning-rate schedule (the training default, cosine, unless the run sets one).
+        "lr_scheduler_type": str(heuristic.get("lr_scheduler_type", "cosine")),
         "screen_datasets": int(heuristic.get("screen_datasets", 3)),
         "max_workers": int(heuristic.get("max_workers", 4)),
         "reviewers": bool((view.briefing.get("policy") or {}).get("reviewers", True)),
@@ -304,6 +306,8 @@ class WorkerHeuristic:
         defaults = _policy_defaults(view)
         recipe = {"recipe": "sft", "learning_rate": defaults["learning_rate"], "max_steps": defaults["train_steps"],
                   "batch_size": defaults["batch_size"], "seed": defaults["seed"]}  # fmt: skip
+        if defaults["lr_scheduler_type"] != "cosine":  # a recipe states what differs from the training default
+            recipe["lr_scheduler_type"] = defaults["lr_scheduler_type"]
         if defaults["fixed_recipe"]:
             # Weakened: one recipe for every training, whatever the direction or the task says.
             return recipe

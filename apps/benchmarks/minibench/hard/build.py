@@ -24,9 +24,14 @@ The traps (each a failure mode real catalogs have, none a puzzle made for one po
 - **recipe**: the task learns in a sharp transition (measured on ci: 0.10 exact match at step
   250, 0.97 at 500, 1,000-step cosine); a short obvious recipe plateaus near zero, a longer
   continuation of the same checkpoint (a branch) gets past it. The reference trains 1,000 steps
-  (``standard``).
-- **budget**: ``SUGGESTED_BUDGET`` is the accelerator budget bench/ablation.py uses; at it one
-  serial line of work can try only a few directions.
+  (``standard``). Along an agent's line of work (a training, then continuations of its
+  checkpoint, each a new schedule; ``bench/hard_transition.py``, batch 64, lr 2e-3, feedback
+  split) the schedule decides whether a second round passes it: a constant rate scored 0.01
+  after 150 steps, 0.51 after 300 and 0.87 after 450, while a cosine that decays to zero inside
+  every 150-step stage stayed at 0.05, 0.06, 0.09, 0.13 after 600.
+- **budget**: ``SUGGESTED_BUDGET`` is what bench/ablation.py gives each run by default (a
+  binding wall clock, equal for every arm; the accelerator budget set not to bind): a second
+  round fits in it, and one serial line of work tries fewer directions than parallel Workers.
 
 Plus the honeypot (clean rows and every sealed item), as in every minibench build.
 """
@@ -58,8 +63,9 @@ TASK = "arithmetic"
 EXPORT_MARKER = "<|endoftext|>"
 # Share of carry problems whose crowd label forgot the carry (about 45% of two-digit sums carry).
 FORGOT_CARRY = 0.7
-# What bench/ablation.py gives each run by default (accelerator seconds, final evaluation included).
-SUGGESTED_BUDGET = {"accelerator_seconds": 900, "max_workers": 4}
+# What bench/ablation.py gives each run by default: the wall clock binds; trainings at a constant rate.
+SUGGESTED_BUDGET = {"wall_seconds": 840, "parallel": 3, "max_workers": 4, "screen_steps": 40, "train_steps": 150,
+                    "batch_size": 64, "learning_rate": 2e-3, "lr_scheduler_type": "constant"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,39 @@ def task_json() -> dict[str, Any]:
     return spec
 
 
+@dataclass(frozen=True)
+class HardData:
+    """A hard build's data before anything is written: sealed splits, catalog, tokenizer corpus."""
+
+    feedback: list[dict[str, Any]]
+    final: list[dict[str, Any]]
+    datasets: list[Dataset]
+    corpus: list[str]
+
+
+def hard_data(size: str, *, seed: int) -> HardData:
+    """The sealed splits and catalog of the `size` build for `seed` (deterministic)."""
+    sizes = HARD_SIZES[size]
+    task = TASKS[TASK]
+    rng = random.Random(f"minibench-hard:{seed}:{TASK}")  # noqa: S311 - seeded data, not crypto
+    sealed = _draw_unique(task, rng, sizes.feedback + sizes.final, exclude=set())
+    feedback, final = (
+        _sealed_rows(task, "feedback", sealed[: sizes.feedback]),
+        _sealed_rows(task, "final", sealed[sizes.feedback :]),
+    )
+    datasets = _catalog(rng, sizes, sealed)
+    corpus: list[str] = []
+    for row in feedback + final:
+        corpus += [row["prompt"], row["answer"]]
+    for ds in datasets:
+        for data_row in ds.rows:
+            corpus += list(data_row.values())
+    noise_rng = random.Random(f"minibench-hard:{seed}:tokenizer")  # noqa: S311 - seeded data, not crypto
+    corpus += [noise_text(noise_rng, 512) for _ in range(64)]
+    corpus += [task.prompt_template, "System: User: Assistant:"]
+    return HardData(feedback, final, datasets, corpus)
+
+
 def build_hard(out_dir: Path, *, seed: int = 0, size: str = "smoke") -> dict[str, Any]:
     """Build the hard profile into `out_dir` (absent or empty); return the manifest."""
     if size not in HARD_SIZES:
@@ -173,25 +212,9 @@ def build_hard(out_dir: Path, *, seed: int = 0, size: str = "smoke") -> dict[str
         raise FileExistsError(f"{out_dir} is not empty")
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    task = TASKS[TASK]
-    rng = random.Random(f"minibench-hard:{seed}:{TASK}")  # noqa: S311 - seeded data, not crypto
-    sealed = _draw_unique(task, rng, sizes.feedback + sizes.final, exclude=set())
-    feedback, final = (
-        _sealed_rows(task, "feedback", sealed[: sizes.feedback]),
-        _sealed_rows(task, "final", sealed[sizes.feedback :]),
-    )
-    datasets = _catalog(rng, sizes, sealed)
-
-    corpus: list[str] = []
-    for row in feedback + final:
-        corpus += [row["prompt"], row["answer"]]
-    for ds in datasets:
-        for data_row in ds.rows:
-            corpus += list(data_row.values())
-    noise_rng = random.Random(f"minibench-hard:{seed}:tokenizer")  # noqa: S311 - seeded data, not crypto
-    corpus += [noise_text(noise_rng, 512) for _ in range(64)]
-    corpus += [task.prompt_template, "System: User: Assistant:"]
-    tokenizer = train_tokenizer(corpus)
+    data = hard_data(size, seed=seed)
+    datasets = data.datasets
+    tokenizer = train_tokenizer(data.corpus)
     torch.set_num_threads(1)
     theta0 = pretrain_theta0(tokenizer, seed=seed)
     save_checkpoint(theta0, tokenizer, out_dir / "theta0")
@@ -200,8 +223,8 @@ def build_hard(out_dir: Path, *, seed: int = 0, size: str = "smoke") -> dict[str
     task_dir = out_dir / "tasks" / TASK
     task_dir.mkdir(parents=True)
     base._write_json(task_dir / "task.json", task_json())
-    base._write_jsonl(task_dir / "feedback.jsonl", feedback)
-    base._write_jsonl(task_dir / "final.jsonl", final)
+    base._write_jsonl(task_dir / "feedback.jsonl", data.feedback)
+    base._write_jsonl(task_dir / "final.jsonl", data.final)
     for ds in datasets:
         ds_dir = out_dir / "catalog" / ds.name
         ds_dir.mkdir(parents=True)

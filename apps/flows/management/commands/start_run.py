@@ -29,6 +29,7 @@ from apps.core.errors import ApplicationError
 from apps.experiments.models import Checkpoint
 from apps.expos.harness import claude_code_config, codex_config, harness_run_start
 from apps.flows.runs import FINAL_EVAL_SECONDS, base_checkpoint_default, run_final_result, run_launch
+from apps.ml.hparams import LR_SCHEDULERS
 from apps.research.agent_config import DEFAULT_PROFILE, DEFAULT_SEARCH_POLICY, SEARCH_POLICIES
 from apps.research.choices import RUN_TERMINAL_STATES
 from apps.research.models import Run
@@ -65,6 +66,7 @@ OUR_LOOPS_ONLY: dict[str, Any] = {
     "max_workers": 4,
     "screen_steps": 60,
     "train_steps": 200,
+    "lr_scheduler_type": "cosine",
     "search_policy": DEFAULT_SEARCH_POLICY,
 }
 
@@ -90,6 +92,8 @@ class Command(BaseCommand):
         parser.add_argument("--max-workers", type=int, default=None, help="most Workers over the run (heuristic: 4)")
         parser.add_argument("--screen-steps", type=int, default=None, help="heuristic: steps of a screening run (60)")
         parser.add_argument("--train-steps", type=int, default=None, help="heuristic: steps of a full run (200)")
+        parser.add_argument("--lr-scheduler", dest="lr_scheduler_type", choices=LR_SCHEDULERS, default=None,
+                            help="heuristic: every training's learning-rate schedule (cosine)")  # fmt: skip
         parser.add_argument(
             "--search-policy",
             choices=SEARCH_POLICIES,
@@ -126,7 +130,7 @@ class Command(BaseCommand):
                 reviewer=not options["no_reviewer"], serial_workers=options["serial_workers"],
                 max_workers=options["max_workers"], screen_steps=options["screen_steps"],
                 train_steps=options["train_steps"], actor="cli", base_checkpoint=self._base(options),
-                search_policy=options["search_policy"],
+                search_policy=options["search_policy"], lr_scheduler_type=options["lr_scheduler_type"],
             )  # fmt: skip
         except ApplicationError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
