@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 SETTINGS = {"wall_seconds": 1800, "accelerator_seconds": 2400, "parallel": 3, "seed": 7, "gate": True,
             "reviewer": False, "search_policy": "uct", "max_workers": 6, "screen_steps": 30, "train_steps": 120,
-            "learning_rate": 5e-4, "batch_size": 32}  # fmt: skip
+            "learning_rate": 5e-4, "lr_scheduler_type": "constant", "batch_size": 32}  # fmt: skip
 
 
 @pytest.fixture
@@ -39,12 +39,14 @@ def test_clone_fills_the_form_with_every_setting_of_the_run(original, people, as
         "name": "sprint A (re-run)", "benchmark": original.benchmark_id, "base_checkpoint": "test/theta0",
         "policy": "heuristic", "wall_seconds": 1800, "accelerator_seconds": 2400, "llm_tokens": 0, "parallel": 3,
         "no_reviewer": True, "serial_workers": False, "gate": True, "seed": 7, "search_policy": "uct",
-        "max_workers": 6, "screen_steps": 30, "train_steps": 120, "learning_rate": 5e-4, "batch_size": 32,
+        "max_workers": 6, "screen_steps": 30, "train_steps": 120, "learning_rate": 5e-4,
+        "lr_scheduler_type": "constant", "batch_size": 32,
     }  # fmt: skip
     html = page.content.decode()
     assert 'name="train_steps" value="120"' in html
     assert 'name="max_workers" value="6"' in html
     assert '<option value="uct" selected>' in html
+    assert '<option value="constant" selected>' in html
     assert '<option value="test/theta0" selected>' in html
     assert page.context["clone_notes"] == []
     assert Run.objects.count() == 1  # the form only; nothing is created until it is submitted
@@ -72,6 +74,7 @@ def test_a_blank_heuristic_field_keeps_the_default(original, people, as_role):
     assert as_role("operator").post(reverse("dashboard:run-start"), data).status_code == 302
     run = Run.objects.exclude(pk=original.pk).get()
     assert run.policy["heuristic"]["train_steps"] == 200
+    assert run.policy["heuristic"]["lr_scheduler_type"] == "cosine"  # blank: the training default
 
 
 @pytest.mark.parametrize(
@@ -85,6 +88,7 @@ def test_a_blank_heuristic_field_keeps_the_default(original, people, as_role):
         ("learning_rate", 0, "The learning rate must be above 0"),
         ("learning_rate", 0.5, "less than or equal to 0.01"),
         ("learning_rate", "nan", "Enter a number"),
+        ("lr_scheduler_type", "cosin", "Select a valid choice"),
     ],
 )
 def test_bad_settings_are_explained_and_nothing_is_created(original, people, as_role, field, value, message):

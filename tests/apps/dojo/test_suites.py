@@ -154,6 +154,8 @@ def test_a_stale_advance_tick_does_nothing(world):
         ({"budget": {"steps": 5}}, "invalid_budget"),
         ({"budget": {"reviewer": "yes"}}, "invalid_budget"),
         ({"budget": {"learning_rate": float("nan")}}, "invalid_budget"),
+        ({"budget": {"lr_scheduler_type": "warm"}}, "invalid_budget"),
+        ({"budget": {"lr_scheduler_type": 3}}, "invalid_budget"),
         ({"budget": {"wall_seconds": 10**12}}, "invalid_budget"),
         ({"base_models": ["theta0_a", "theta0_a"]}, "invalid_base_models"),
         ({"max_concurrent": 0}, "invalid_max_concurrent"),
@@ -547,7 +549,8 @@ def test_seeds_repeat_every_cell_once_per_run_seed(world):
 def _template_run(world, **switches) -> Run:
     return run_launch(benchmark=world["addition"], base_checkpoint=world["bases"][1], name="template",
                       wall_seconds=700, accelerator_seconds=1200, parallel=3, max_workers=4, screen_steps=7,
-                      train_steps=33, learning_rate=0.004, batch_size=8, seed=9, start=False, **switches)  # fmt: skip
+                      train_steps=33, learning_rate=0.004, batch_size=8, seed=9, lr_scheduler_type="constant",
+                      start=False, **switches)  # fmt: skip
 
 
 def test_the_ablation_suite_of_a_run_is_its_three_arms_at_its_budget_per_seed(world):
@@ -564,6 +567,7 @@ def test_the_ablation_suite_of_a_run_is_its_three_arms_at_its_budget_per_seed(wo
         heuristic = run.policy["heuristic"]
         assert (heuristic["max_workers"], heuristic["screen_steps"], heuristic["train_steps"],
                 heuristic["learning_rate"], heuristic["batch_size"]) == (4, 7, 33, 0.004, 8)  # fmt: skip
+        assert heuristic["lr_scheduler_type"] == "constant"  # the schedule is the template's too
         assert run.policy["seed"] == cell.seed  # the suite's seeds, not the template's 9
         serial = cell.agent == "heuristic-serial-workers"
         assert run.max_parallel_workers == (1 if serial else 3)

@@ -84,3 +84,19 @@ def test_the_search_policy_is_chosen_per_run_and_recorded():
     assert not Run.objects.filter(name="bad").exists()
     call_command("start_run", "--benchmark", "test/search", "--name", "default run")
     assert Run.objects.get(name="default run").search_policy == "greedy"
+
+
+def test_the_learning_rate_schedule_is_a_run_setting_the_heuristic_trains_with():
+    BenchmarkFactory(name="test/schedule")
+    CheckpointFactory(is_base=True)
+    call_command("start_run", "--benchmark", "test/schedule", "--lr-scheduler", "constant", "--name", "constant run")
+    assert Run.objects.get(name="constant run").policy["heuristic"]["lr_scheduler_type"] == "constant"
+    call_command("start_run", "--benchmark", "test/schedule", "--name", "default schedule")
+    assert Run.objects.get(name="default schedule").policy["heuristic"]["lr_scheduler_type"] == "cosine"
+    with pytest.raises(CommandError, match="invalid choice"):
+        call_command("start_run", "--benchmark", "test/schedule", "--lr-scheduler", "warm", "--name", "bad")
+    with pytest.raises(ApplicationError) as refused:
+        run_launch(benchmark="test/schedule", lr_scheduler_type="warm", name="bad")
+    assert refused.value.code == "invalid_lr_scheduler"
+    assert "constant, constant_with_warmup, linear, cosine" in refused.value.message
+    assert not Run.objects.filter(name="bad").exists()

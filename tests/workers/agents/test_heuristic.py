@@ -229,6 +229,25 @@ def test_the_fixed_recipe_switch_trains_every_direction_with_one_sft_recipe():
     assert len(_plan(fixed, "recipe-sweep", ["a-clean"])) == 1  # no sweep
 
 
+def test_every_training_follows_the_runs_learning_rate_schedule():
+    heuristic = {"train_steps": 90, "screen_steps": 15, "learning_rate": 0.002, "lr_scheduler_type": "constant"}
+    plans = [p for d in ("data-screen", "recipe-sweep", "dpo", "verify")
+             for p in _plan({"heuristic": heuristic}, d, ["a-clean", "a-more"])]  # fmt: skip
+    trainings = [p["recipe"] for p in plans if p["recipe"]]
+    assert len(trainings) >= 5
+    assert {r["lr_scheduler_type"] for r in trainings} == {"constant"}
+    # The training default (cosine) is not written into the recipe; the run's setting is.
+    default = _plan({"heuristic": {**heuristic, "lr_scheduler_type": "cosine"}}, "recipe-sweep", ["a-clean"])
+    assert all("lr_scheduler_type" not in p["recipe"] for p in default)
+    # A schedule the task names wins, as every other recipe setting of the task does.
+    state = {"recipe": {"lr_scheduler_type": "linear"}}
+
+    class View:
+        briefing = {"policy": {"heuristic": heuristic}}
+
+    assert WorkerHeuristic()._recipe(View(), state)["lr_scheduler_type"] == "linear"
+
+
 def test_the_rank_data_switch_keeps_search_order_and_sets_nothing_aside():
     class View:
         briefing = {"policy": {"heuristic": {"rank_data": False}}, "benchmark": {"task": "arithmetic"}}
