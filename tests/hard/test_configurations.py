@@ -12,12 +12,15 @@ import time
 
 import pytest
 
+from apps.benchmarks.minibench.hard.build import SUGGESTED_BUDGET
 from apps.dojo.agents import ABLATION_AGENTS
 from apps.dojo.models import AgentSuite
 from apps.dojo.suites import suite_create, suite_launch
 from apps.experiments.models import Event
 from apps.flows.compare import ablation_groups, best_so_far
 from apps.flows.runs import run_final_result
+from apps.jobs.choices import JobKind
+from apps.jobs.models import Job
 from apps.research.choices import RunStatus
 from apps.research.models import ResearchNode, Run
 from apps.research.selectors import run_ablation
@@ -30,8 +33,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 # Each run's budget: two Workers of 10-step trainings, so the Main Agent spends it in a few
 # branches; the wait covers all three at once and the final evaluations (docs/benchmarks.md).
+# The schedule is the profile's suggested one (a constant rate: the fair version, issue 32 item 4).
 BUDGET = {"wall_seconds": 15 * 60, "accelerator_seconds": 400, "parallel": 2, "max_workers": 2, "screen_steps": 5,
-          "train_steps": 10, "batch_size": 16}  # fmt: skip
+          "train_steps": 10, "batch_size": 16, "lr_scheduler_type": SUGGESTED_BUDGET["lr_scheduler_type"]}  # fmt: skip
 TIMEOUT = 25 * 60
 
 
@@ -63,6 +67,14 @@ def test_each_configuration_finishes_with_a_final_result(committed):
         assert result is not None, name
         assert result["theta0"]["final_score"] is not None
         assert best_so_far(run), f"{name}: no accepted feedback score"
+
+
+def test_every_training_job_of_every_arm_ran_at_the_suites_schedule(committed):
+    for name, run in committed.items():
+        schedules = [job.spec["hyperparameters"].get("lr_scheduler_type")
+                     for job in Job.objects.filter(run=run, kind=JobKind.TRAIN)]  # fmt: skip
+        assert schedules, f"{name}: no training job"
+        assert set(schedules) == {"constant"}, (name, schedules)
 
 
 def test_the_switches_change_who_runs(committed):

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from apps.benchmarks.minibench.build import source_digest
 from apps.benchmarks.minibench.hard import NAMESPACE, hard_source_digest
-from apps.benchmarks.minibench.hard.build import EXPORT_MARKER
+from apps.benchmarks.minibench.hard.build import EXPORT_MARKER, SUGGESTED_BUDGET
 from apps.expos.connectors.base import ConnectorConfig
 from apps.expos.connectors.local_catalog import LocalCatalogConnector
+from apps.ml.hparams import LR_SCHEDULERS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
@@ -62,3 +63,9 @@ def test_the_export_answers_right_and_then_writes_a_literal_end_marker(hard_root
     export = _rows(hard_root, "arithmetic-forum-export")
     assert all(r["completion"].endswith(EXPORT_MARKER) for r in export)
     assert all(int(r["completion"].removesuffix(EXPORT_MARKER)) == _sum_of(r["prompt"]) for r in export)
+
+
+def test_the_manifest_carries_the_budget_the_ablation_gives_every_arm(hard_root: Path):
+    manifest = json.loads((hard_root / "manifest.json").read_text())
+    assert manifest["suggested_budget"] == SUGGESTED_BUDGET
+    assert SUGGESTED_BUDGET["lr_scheduler_type"] in LR_SCHEDULERS
