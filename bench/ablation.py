@@ -43,6 +43,7 @@ from _setup import django_on_bench_db
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from apps.benchmarks.minibench.hard.build import SUGGESTED_BUDGET  # noqa: E402 - after the path
+from apps.ml.hparams import LR_SCHEDULERS  # noqa: E402 - after the path
 
 N_BOOT = 2000
 SLOTS = 2  # training jobs at once on the stack (the gpu worker's concurrency), shared by concurrent runs
@@ -216,7 +217,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=SUGGESTED_BUDGET["batch_size"])
     parser.add_argument("--learning-rate", type=float, default=SUGGESTED_BUDGET["learning_rate"])
     parser.add_argument("--lr-scheduler", default=SUGGESTED_BUDGET["lr_scheduler_type"],
-                        choices=["constant", "constant_with_warmup", "linear", "cosine"])  # fmt: skip
+                        choices=LR_SCHEDULERS)  # fmt: skip
     parser.add_argument(
         "--concurrent",
         type=int,
