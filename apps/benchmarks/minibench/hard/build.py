@@ -30,8 +30,10 @@ The traps (each a failure mode real catalogs have, none a puzzle made for one po
   after 150 steps, 0.51 after 300 and 0.87 after 450, while a cosine that decays to zero inside
   every 150-step stage stayed at 0.05, 0.06, 0.09, 0.13 after 600.
 - **budget**: ``SUGGESTED_BUDGET`` is what bench/ablation.py gives each run by default (a
-  binding wall clock, equal for every arm; the accelerator budget set not to bind): a second
-  round fits in it, and one serial line of work tries fewer directions than parallel Workers.
+  binding wall clock, equal for every arm; the accelerator budget set not to bind), the budget
+  the issue-32 ablation ran at with the four arms of a seed side by side on a 2-core machine: the
+  full system's first round ends, and its continuation passes the transition, within it (40-step
+  screens and 150-step trainings in 840 s did not leave the first round room to finish there).
 
 Plus the honeypot (clean rows and every sealed item), as in every minibench build.
 """
@@ -64,7 +66,7 @@ EXPORT_MARKER = "<|endoftext|>"
 # Share of carry problems whose crowd label forgot the carry (about 45% of two-digit sums carry).
 FORGOT_CARRY = 0.7
 # What bench/ablation.py gives each run by default: the wall clock binds; trainings at a constant rate.
-SUGGESTED_BUDGET = {"wall_seconds": 840, "parallel": 3, "max_workers": 4, "screen_steps": 40, "train_steps": 150,
+SUGGESTED_BUDGET = {"wall_seconds": 1020, "parallel": 3, "max_workers": 4, "screen_steps": 20, "train_steps": 120,
                     "batch_size": 64, "learning_rate": 2e-3, "lr_scheduler_type": "constant"}  # fmt: skip
 
 
