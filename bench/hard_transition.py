@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
+import shutil
 import sys
 import tempfile
 import time
@@ -47,6 +47,18 @@ def main() -> None:
     import torch
 
     from apps.benchmarks.minibench import model as shape
+
+    if args.layers:
+        shape.NUM_LAYERS = args.layers  # an exploration of depth; builds use the module's own
+    torch.set_num_threads(1)
+    work = Path(tempfile.mkdtemp(prefix="hard-transition-"))
+    try:
+        _stages(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _stages(args: argparse.Namespace, work: Path) -> None:
     from apps.benchmarks.minibench.hard import build as hard
     from apps.benchmarks.minibench.model import pretrain_theta0, save_checkpoint
     from apps.benchmarks.minibench.tokenizer import train_tokenizer
@@ -56,10 +68,6 @@ def main() -> None:
     from apps.ml.inference import generate_texts
     from apps.ml.training import train
 
-    if args.layers:
-        shape.NUM_LAYERS = args.layers  # an exploration of depth; builds use the module's own
-    torch.set_num_threads(1)
-    work = Path(tempfile.mkdtemp(prefix="hard-transition-"))
     started = time.monotonic()
     data = hard.hard_data(args.variant, seed=args.seed)
     rows = {ds.name: ds.rows for ds in data.datasets}[args.dataset]
@@ -71,7 +79,6 @@ def main() -> None:
     print(json.dumps({"variant": args.variant, "rows": len(rows), "setup_seconds": round(time.monotonic() - started, 1),
                       "params": sum(p.numel() for p in theta0.parameters())}), flush=True)  # fmt: skip
     base, total = work / "stage0", 0
-    random.seed(args.seed)
     for i, steps in enumerate(args.stages, start=1):
         out = work / f"stage{i}"
         scheduler = args.scheduler[min(i, len(args.scheduler)) - 1]
