@@ -74,6 +74,8 @@ BUDGET_KEYS: dict[str, type] = {
     "reviewer": bool,
     "gate": bool,
 }
+# The budget keys whose value is one of a fixed set of names.
+BUDGET_CHOICES: dict[str, tuple[str, ...]] = {"lr_scheduler_type": LR_SCHEDULERS}
 # The budget keys that become the heuristic policy's settings (run_launch passes them on).
 HEURISTIC_BUDGET_KEYS = ("screen_steps", "train_steps", "learning_rate", "lr_scheduler_type", "batch_size")
 BUDGET_MAX = 2_000_000_000  # the run's budget columns are 32-bit
@@ -104,9 +106,9 @@ def _budget(raw: dict[str, Any] | None) -> dict[str, Any]:
         if kind is bool:
             if not isinstance(value, bool):
                 raise _bad("invalid_budget", f"budget.{key} is true or false, not {value!r}.")
-        elif kind is str:
-            if value not in LR_SCHEDULERS:
-                raise _bad("invalid_budget", f"budget.{key} is one of {', '.join(LR_SCHEDULERS)}, not {value!r}.")
+        elif key in BUDGET_CHOICES:
+            if value not in BUDGET_CHOICES[key]:
+                raise _bad("invalid_budget", f"budget.{key} is one of {', '.join(BUDGET_CHOICES[key])}, not {value!r}.")
         elif isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and value != int(value)):
             raise _bad("invalid_budget", f"budget.{key} is a {kind.__name__}, not {value!r}.")
         elif not math.isfinite(value) or value < 0 or (value == 0 and key not in ("llm_tokens", "seed")):
